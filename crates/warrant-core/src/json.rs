@@ -1,0 +1,622 @@
+//! Strict JSON: the only way untrusted bytes become a [`serde_json::Value`] inside Warrant.
+//!
+//! Written by hand rather than on top of `serde_json::from_slice` because serde_json, by
+//! design, merges duplicate keys, turns integers above `u64::MAX` into floats and silently
+//! rounds `0.1e-400` to `0.0`; upstream declined to make any of that an error. This parser is
+//! RFC 8259 exact and refuses, with a stable code and a JSON pointer:
+//!
+//! - duplicate object keys at any depth (compared after unescaping),
+//! - integers outside the interoperable range ±(2^53 − 1) (RFC 7493 §2.2),
+//! - numbers that overflow to infinity or underflow to zero,
+//! - lone UTF-16 surrogates in `\u` escapes and invalid UTF-8,
+//! - nesting deeper than the configured limit and documents over the size limit.
+//!
+//! Numbers written without a fraction or exponent become integer [`serde_json::Number`]s;
+//! numbers written with one become floats, even when their value is integral. The strict
+//! integer rule of the schema stage relies on that distinction (`5.0` is not an integer).
+//!
+//! The parser recurses once per nesting level and the depth limit is capped at
+//! [`MAX_DEPTH_CAP`], so hostile input cannot exhaust the stack.
+
+use serde_json::{Map, Number, Value};
+
+/// Largest integer every JSON implementation represents exactly (2^53 − 1).
+pub const MAX_SAFE_INTEGER: i64 = 9_007_199_254_740_991;
+
+/// Hard ceiling on the nesting limit, whatever the configuration asks for.
+pub const MAX_DEPTH_CAP: usize = 256;
+
+/// Size and nesting limits for one document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest accepted document, in bytes.
+    pub max_bytes: usize,
+    /// Deepest accepted nesting of arrays and objects (the top-level container is depth 1).
+    pub max_depth: usize,
+}
+
+impl Limits {
+    /// The limits for untrusted proposals: 64 KiB and 32 levels (PRODUCT §3).
+    pub const PROPOSAL: Limits = Limits {
+        max_bytes: 64 * 1024,
+        max_depth: 32,
+    };
+
+    /// Generous limits for operator-supplied documents (contracts, `warrant canon` input).
+    pub const DOCUMENT: Limits = Limits {
+        max_bytes: 16 * 1024 * 1024,
+        max_depth: 128,
+    };
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits::PROPOSAL
+    }
+}
+
+/// Why a document was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JsonErrorKind {
+    /// The document is larger than the size limit.
+    TooLarge,
+    /// The bytes are not valid UTF-8.
+    InvalidUtf8,
+    /// The text is not JSON (syntax error, trailing data, control character in a string…).
+    Syntax,
+    /// An object names the same key twice.
+    DuplicateKey,
+    /// Arrays and objects nest deeper than the limit.
+    TooDeep,
+    /// A number overflows, underflows to zero, or is an integer outside ±(2^53 − 1).
+    NumberOutOfRange,
+    /// A `\u` escape encodes half of a surrogate pair.
+    LoneSurrogate,
+}
+
+/// A refused document: what went wrong, where in the text, and where in the tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JsonError {
+    kind: JsonErrorKind,
+    offset: usize,
+    message: String,
+    /// Path segments from the innermost outwards; reversed when the pointer is built.
+    path_rev: Vec<String>,
+}
+
+impl JsonError {
+    fn new(kind: JsonErrorKind, offset: usize, message: impl Into<String>) -> Self {
+        JsonError {
+            kind,
+            offset,
+            message: message.into(),
+            path_rev: Vec::new(),
+        }
+    }
+
+    fn within(mut self, segment: impl Into<String>) -> Self {
+        self.path_rev.push(segment.into());
+        self
+    }
+
+    /// What went wrong.
+    pub fn kind(&self) -> JsonErrorKind {
+        self.kind
+    }
+
+    /// Byte offset in the input where the problem was found.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// Human-readable description (never echoes the offending value).
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// RFC 6901 pointer to the value being read when the problem was found.
+    pub fn pointer(&self) -> String {
+        let mut out = String::new();
+        for segment in self.path_rev.iter().rev() {
+            out.push('/');
+            push_pointer_segment(&mut out, segment);
+        }
+        out
+    }
+}
+
+impl std::fmt::Display for JsonError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} at byte {}", self.message, self.offset)?;
+        let pointer = self.pointer();
+        if !pointer.is_empty() {
+            write!(f, " (at {pointer})")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for JsonError {}
+
+/// Appends one RFC 6901 reference token, escaping `~` and `/`.
+pub fn push_pointer_segment(out: &mut String, segment: &str) {
+    for c in segment.chars() {
+        match c {
+            '~' => out.push_str("~0"),
+            '/' => out.push_str("~1"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// Parses `input` as one strict JSON document.
+///
+/// # Errors
+/// Returns a [`JsonError`] for every refusal listed in the module documentation.
+pub fn parse(input: &[u8], limits: Limits) -> Result<Value, JsonError> {
+    if input.len() > limits.max_bytes {
+        return Err(JsonError::new(
+            JsonErrorKind::TooLarge,
+            limits.max_bytes,
+            format!(
+                "document is {} bytes, over the limit of {} bytes",
+                input.len(),
+                limits.max_bytes
+            ),
+        ));
+    }
+    let text = std::str::from_utf8(input).map_err(|e| {
+        JsonError::new(
+            JsonErrorKind::InvalidUtf8,
+            e.valid_up_to(),
+            "document is not valid UTF-8",
+        )
+    })?;
+    let mut parser = Parser {
+        bytes: text.as_bytes(),
+        pos: 0,
+        max_depth: limits.max_depth.min(MAX_DEPTH_CAP),
+        scratch: String::new(),
+    };
+    parser.skip_ws();
+    let value = parser.value(0)?;
+    parser.skip_ws();
+    if parser.pos != parser.bytes.len() {
+        return Err(parser.syntax("unexpected data after the document"));
+    }
+    Ok(value)
+}
+
+struct Parser<'a> {
+    /// Valid UTF-8 (checked before parsing starts), so any slice between ASCII
+    /// delimiters is valid UTF-8 as well.
+    bytes: &'a [u8],
+    pos: usize,
+    max_depth: usize,
+    scratch: String,
+}
+
+impl<'a> Parser<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.pos).copied()
+    }
+
+    fn syntax(&self, message: &str) -> JsonError {
+        JsonError::new(JsonErrorKind::Syntax, self.pos, message)
+    }
+
+    fn skip_ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+            self.pos += 1;
+        }
+    }
+
+    fn value(&mut self, depth: usize) -> Result<Value, JsonError> {
+        match self.peek() {
+            Some(b'{') => self.object(depth + 1),
+            Some(b'[') => self.array(depth + 1),
+            Some(b'"') => Ok(Value::String(self.string()?)),
+            Some(b't') => self.literal("true", Value::Bool(true)),
+            Some(b'f') => self.literal("false", Value::Bool(false)),
+            Some(b'n') => self.literal("null", Value::Null),
+            Some(b'-' | b'0'..=b'9') => self.number(),
+            Some(_) => Err(self.syntax("expected a JSON value")),
+            None => Err(self.syntax("unexpected end of document")),
+        }
+    }
+
+    fn literal(&mut self, word: &str, value: Value) -> Result<Value, JsonError> {
+        let end = self.pos + word.len();
+        if self.bytes.get(self.pos..end) == Some(word.as_bytes()) {
+            self.pos = end;
+            Ok(value)
+        } else {
+            Err(self.syntax("expected a JSON value"))
+        }
+    }
+
+    fn enter(&self, depth: usize) -> Result<(), JsonError> {
+        if depth > self.max_depth {
+            Err(JsonError::new(
+                JsonErrorKind::TooDeep,
+                self.pos,
+                format!("nesting exceeds the limit of {} levels", self.max_depth),
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn object(&mut self, depth: usize) -> Result<Value, JsonError> {
+        self.enter(depth)?;
+        self.pos += 1; // '{'
+        let mut map = Map::new();
+        self.skip_ws();
+        if self.peek() == Some(b'}') {
+            self.pos += 1;
+            return Ok(Value::Object(map));
+        }
+        loop {
+            self.skip_ws();
+            if self.peek() != Some(b'"') {
+                return Err(self.syntax("expected a string key"));
+            }
+            let key_offset = self.pos;
+            let key = self.string()?;
+            self.skip_ws();
+            if self.peek() != Some(b':') {
+                return Err(self.syntax("expected ':' after an object key").within(key));
+            }
+            self.pos += 1;
+            self.skip_ws();
+            let value = match self.value(depth) {
+                Ok(value) => value,
+                Err(e) => return Err(e.within(key)),
+            };
+            if map.contains_key(&key) {
+                return Err(JsonError::new(
+                    JsonErrorKind::DuplicateKey,
+                    key_offset,
+                    "duplicate object key",
+                )
+                .within(key));
+            }
+            map.insert(key, value);
+            self.skip_ws();
+            match self.peek() {
+                Some(b',') => self.pos += 1,
+                Some(b'}') => {
+                    self.pos += 1;
+                    return Ok(Value::Object(map));
+                }
+                _ => return Err(self.syntax("expected ',' or '}' in an object")),
+            }
+        }
+    }
+
+    fn array(&mut self, depth: usize) -> Result<Value, JsonError> {
+        self.enter(depth)?;
+        self.pos += 1; // '['
+        let mut items = Vec::new();
+        self.skip_ws();
+        if self.peek() == Some(b']') {
+            self.pos += 1;
+            return Ok(Value::Array(items));
+        }
+        loop {
+            self.skip_ws();
+            match self.value(depth) {
+                Ok(value) => items.push(value),
+                Err(e) => return Err(e.within(items.len().to_string())),
+            }
+            self.skip_ws();
+            match self.peek() {
+                Some(b',') => self.pos += 1,
+                Some(b']') => {
+                    self.pos += 1;
+                    return Ok(Value::Array(items));
+                }
+                _ => return Err(self.syntax("expected ',' or ']' in an array")),
+            }
+        }
+    }
+
+    fn string(&mut self) -> Result<String, JsonError> {
+        self.pos += 1; // opening quote
+        let start = self.pos;
+        // Fast path: no escapes, so the string is a slice of the (valid UTF-8) input.
+        loop {
+            match self.peek() {
+                Some(b'"') => {
+                    let s = self.slice_str(start, self.pos)?;
+                    self.pos += 1;
+                    return Ok(s.to_owned());
+                }
+                Some(b'\\') => break,
+                Some(0x00..=0x1f) => {
+                    return Err(self.syntax("control character in a string must be escaped"));
+                }
+                Some(_) => self.pos += 1,
+                None => return Err(self.syntax("unterminated string")),
+            }
+        }
+        self.scratch.clear();
+        let prefix = self.slice_str(start, self.pos)?;
+        self.scratch.push_str(prefix);
+        loop {
+            let run_start = self.pos;
+            while let Some(b) = self.peek() {
+                if b == b'"' || b == b'\\' || b < 0x20 {
+                    break;
+                }
+                self.pos += 1;
+            }
+            let run = self.slice_str(run_start, self.pos)?;
+            self.scratch.push_str(run);
+            match self.peek() {
+                Some(b'"') => {
+                    self.pos += 1;
+                    return Ok(std::mem::take(&mut self.scratch));
+                }
+                Some(b'\\') => {
+                    self.pos += 1;
+                    self.escape()?;
+                }
+                Some(_) => {
+                    return Err(self.syntax("control character in a string must be escaped"));
+                }
+                None => return Err(self.syntax("unterminated string")),
+            }
+        }
+    }
+
+    fn slice_str(&self, start: usize, end: usize) -> Result<&'a str, JsonError> {
+        self.bytes
+            .get(start..end)
+            .and_then(|b| std::str::from_utf8(b).ok())
+            .ok_or_else(|| JsonError::new(JsonErrorKind::InvalidUtf8, start, "invalid UTF-8"))
+    }
+
+    fn escape(&mut self) -> Result<(), JsonError> {
+        let c = match self.peek() {
+            Some(b'"') => '"',
+            Some(b'\\') => '\\',
+            Some(b'/') => '/',
+            Some(b'b') => '\u{8}',
+            Some(b'f') => '\u{c}',
+            Some(b'n') => '\n',
+            Some(b'r') => '\r',
+            Some(b't') => '\t',
+            Some(b'u') => {
+                self.pos += 1;
+                let unit = self.hex4()?;
+                let c = match unit {
+                    0xD800..=0xDBFF => {
+                        if self.bytes.get(self.pos..self.pos + 2) != Some(b"\\u") {
+                            return Err(self.lone_surrogate());
+                        }
+                        self.pos += 2;
+                        let low = self.hex4()?;
+                        if !(0xDC00..=0xDFFF).contains(&low) {
+                            return Err(self.lone_surrogate());
+                        }
+                        let code = 0x10000 + ((u32::from(unit) - 0xD800) << 10)
+                            + (u32::from(low) - 0xDC00);
+                        char::from_u32(code).ok_or_else(|| self.lone_surrogate())?
+                    }
+                    0xDC00..=0xDFFF => return Err(self.lone_surrogate()),
+                    unit => char::from_u32(u32::from(unit)).ok_or_else(|| self.lone_surrogate())?,
+                };
+                self.scratch.push(c);
+                return Ok(());
+            }
+            _ => return Err(self.syntax("invalid escape sequence")),
+        };
+        self.pos += 1;
+        self.scratch.push(c);
+        Ok(())
+    }
+
+    fn lone_surrogate(&self) -> JsonError {
+        JsonError::new(
+            JsonErrorKind::LoneSurrogate,
+            self.pos,
+            "lone UTF-16 surrogate in a \\u escape",
+        )
+    }
+
+    fn hex4(&mut self) -> Result<u16, JsonError> {
+        let digits = self
+            .bytes
+            .get(self.pos..self.pos + 4)
+            .ok_or_else(|| self.syntax("truncated \\u escape"))?;
+        let mut unit: u16 = 0;
+        for &d in digits {
+            let v = match d {
+                b'0'..=b'9' => d - b'0',
+                b'a'..=b'f' => d - b'a' + 10,
+                b'A'..=b'F' => d - b'A' + 10,
+                _ => return Err(self.syntax("invalid \\u escape")),
+            };
+            unit = (unit << 4) | u16::from(v);
+        }
+        self.pos += 4;
+        Ok(unit)
+    }
+
+    fn digits(&mut self) -> usize {
+        let start = self.pos;
+        while let Some(b'0'..=b'9') = self.peek() {
+            self.pos += 1;
+        }
+        self.pos - start
+    }
+
+    fn number(&mut self) -> Result<Value, JsonError> {
+        let start = self.pos;
+        if self.peek() == Some(b'-') {
+            self.pos += 1;
+        }
+        let int_start = self.pos;
+        match self.digits() {
+            0 => return Err(self.syntax("expected digits in a number")),
+            n if n > 1 && self.bytes.get(int_start) == Some(&b'0') => {
+                return Err(JsonError::new(
+                    JsonErrorKind::Syntax,
+                    int_start,
+                    "leading zeros are not allowed in a number",
+                ));
+            }
+            _ => {}
+        }
+        let mut is_float = false;
+        let mut nonzero_mantissa = self
+            .bytes
+            .get(int_start..self.pos)
+            .is_some_and(|d| d.iter().any(|&b| b != b'0'));
+        if self.peek() == Some(b'.') {
+            self.pos += 1;
+            is_float = true;
+            let frac_start = self.pos;
+            if self.digits() == 0 {
+                return Err(self.syntax("expected digits after the decimal point"));
+            }
+            nonzero_mantissa |= self
+                .bytes
+                .get(frac_start..self.pos)
+                .is_some_and(|d| d.iter().any(|&b| b != b'0'));
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.pos += 1;
+            is_float = true;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.pos += 1;
+            }
+            if self.digits() == 0 {
+                return Err(self.syntax("expected digits in the exponent"));
+            }
+        }
+        let text = self.slice_str(start, self.pos)?;
+        if !is_float {
+            return match text.parse::<i64>() {
+                Ok(n) if (-MAX_SAFE_INTEGER..=MAX_SAFE_INTEGER).contains(&n) => {
+                    Ok(Value::Number(Number::from(n)))
+                }
+                _ => Err(JsonError::new(
+                    JsonErrorKind::NumberOutOfRange,
+                    start,
+                    "integer outside the exactly representable range ±(2^53 - 1)",
+                )),
+            };
+        }
+        let value: f64 = text
+            .parse()
+            .map_err(|_| JsonError::new(JsonErrorKind::Syntax, start, "malformed number"))?;
+        if !value.is_finite() {
+            return Err(JsonError::new(
+                JsonErrorKind::NumberOutOfRange,
+                start,
+                "number overflows a 64-bit float",
+            ));
+        }
+        if value == 0.0 && nonzero_mantissa {
+            return Err(JsonError::new(
+                JsonErrorKind::NumberOutOfRange,
+                start,
+                "number underflows to zero in a 64-bit float",
+            ));
+        }
+        Number::from_f64(value)
+            .map(Value::Number)
+            .ok_or_else(|| JsonError::new(JsonErrorKind::NumberOutOfRange, start, "not finite"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind(input: &str) -> JsonErrorKind {
+        parse(input.as_bytes(), Limits::PROPOSAL).unwrap_err().kind()
+    }
+
+    #[test]
+    fn accepts_ordinary_documents() {
+        let v = parse(br#" {"a": [1, -2.5, "x\u00e9\ud83d\ude00", true, null], "b": {}} "#, Limits::PROPOSAL)
+            .unwrap();
+        assert_eq!(v["a"][2], "xé😀");
+        assert!(v["a"][0].is_i64());
+        assert!(v["a"][1].is_f64());
+    }
+
+    #[test]
+    fn integral_floats_stay_floats() {
+        let v = parse(b"[5.0, 5e0, 5]", Limits::PROPOSAL).unwrap();
+        assert!(v[0].is_f64());
+        assert!(v[1].is_f64());
+        assert!(v[2].is_i64());
+    }
+
+    #[test]
+    fn refuses_duplicate_keys_with_pointer() {
+        let e = parse(br#"{"a":{"b":1,"\u0062":2}}"#, Limits::PROPOSAL).unwrap_err();
+        assert_eq!(e.kind(), JsonErrorKind::DuplicateKey);
+        assert_eq!(e.pointer(), "/a/b");
+    }
+
+    #[test]
+    fn refuses_numbers_that_do_not_fit() {
+        assert_eq!(kind("9007199254740992"), JsonErrorKind::NumberOutOfRange);
+        assert_eq!(kind("-9007199254740992"), JsonErrorKind::NumberOutOfRange);
+        assert_eq!(kind("18446744073709551616"), JsonErrorKind::NumberOutOfRange);
+        assert_eq!(kind("1e400"), JsonErrorKind::NumberOutOfRange);
+        assert_eq!(kind("-1e400"), JsonErrorKind::NumberOutOfRange);
+        assert_eq!(kind("0.1e-400"), JsonErrorKind::NumberOutOfRange);
+        assert!(parse(b"9007199254740991", Limits::PROPOSAL).is_ok());
+        assert!(parse(b"0.0e-400", Limits::PROPOSAL).is_ok());
+        assert!(parse(b"5e-324", Limits::PROPOSAL).is_ok());
+    }
+
+    #[test]
+    fn refuses_non_json_numbers() {
+        for bad in ["01", "+1", ".5", "1.", "1e", "NaN", "Infinity", "-", "0x10"] {
+            assert_eq!(kind(bad), JsonErrorKind::Syntax, "{bad}");
+        }
+    }
+
+    #[test]
+    fn refuses_lone_surrogates_and_bad_utf8() {
+        assert_eq!(kind(r#""\ud800""#), JsonErrorKind::LoneSurrogate);
+        assert_eq!(kind(r#""\udc00""#), JsonErrorKind::LoneSurrogate);
+        assert_eq!(kind(r#""\ud800\u0041""#), JsonErrorKind::LoneSurrogate);
+        let e = parse(b"\"\xff\"", Limits::PROPOSAL).unwrap_err();
+        assert_eq!(e.kind(), JsonErrorKind::InvalidUtf8);
+    }
+
+    #[test]
+    fn refuses_deep_nesting_and_large_documents() {
+        let deep = "[".repeat(33) + &"]".repeat(33);
+        assert_eq!(kind(&deep), JsonErrorKind::TooDeep);
+        let ok = "[".repeat(32) + &"]".repeat(32);
+        assert!(parse(ok.as_bytes(), Limits::PROPOSAL).is_ok());
+        let big = format!("\"{}\"", "a".repeat(64 * 1024));
+        assert_eq!(kind(&big), JsonErrorKind::TooLarge);
+        // The cap protects the stack even when a caller configures an absurd limit.
+        let very_deep = "[".repeat(100_000);
+        let limits = Limits { max_bytes: usize::MAX, max_depth: usize::MAX };
+        assert_eq!(parse(very_deep.as_bytes(), limits).unwrap_err().kind(), JsonErrorKind::TooDeep);
+    }
+
+    #[test]
+    fn refuses_syntax_errors() {
+        for bad in ["", " ", "{", "{\"a\"}", "{\"a\":1,}", "[1,]", "\"a\nb\"", "\u{feff}{}", "{} {}", "tru", "'a'"] {
+            assert_eq!(kind(bad), JsonErrorKind::Syntax, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn pointer_escapes_tokens() {
+        let e = parse(br#"{"a/b":{"c~d":[0,01]}}"#, Limits::PROPOSAL).unwrap_err();
+        assert_eq!(e.pointer(), "/a~1b/c~0d/1");
+    }
+}

@@ -1,0 +1,18 @@
+//! Warrant's pure core: tool contracts, strict parsing of untrusted proposals, canonical
+//! digests, the closed decision vocabulary and the authority checks that need no storage.
+//!
+//! **Architecture invariant:** this crate does no I/O. Files, sockets, clocks and databases
+//! belong to the crates above it; time comes in as an argument.
+
+pub mod authority;
+pub mod canon;
+pub mod check;
+pub mod contract;
+pub mod decision;
+pub mod json;
+pub mod proposal;
+pub mod yaml;
+
+pub use canon::Sha256Digest;
+pub use contract::{Contract, ContractId, Effect};
+pub use decision::{RejectCode, Rejection, Stage, ToolErrorCode};

@@ -1,0 +1,58 @@
+//! The `warrant` command line: offline audits (`check`), contract tooling (`contract lint|hash`)
+//! and canonical JSON (`canon`).
+//!
+//! Exit codes: 0 success or ALLOW, 1 lint problems, 2 usage or I/O errors, 3 REJECT,
+//! 4 NEEDS_APPROVAL.
+
+mod check;
+mod contract;
+mod io;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Typed authority for AI tool calls.
+#[derive(Debug, Parser)]
+#[command(name = "warrant", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Audit one proposal offline: parse, resolve, validate, digest, scopes, idempotency, approval.
+    Check(check::CheckArgs),
+    /// Lint and hash tool contracts.
+    #[command(subcommand)]
+    Contract(contract::ContractCommand),
+    /// Print the RFC 8785 canonical form of a JSON document (or, with --digest, its SHA-256).
+    Canon(contract::CanonArgs),
+}
+
+/// Outcome of a command, mapped onto the documented exit codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Exit {
+    Ok = 0,
+    Problems = 1,
+    Usage = 2,
+    Reject = 3,
+    NeedsApproval = 4,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Check(args) => check::run(&args),
+        Command::Contract(cmd) => contract::run(&cmd),
+        Command::Canon(args) => contract::canon(&args),
+    };
+    match result {
+        Ok(exit) => ExitCode::from(exit as u8),
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(Exit::Usage as u8)
+        }
+    }
+}
