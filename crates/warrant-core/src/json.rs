@@ -498,16 +498,28 @@ impl<'a> Parser<'a> {
         }
         let text = self.slice_str(start, self.pos)?;
         if !is_float {
-            return match text.parse::<i64>() {
-                Ok(n) if (-MAX_SAFE_INTEGER..=MAX_SAFE_INTEGER).contains(&n) => {
-                    Ok(Value::Number(Number::from(n)))
-                }
-                _ => Err(JsonError::new(
+            if let Ok(n) = text.parse::<i64>()
+                && (-MAX_SAFE_INTEGER..=MAX_SAFE_INTEGER).contains(&n)
+            {
+                return Ok(Value::Number(Number::from(n)));
+            }
+            // Beyond ±(2^53 - 1) an integer literal is only accepted when it is exactly the
+            // shortest (RFC 8785 / ECMAScript) spelling of a 64-bit float, so nothing is lost
+            // and canonical output (which writes 1e20 as 100000000000000000000) reads back.
+            // It becomes a float, which the strict integer rule then refuses for integers.
+            let exact = text
+                .parse::<f64>()
+                .ok()
+                .filter(|f| f.is_finite())
+                .and_then(Number::from_f64)
+                .filter(|n| crate::canon::canonical_string(&Value::Number(n.clone())) == text);
+            return exact.map(Value::Number).ok_or_else(|| {
+                JsonError::new(
                     JsonErrorKind::NumberOutOfRange,
                     start,
-                    "integer outside the exactly representable range ±(2^53 - 1)",
-                )),
-            };
+                    "integer literal cannot be represented exactly (beyond ±(2^53 - 1))",
+                )
+            });
         }
         let value: f64 = text
             .parse()
@@ -566,8 +578,14 @@ mod tests {
 
     #[test]
     fn refuses_numbers_that_do_not_fit() {
-        assert_eq!(kind("9007199254740992"), JsonErrorKind::NumberOutOfRange);
-        assert_eq!(kind("-9007199254740992"), JsonErrorKind::NumberOutOfRange);
+        assert_eq!(kind("9007199254740993"), JsonErrorKind::NumberOutOfRange);
+        assert_eq!(kind("-9007199254740993"), JsonErrorKind::NumberOutOfRange);
+        assert_eq!(kind("12345678901234567890"), JsonErrorKind::NumberOutOfRange);
+        // Exactly the shortest spelling of a double: accepted, as a float.
+        let big = parse(b"[9007199254740992, 295147905179352830000, -100000000000000000000]", Limits::PROPOSAL)
+            .unwrap();
+        assert!(big[0].is_f64() && big[1].is_f64() && big[2].is_f64());
+        assert_eq!(kind("295147905179352825856"), JsonErrorKind::NumberOutOfRange);
         assert_eq!(kind("18446744073709551616"), JsonErrorKind::NumberOutOfRange);
         assert_eq!(kind("1e400"), JsonErrorKind::NumberOutOfRange);
         assert_eq!(kind("-1e400"), JsonErrorKind::NumberOutOfRange);
