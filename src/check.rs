@@ -55,7 +55,12 @@ pub enum Format {
 pub fn run(args: &CheckArgs) -> Result<Exit> {
     let contract = load_contract(&args.contract)?;
     let proposal = read_input(&args.proposal)?;
-    let grants = args.grants.iter().map(|g| g.trim()).filter(|g| !g.is_empty()).map(str::to_owned);
+    let grants = args
+        .grants
+        .iter()
+        .map(|g| g.trim())
+        .filter(|g| !g.is_empty())
+        .map(str::to_owned);
     let principal = Principal::new(&args.principal, &args.tenant, grants)?;
     let approval = match &args.approval {
         None => None,
@@ -102,7 +107,10 @@ fn facts(report: &Report) -> Vec<(&'static str, Option<String>)> {
         ("effect", Some(report.effect.as_str().to_owned())),
         ("schema", f.schema.map(|s| s.as_str().to_owned())),
         ("payload_digest", f.payload_digest.map(|d| d.to_string())),
-        ("delegated_scopes", f.delegated_scopes.as_ref().map(|s| s.join(","))),
+        (
+            "delegated_scopes",
+            f.delegated_scopes.as_ref().map(|s| s.join(",")),
+        ),
         ("approval", f.approval.map(|a| a.as_str().to_owned())),
         ("idempotency", f.idempotency.map(|i| i.as_str().to_owned())),
         ("decision", Some(report.decision.as_str().to_owned())),

@@ -36,10 +36,14 @@ impl Principal {
         grants: impl IntoIterator<Item = String>,
     ) -> Result<Principal, IdentityError> {
         if !is_valid_id(id) {
-            return Err(IdentityError("principal ids are 1-128 of A-Z a-z 0-9 _ - . :".into()));
+            return Err(IdentityError(
+                "principal ids are 1-128 of A-Z a-z 0-9 _ - . :".into(),
+            ));
         }
         if !is_valid_id(tenant) {
-            return Err(IdentityError("tenant ids are 1-128 of A-Z a-z 0-9 _ - . :".into()));
+            return Err(IdentityError(
+                "tenant ids are 1-128 of A-Z a-z 0-9 _ - . :".into(),
+            ));
         }
         let grants: BTreeSet<String> = grants.into_iter().collect();
         if let Some(bad) = grants.iter().find(|g| !is_valid_scope(g)) {
@@ -115,7 +119,10 @@ pub fn idempotency_requirement(
     } else {
         Err(Rejection::new(
             RejectCode::IdempotencyKeyRequired,
-            format!("a {} effect requires an idempotency key", contract.effect().as_str()),
+            format!(
+                "a {} effect requires an idempotency key",
+                contract.effect().as_str()
+            ),
         )
         .at("/idempotency_key"))
     }
@@ -193,10 +200,19 @@ impl ApprovalRecord {
     /// A message naming the first malformed field.
     pub fn from_value(value: &Value) -> Result<ApprovalRecord, String> {
         const FIELDS: &[&str] = &[
-            "id", "contract_id", "tenant", "payload_digest", "idempotency_key", "expires_at",
-            "status", "proposer", "reviewer",
+            "id",
+            "contract_id",
+            "tenant",
+            "payload_digest",
+            "idempotency_key",
+            "expires_at",
+            "status",
+            "proposer",
+            "reviewer",
         ];
-        let map = value.as_object().ok_or("an approval record must be a JSON object")?;
+        let map = value
+            .as_object()
+            .ok_or("an approval record must be a JSON object")?;
         if let Some(k) = map.keys().find(|k| !FIELDS.contains(&k.as_str())) {
             return Err(format!("unknown approval field `{k}`"));
         }
@@ -207,9 +223,8 @@ impl ApprovalRecord {
                 Some(_) => Err(format!("`{key}` must be a string")),
             }
         };
-        let required = |key: &str| -> Result<&str, String> {
-            text(key)?.ok_or_else(|| format!("`{key}` is required"))
-        };
+        let required =
+            |key: &str| -> Result<&str, String> { text(key)?.ok_or_else(|| format!("`{key}` is required")) };
         let id = required("id")?;
         if !is_valid_id(id) {
             return Err("`id` must be 1-128 of A-Z a-z 0-9 _ - . :".into());
@@ -263,7 +278,10 @@ pub fn bind_approval(
     let mismatch = |what: &str| {
         Refused(
             ApprovalState::Mismatch,
-            Rejection::new(RejectCode::ApprovalMismatch, format!("the approval is bound to another {what}")),
+            Rejection::new(
+                RejectCode::ApprovalMismatch,
+                format!("the approval is bound to another {what}"),
+            ),
         )
     };
     if let Some(presented) = proposal.approval()
@@ -311,7 +329,10 @@ pub fn bind_approval(
     if record.reviewer.as_deref() == Some(principal.id()) {
         return Refused(
             ApprovalState::Mismatch,
-            Rejection::new(RejectCode::ApprovalSelfApproved, "the proposer cannot approve its own call"),
+            Rejection::new(
+                RejectCode::ApprovalSelfApproved,
+                "the proposer cannot approve its own call",
+            ),
         );
     }
     if now >= record.expires_at {

@@ -145,7 +145,10 @@ mod tests {
     fn digest_round_trips_through_text() {
         let d = digest(&parse(br#"{"b":1,"a":2}"#, Limits::DOCUMENT).unwrap());
         assert_eq!(Sha256Digest::parse(&d.to_string()), Some(d));
-        assert_eq!(d, digest(&parse(br#"{ "a": 2, "b": 1.0 }"#, Limits::DOCUMENT).unwrap()));
+        assert_eq!(
+            d,
+            digest(&parse(br#"{ "a": 2, "b": 1.0 }"#, Limits::DOCUMENT).unwrap())
+        );
         assert_eq!(Sha256Digest::parse("sha256:ABC"), None);
         assert_eq!(Sha256Digest::parse(&d.to_string().to_uppercase()), None);
     }

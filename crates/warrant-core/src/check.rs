@@ -12,9 +12,7 @@ use crate::authority::{
 };
 use crate::canon::Sha256Digest;
 use crate::contract::{ApprovalMode, Contract, ContractId, Effect};
-use crate::decision::{
-    Allowed, ApprovalNeeded, ApprovalState, Decision, IdempotencyState, Rejection,
-};
+use crate::decision::{Allowed, ApprovalNeeded, ApprovalState, Decision, IdempotencyState, Rejection};
 use crate::json::Limits;
 use crate::proposal::{Envelope, ValidatedProposal};
 
@@ -165,5 +163,10 @@ fn run(input: &CheckInput<'_>, report: &mut Facts) -> Result<Decision, Rejection
             }
         }
     };
-    Ok(Decision::Allow(Allowed::new(proposal, scopes, approval_id, idempotency)))
+    Ok(Decision::Allow(Allowed::new(
+        proposal,
+        scopes,
+        approval_id,
+        idempotency,
+    )))
 }

@@ -279,21 +279,33 @@ impl Contract {
     pub fn from_document(mut document: Value) -> Result<Contract, Vec<LintProblem>> {
         let mut p = Problems::default();
         let Value::Object(map) = &mut document else {
-            return Err(vec![LintProblem::new("", "a contract must be a mapping of fields")]);
+            return Err(vec![LintProblem::new(
+                "",
+                "a contract must be a mapping of fields",
+            )]);
         };
         let adapter_doc = map.remove("adapter");
         for key in map.keys() {
             if !TOP_LEVEL.contains(&key.as_str()) && !key.starts_with("x-") {
-                p.push(&format!("/{}", escape(key)), &format!("unknown contract field `{key}`"));
+                p.push(
+                    &format!("/{}", escape(key)),
+                    &format!("unknown contract field `{key}`"),
+                );
             }
         }
         let map: &Map<String, Value> = map;
-        let mut f = Fields { map, problems: &mut p };
+        let mut f = Fields {
+            map,
+            problems: &mut p,
+        };
         let name = f.required_str("name").and_then(|(s, ptr)| {
             if is_identifier(s, 64) {
                 Some(s.to_owned())
             } else {
-                f.problems.push(&ptr, "name must start with a lowercase letter and use only a-z, 0-9 and `_` (at most 64)");
+                f.problems.push(
+                    &ptr,
+                    "name must start with a lowercase letter and use only a-z, 0-9 and `_` (at most 64)",
+                );
                 None
             }
         });
@@ -304,9 +316,9 @@ impl Contract {
                 None
             }
         });
-        let description = f.required_str("description").and_then(|(s, ptr)| {
-            non_empty_bounded(s, 2048, &ptr, f.problems).map(str::to_owned)
-        });
+        let description = f
+            .required_str("description")
+            .and_then(|(s, ptr)| non_empty_bounded(s, 2048, &ptr, f.problems).map(str::to_owned));
         let owner = f
             .required_str("owner")
             .and_then(|(s, ptr)| non_empty_bounded(s, 256, &ptr, f.problems).map(str::to_owned));
@@ -315,14 +327,16 @@ impl Contract {
                 time::Date::parse(s, time::macros::format_description!("[year]-[month]-[day]")).ok()
             });
             if parsed.is_none() {
-                f.problems.push("/retire_after", "retire_after must be a date written YYYY-MM-DD");
+                f.problems
+                    .push("/retire_after", "retire_after must be a date written YYYY-MM-DD");
             }
             parsed
         });
         let effect = f.required_str("effect").and_then(|(s, ptr)| {
             let e = Effect::parse(s);
             if e.is_none() {
-                f.problems.push(&ptr, "effect must be one of read, write, irreversible, async");
+                f.problems
+                    .push(&ptr, "effect must be one of read, write, irreversible, async");
             }
             e
         });
@@ -332,7 +346,8 @@ impl Contract {
             Some(Value::String(s)) if s == "none" => Some(ApprovalMode::None),
             Some(Value::String(s)) if s == "per_call" => Some(ApprovalMode::PerCall),
             Some(_) => {
-                f.problems.push("/approval", "approval must be `none` or `per_call`");
+                f.problems
+                    .push("/approval", "approval must be `none` or `per_call`");
                 None
             }
         };
@@ -349,7 +364,10 @@ impl Contract {
             Some(v) => parse_idempotency(v, f.problems),
         };
         let retry = match f.optional("retry") {
-            None => Some(RetryPolicy { max_attempts: 1, tolerate_duplicates: false }),
+            None => Some(RetryPolicy {
+                max_attempts: 1,
+                tolerate_duplicates: false,
+            }),
             Some(v) => parse_retry(v, f.problems),
         };
         let budget = match f.optional("budget") {
@@ -367,14 +385,26 @@ impl Contract {
         let output_doc = f.required("output");
         let p = f.problems;
         // Compile only what linted clean, so compile errors are not reported twice.
-        let input = input_doc.filter(|_| p.is_empty()).and_then(|s| compile(s, "/input", p));
+        let input = input_doc
+            .filter(|_| p.is_empty())
+            .and_then(|s| compile(s, "/input", p));
         let output = output_doc.and_then(|s| compile(s, "/output", p));
         let adapter = adapter_doc.and_then(|doc| parse_adapter(doc, p));
 
         let problems = std::mem::take(&mut p.0);
         match (
-            name, version, description, owner, effect, scopes, approval, retry, budget,
-            cost_per_call, input, output,
+            name,
+            version,
+            description,
+            owner,
+            effect,
+            scopes,
+            approval,
+            retry,
+            budget,
+            cost_per_call,
+            input,
+            output,
         ) {
             (
                 Some(name),
@@ -494,7 +524,11 @@ impl LintProblem {
 
 impl std::fmt::Display for LintProblem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let at = if self.pointer.is_empty() { "/" } else { &self.pointer };
+        let at = if self.pointer.is_empty() {
+            "/"
+        } else {
+            &self.pointer
+        };
         write!(f, "{at}: {}", self.message)
     }
 }
@@ -513,8 +547,20 @@ impl Problems {
 }
 
 const TOP_LEVEL: &[&str] = &[
-    "name", "version", "description", "owner", "retire_after", "effect", "scopes", "approval",
-    "idempotency", "retry", "budget", "cost", "input", "output",
+    "name",
+    "version",
+    "description",
+    "owner",
+    "retire_after",
+    "effect",
+    "scopes",
+    "approval",
+    "idempotency",
+    "retry",
+    "budget",
+    "cost",
+    "input",
+    "output",
 ];
 
 struct Fields<'a> {
@@ -530,7 +576,8 @@ impl<'a> Fields<'a> {
     fn required(&mut self, key: &str) -> Option<&'a Value> {
         let v = self.map.get(key);
         if v.is_none() {
-            self.problems.push(&format!("/{key}"), &format!("`{key}` is required"));
+            self.problems
+                .push(&format!("/{key}"), &format!("`{key}` is required"));
         }
         v
     }
@@ -564,7 +611,10 @@ pub(crate) fn is_identifier(s: &str, max: usize) -> bool {
 
 fn non_empty_bounded<'a>(s: &'a str, max: usize, ptr: &str, p: &mut Problems) -> Option<&'a str> {
     if s.trim().is_empty() || s.chars().count() > max {
-        p.push(ptr, &format!("must be a non-empty string of at most {max} characters"));
+        p.push(
+            ptr,
+            &format!("must be a non-empty string of at most {max} characters"),
+        );
         None
     } else {
         Some(s)
@@ -592,7 +642,10 @@ fn parse_scopes(v: &Value, p: &mut Problems) -> Option<BTreeSet<String>> {
                 }
             }
             _ => {
-                p.push(&format!("/scopes/{i}"), "a scope is 1 to 128 printable characters without spaces or commas");
+                p.push(
+                    &format!("/scopes/{i}"),
+                    "a scope is 1 to 128 printable characters without spaces or commas",
+                );
                 ok = false;
             }
         }
@@ -613,7 +666,10 @@ fn closed_object<'a>(
     let mut ok = true;
     for key in map.keys() {
         if !allowed.contains(&key.as_str()) {
-            p.push(&format!("{ptr}/{}", escape(key)), &format!("unknown field `{key}`"));
+            p.push(
+                &format!("{ptr}/{}", escape(key)),
+                &format!("unknown field `{key}`"),
+            );
             ok = false;
         }
     }
@@ -632,18 +688,28 @@ fn parse_idempotency(v: &Value, p: &mut Problems) -> Option<Idempotency> {
     let retention = match map.get("retention") {
         None => Some(Duration::from_secs(24 * 3600)),
         Some(Value::String(s)) => {
-            let d = parse_duration(s).filter(|d| *d > Duration::ZERO && *d <= Duration::from_secs(366 * 86_400));
+            let d =
+                parse_duration(s).filter(|d| *d > Duration::ZERO && *d <= Duration::from_secs(366 * 86_400));
             if d.is_none() {
-                p.push("/idempotency/retention", "retention must be a duration such as 30m, 24h or 7d, at most 366d");
+                p.push(
+                    "/idempotency/retention",
+                    "retention must be a duration such as 30m, 24h or 7d, at most 366d",
+                );
             }
             d
         }
         Some(_) => {
-            p.push("/idempotency/retention", "retention must be a duration such as 30m, 24h or 7d");
+            p.push(
+                "/idempotency/retention",
+                "retention must be a duration such as 30m, 24h or 7d",
+            );
             None
         }
     };
-    Some(Idempotency { honoured: honoured?, retention: retention? })
+    Some(Idempotency {
+        honoured: honoured?,
+        retention: retention?,
+    })
 }
 
 /// Parses `<n>s`, `<n>m`, `<n>h` or `<n>d`.
@@ -669,7 +735,10 @@ fn parse_retry(v: &Value, p: &mut Problems) -> Option<RetryPolicy> {
     let max_attempts = match map.get("max_attempts").and_then(Value::as_u64) {
         Some(n @ 1..=10) => u8::try_from(n).ok(),
         _ => {
-            p.push("/retry/max_attempts", "max_attempts must be an integer from 1 to 10");
+            p.push(
+                "/retry/max_attempts",
+                "max_attempts must be an integer from 1 to 10",
+            );
             None
         }
     };
@@ -677,11 +746,17 @@ fn parse_retry(v: &Value, p: &mut Problems) -> Option<RetryPolicy> {
         None => Some(false),
         Some(Value::Bool(b)) => Some(*b),
         Some(_) => {
-            p.push("/retry/tolerate_duplicates", "tolerate_duplicates must be true or false");
+            p.push(
+                "/retry/tolerate_duplicates",
+                "tolerate_duplicates must be true or false",
+            );
             None
         }
     };
-    Some(RetryPolicy { max_attempts: max_attempts?, tolerate_duplicates: tolerate_duplicates? })
+    Some(RetryPolicy {
+        max_attempts: max_attempts?,
+        tolerate_duplicates: tolerate_duplicates?,
+    })
 }
 
 fn positive(map: &Map<String, Value>, key: &str, ptr: &str, p: &mut Problems) -> Result<Option<u64>, ()> {
@@ -690,7 +765,10 @@ fn positive(map: &Map<String, Value>, key: &str, ptr: &str, p: &mut Problems) ->
         Some(v) => match v.as_u64() {
             Some(n @ 1..) => Ok(Some(n)),
             _ => {
-                p.push(&format!("{ptr}/{key}"), &format!("{key} must be a positive integer"));
+                p.push(
+                    &format!("{ptr}/{key}"),
+                    &format!("{key} must be a positive integer"),
+                );
                 Err(())
             }
         },
@@ -701,7 +779,10 @@ fn parse_budget(v: &Value, p: &mut Problems) -> Option<Budget> {
     let map = closed_object(v, "/budget", &["calls_per_run", "calls_per_day"], p)?;
     let calls_per_run = positive(map, "calls_per_run", "/budget", p);
     let calls_per_day = positive(map, "calls_per_day", "/budget", p);
-    Some(Budget { calls_per_run: calls_per_run.ok()?, calls_per_day: calls_per_day.ok()? })
+    Some(Budget {
+        calls_per_run: calls_per_run.ok()?,
+        calls_per_day: calls_per_day.ok()?,
+    })
 }
 
 fn parse_cost(v: &Value, p: &mut Problems) -> Option<u64> {
@@ -729,10 +810,17 @@ fn parse_adapter(doc: Value, p: &mut Problems) -> Option<AdapterBinding> {
     let kind = match doc.get("kind") {
         Some(Value::String(k)) if is_identifier(k, 64) => k.clone(),
         _ => {
-            p.push("/adapter/kind", "an adapter binding must name its `kind` (for example http, command, send_email)");
+            p.push(
+                "/adapter/kind",
+                "an adapter binding must name its `kind` (for example http, command, send_email)",
+            );
             return None;
         }
     };
     let digest = Sha256Digest::of_bytes(&canonical_bytes(&doc));
-    Some(AdapterBinding { kind, document: doc, digest })
+    Some(AdapterBinding {
+        kind,
+        document: doc,
+        digest,
+    })
 }

@@ -436,7 +436,12 @@ impl Allowed {
         approval_id: Option<String>,
         idempotency: IdempotencyState,
     ) -> Self {
-        Allowed { proposal, delegated_scopes, approval_id, idempotency }
+        Allowed {
+            proposal,
+            delegated_scopes,
+            approval_id,
+            idempotency,
+        }
     }
 
     /// The validated proposal.

@@ -274,12 +274,10 @@ impl<'a> Parser<'a> {
                 Err(e) => return Err(e.within(key)),
             };
             if map.contains_key(&key) {
-                return Err(JsonError::new(
-                    JsonErrorKind::DuplicateKey,
-                    key_offset,
-                    "duplicate object key",
-                )
-                .within(key));
+                return Err(
+                    JsonError::new(JsonErrorKind::DuplicateKey, key_offset, "duplicate object key")
+                        .within(key),
+                );
             }
             map.insert(key, value);
             self.skip_ws();
@@ -400,8 +398,7 @@ impl<'a> Parser<'a> {
                         if !(0xDC00..=0xDFFF).contains(&low) {
                             return Err(self.lone_surrogate());
                         }
-                        let code = 0x10000 + ((u32::from(unit) - 0xD800) << 10)
-                            + (u32::from(low) - 0xDC00);
+                        let code = 0x10000 + ((u32::from(unit) - 0xD800) << 10) + (u32::from(low) - 0xDC00);
                         char::from_u32(code).ok_or_else(|| self.lone_surrogate())?
                     }
                     0xDC00..=0xDFFF => return Err(self.lone_surrogate()),
@@ -554,8 +551,11 @@ mod tests {
 
     #[test]
     fn accepts_ordinary_documents() {
-        let v = parse(br#" {"a": [1, -2.5, "x\u00e9\ud83d\ude00", true, null], "b": {}} "#, Limits::PROPOSAL)
-            .unwrap();
+        let v = parse(
+            br#" {"a": [1, -2.5, "x\u00e9\ud83d\ude00", true, null], "b": {}} "#,
+            Limits::PROPOSAL,
+        )
+        .unwrap();
         assert_eq!(v["a"][2], "xé😀");
         assert!(v["a"][0].is_i64());
         assert!(v["a"][1].is_f64());
@@ -582,8 +582,11 @@ mod tests {
         assert_eq!(kind("-9007199254740993"), JsonErrorKind::NumberOutOfRange);
         assert_eq!(kind("12345678901234567890"), JsonErrorKind::NumberOutOfRange);
         // Exactly the shortest spelling of a double: accepted, as a float.
-        let big = parse(b"[9007199254740992, 295147905179352830000, -100000000000000000000]", Limits::PROPOSAL)
-            .unwrap();
+        let big = parse(
+            b"[9007199254740992, 295147905179352830000, -100000000000000000000]",
+            Limits::PROPOSAL,
+        )
+        .unwrap();
         assert!(big[0].is_f64() && big[1].is_f64() && big[2].is_f64());
         assert_eq!(kind("295147905179352825856"), JsonErrorKind::NumberOutOfRange);
         assert_eq!(kind("18446744073709551616"), JsonErrorKind::NumberOutOfRange);
@@ -621,13 +624,31 @@ mod tests {
         assert_eq!(kind(&big), JsonErrorKind::TooLarge);
         // The cap protects the stack even when a caller configures an absurd limit.
         let very_deep = "[".repeat(100_000);
-        let limits = Limits { max_bytes: usize::MAX, max_depth: usize::MAX };
-        assert_eq!(parse(very_deep.as_bytes(), limits).unwrap_err().kind(), JsonErrorKind::TooDeep);
+        let limits = Limits {
+            max_bytes: usize::MAX,
+            max_depth: usize::MAX,
+        };
+        assert_eq!(
+            parse(very_deep.as_bytes(), limits).unwrap_err().kind(),
+            JsonErrorKind::TooDeep
+        );
     }
 
     #[test]
     fn refuses_syntax_errors() {
-        for bad in ["", " ", "{", "{\"a\"}", "{\"a\":1,}", "[1,]", "\"a\nb\"", "\u{feff}{}", "{} {}", "tru", "'a'"] {
+        for bad in [
+            "",
+            " ",
+            "{",
+            "{\"a\"}",
+            "{\"a\":1,}",
+            "[1,]",
+            "\"a\nb\"",
+            "\u{feff}{}",
+            "{} {}",
+            "tru",
+            "'a'",
+        ] {
             assert_eq!(kind(bad), JsonErrorKind::Syntax, "{bad:?}");
         }
     }

@@ -15,12 +15,35 @@ use crate::json::{self, JsonErrorKind, Limits};
 /// Envelope fields that would let a caller claim an identity. Identity comes from
 /// authentication only (PRODUCT §3, §6).
 const IDENTITY_FIELDS: &[&str] = &[
-    "principal", "principal_id", "tenant", "tenant_id", "scopes", "grants", "roles", "role",
-    "user", "user_id", "subject", "sub", "identity", "on_behalf_of", "actor", "api_key",
-    "authorization", "credentials", "token",
+    "principal",
+    "principal_id",
+    "tenant",
+    "tenant_id",
+    "scopes",
+    "grants",
+    "roles",
+    "role",
+    "user",
+    "user_id",
+    "subject",
+    "sub",
+    "identity",
+    "on_behalf_of",
+    "actor",
+    "api_key",
+    "authorization",
+    "credentials",
+    "token",
 ];
 
-const ENVELOPE_FIELDS: &[&str] = &["tool", "version", "contract", "arguments", "idempotency_key", "approval"];
+const ENVELOPE_FIELDS: &[&str] = &[
+    "tool",
+    "version",
+    "contract",
+    "arguments",
+    "idempotency_key",
+    "approval",
+];
 
 /// Longest accepted idempotency key.
 pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
@@ -63,9 +86,15 @@ impl Envelope {
     /// As [`Envelope::parse`].
     pub fn from_value(value: Value) -> Result<Envelope, Rejection> {
         let Value::Object(mut map) = value else {
-            return Err(Rejection::new(RejectCode::EnvelopeInvalid, "a proposal must be a JSON object"));
+            return Err(Rejection::new(
+                RejectCode::EnvelopeInvalid,
+                "a proposal must be a JSON object",
+            ));
         };
-        if let Some(field) = map.keys().find(|k| IDENTITY_FIELDS.contains(&k.to_ascii_lowercase().as_str())) {
+        if let Some(field) = map
+            .keys()
+            .find(|k| IDENTITY_FIELDS.contains(&k.to_ascii_lowercase().as_str()))
+        {
             return Err(Rejection::new(
                 RejectCode::IdentityInProposal,
                 format!("a proposal cannot carry `{field}`: identity comes from authentication only"),
@@ -100,13 +129,19 @@ impl Envelope {
             Some(Value::String(s)) => match ContractId::parse(&s) {
                 Some(id) => Some(id),
                 None => {
-                    return Err(invalid("/contract", "`contract` must be a content id `tool-contract@sha256:<64 hex>`"));
+                    return Err(invalid(
+                        "/contract",
+                        "`contract` must be a content id `tool-contract@sha256:<64 hex>`",
+                    ));
                 }
             },
             Some(_) => return Err(invalid("/contract", "`contract` must be a content id string")),
         };
         if version.is_none() && contract.is_none() {
-            return Err(invalid("", "a proposal must name the contract `version` or its content id `contract`"));
+            return Err(invalid(
+                "",
+                "a proposal must name the contract `version` or its content id `contract`",
+            ));
         }
         let arguments = match map.remove("arguments") {
             Some(Value::Object(args)) => Value::Object(args),
@@ -117,18 +152,31 @@ impl Envelope {
             None | Some(Value::Null) => None,
             Some(Value::String(key)) => Some(check_idempotency_key(&key).map(|()| key)?),
             Some(_) => {
-                return Err(Rejection::new(RejectCode::IdempotencyKeyInvalid, "`idempotency_key` must be a string")
-                    .at("/idempotency_key"));
+                return Err(Rejection::new(
+                    RejectCode::IdempotencyKeyInvalid,
+                    "`idempotency_key` must be a string",
+                )
+                .at("/idempotency_key"));
             }
         };
         let approval = match map.remove("approval") {
             None | Some(Value::Null) => None,
             Some(Value::String(id)) if is_valid_id(&id) => Some(id),
             Some(_) => {
-                return Err(invalid("/approval", "`approval` must be an approval id (1-128 of A-Z a-z 0-9 _ - . :)"));
+                return Err(invalid(
+                    "/approval",
+                    "`approval` must be an approval id (1-128 of A-Z a-z 0-9 _ - . :)",
+                ));
             }
         };
-        Ok(Envelope { tool, version, contract, arguments, idempotency_key, approval })
+        Ok(Envelope {
+            tool,
+            version,
+            contract,
+            arguments,
+            idempotency_key,
+            approval,
+        })
     }
 
     /// The tool name as proposed.
@@ -198,7 +246,9 @@ fn check_idempotency_key(key: &str) -> Result<(), Rejection> {
 pub fn is_valid_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= 128
-        && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'))
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'))
 }
 
 fn pointer_token(field: &str) -> String {
@@ -229,7 +279,10 @@ pub fn check_selector(envelope: &Envelope, contract: &Contract) -> Result<(), Re
     {
         return Err(Rejection::new(
             RejectCode::ContractVersionMismatch,
-            format!("proposal names version {v} but the contract is version {}", contract.version()),
+            format!(
+                "proposal names version {v} but the contract is version {}",
+                contract.version()
+            ),
         )
         .at("/version"));
     }
@@ -353,22 +406,52 @@ mod tests {
     #[test]
     fn envelope_is_closed() {
         assert!(parse(r#"{"tool":"t","version":1,"arguments":{}}"#).is_ok());
-        assert_eq!(code(r#"{"tool":"t","version":1,"arguments":{},"extra":1}"#), RejectCode::EnvelopeUnknownField);
-        assert_eq!(code(r#"{"tool":"t","version":1,"arguments":{},"tenant":"b"}"#), RejectCode::IdentityInProposal);
-        assert_eq!(code(r#"{"tool":"t","version":1,"arguments":{},"Principal":"b"}"#), RejectCode::IdentityInProposal);
-        assert_eq!(code(r#"{"tool":"t","arguments":{}}"#), RejectCode::EnvelopeInvalid);
-        assert_eq!(code(r#"{"tool":"t","version":1.0,"arguments":{}}"#), RejectCode::EnvelopeInvalid);
-        assert_eq!(code(r#"{"tool":"t","version":1,"arguments":[]}"#), RejectCode::EnvelopeInvalid);
-        assert_eq!(code(r#"{"tool":"t","contract":"sha256:00","arguments":{}}"#), RejectCode::EnvelopeInvalid);
+        assert_eq!(
+            code(r#"{"tool":"t","version":1,"arguments":{},"extra":1}"#),
+            RejectCode::EnvelopeUnknownField
+        );
+        assert_eq!(
+            code(r#"{"tool":"t","version":1,"arguments":{},"tenant":"b"}"#),
+            RejectCode::IdentityInProposal
+        );
+        assert_eq!(
+            code(r#"{"tool":"t","version":1,"arguments":{},"Principal":"b"}"#),
+            RejectCode::IdentityInProposal
+        );
+        assert_eq!(
+            code(r#"{"tool":"t","arguments":{}}"#),
+            RejectCode::EnvelopeInvalid
+        );
+        assert_eq!(
+            code(r#"{"tool":"t","version":1.0,"arguments":{}}"#),
+            RejectCode::EnvelopeInvalid
+        );
+        assert_eq!(
+            code(r#"{"tool":"t","version":1,"arguments":[]}"#),
+            RejectCode::EnvelopeInvalid
+        );
+        assert_eq!(
+            code(r#"{"tool":"t","contract":"sha256:00","arguments":{}}"#),
+            RejectCode::EnvelopeInvalid
+        );
         assert_eq!(code(r#"[]"#), RejectCode::EnvelopeInvalid);
-        assert_eq!(code(r#"{"tool":"t","version":1,"arguments":{},"idempotency_key":""}"#), RejectCode::IdempotencyKeyInvalid);
-        assert_eq!(code(r#"{"tool":"t","version":1,"arguments":{},"idempotency_key":"a b"}"#), RejectCode::IdempotencyKeyInvalid);
+        assert_eq!(
+            code(r#"{"tool":"t","version":1,"arguments":{},"idempotency_key":""}"#),
+            RejectCode::IdempotencyKeyInvalid
+        );
+        assert_eq!(
+            code(r#"{"tool":"t","version":1,"arguments":{},"idempotency_key":"a b"}"#),
+            RejectCode::IdempotencyKeyInvalid
+        );
     }
 
     #[test]
     fn transport_key_must_agree() {
         let e = parse(r#"{"tool":"t","version":1,"arguments":{},"idempotency_key":"k1"}"#).unwrap();
         assert!(e.clone().with_transport_key("k1").is_ok());
-        assert_eq!(e.with_transport_key("k2").unwrap_err().code(), RejectCode::IdempotencyKeyInvalid);
+        assert_eq!(
+            e.with_transport_key("k2").unwrap_err().code(),
+            RejectCode::IdempotencyKeyInvalid
+        );
     }
 }

@@ -82,8 +82,11 @@ pub fn parse(text: &str, limits: Limits) -> Result<Value, YamlError> {
             _ => return Err(YamlError::at(&span, "unexpected YAML event")),
         }
     }
-    let document =
-        document.ok_or_else(|| YamlError { line: 1, column: 1, message: "empty document".into() })?;
+    let document = document.ok_or_else(|| YamlError {
+        line: 1,
+        column: 1,
+        message: "empty document".into(),
+    })?;
     Ok(document)
 }
 
@@ -101,7 +104,11 @@ impl<'a> Reader<'a> {
                 column: e.marker().col() + 1,
                 message: e.info().to_owned(),
             }),
-            None => Err(YamlError { line: 0, column: 0, message: "unexpected end of YAML".into() }),
+            None => Err(YamlError {
+                line: 0,
+                column: 0,
+                message: "unexpected end of YAML".into(),
+            }),
         }
     }
 
@@ -164,7 +171,10 @@ impl<'a> Reader<'a> {
 
     fn enter(&self, depth: usize, span: &Span) -> Result<(), YamlError> {
         if depth > self.max_depth {
-            Err(YamlError::at(span, format!("nesting exceeds {} levels", self.max_depth)))
+            Err(YamlError::at(
+                span,
+                format!("nesting exceeds {} levels", self.max_depth),
+            ))
         } else {
             Ok(())
         }
@@ -183,7 +193,10 @@ fn check_collection_tag(tag: Option<&Tag>, expected: &str, span: &Span) -> Resul
     match tag {
         None => Ok(()),
         Some(tag) if tag.is_yaml_core_schema() && tag.suffix == expected => Ok(()),
-        Some(tag) => Err(YamlError::at(span, format!("unsupported tag `{}{}`", tag.handle, tag.suffix))),
+        Some(tag) => Err(YamlError::at(
+            span,
+            format!("unsupported tag `{}{}`", tag.handle, tag.suffix),
+        )),
     }
 }
 
@@ -194,7 +207,10 @@ fn scalar(text: &str, style: ScalarStyle, tag: Option<&Tag>, span: &Span) -> Res
         Some(tag) if tag.handle == "!" && tag.suffix.is_empty() => Some("str"),
         Some(tag) if tag.is_yaml_core_schema() => Some(tag.suffix.as_str()),
         Some(tag) => {
-            return Err(YamlError::at(span, format!("unsupported tag `{}{}`", tag.handle, tag.suffix)));
+            return Err(YamlError::at(
+                span,
+                format!("unsupported tag `{}{}`", tag.handle, tag.suffix),
+            ));
         }
     };
     let resolved = match explicit {
@@ -215,7 +231,12 @@ fn scalar(text: &str, style: ScalarStyle, tag: Option<&Tag>, span: &Span) -> Res
             return Ok(plain.unwrap_or_else(|| Value::String(text.to_owned())));
         }
     };
-    resolved.ok_or_else(|| YamlError::at(span, format!("scalar does not match its tag `!!{}`", explicit.unwrap_or(""))))
+    resolved.ok_or_else(|| {
+        YamlError::at(
+            span,
+            format!("scalar does not match its tag `!!{}`", explicit.unwrap_or("")),
+        )
+    })
 }
 
 fn resolve_null(text: &str) -> Option<Value> {
@@ -253,7 +274,10 @@ fn resolve_int(text: &str, span: &Span) -> Result<Option<Value>, YamlError> {
         Some(v) if (-i128::from(MAX_SAFE_INTEGER)..=i128::from(MAX_SAFE_INTEGER)).contains(&v) => {
             Ok(i64::try_from(v).ok().map(|v| Value::Number(Number::from(v))))
         }
-        _ => Err(YamlError::at(span, "integer outside the exactly representable range ±(2^53 - 1)")),
+        _ => Err(YamlError::at(
+            span,
+            "integer outside the exactly representable range ±(2^53 - 1)",
+        )),
     }
 }
 
@@ -262,7 +286,10 @@ fn resolve_int(text: &str, span: &Span) -> Result<Option<Value>, YamlError> {
 fn resolve_float(text: &str, span: &Span) -> Result<Option<Value>, YamlError> {
     let body = text.strip_prefix(['-', '+']).unwrap_or(text);
     if matches!(body, ".inf" | ".Inf" | ".INF" | ".nan" | ".NaN" | ".NAN") {
-        return Err(YamlError::at(span, "infinity and NaN have no JSON representation"));
+        return Err(YamlError::at(
+            span,
+            "infinity and NaN have no JSON representation",
+        ));
     }
     let (mantissa, exponent) = match body.find(['e', 'E']) {
         Some(i) => (body.get(..i).unwrap_or(""), body.get(i + 1..)),
@@ -284,7 +311,11 @@ fn resolve_float(text: &str, span: &Span) -> Result<Option<Value>, YamlError> {
     }
     // Rust's float parser does not accept a bare leading '.', so normalise it.
     let normalised = if mantissa.starts_with('.') {
-        format!("{}0{}", if text.starts_with('-') { "-" } else { "" }, text.trim_start_matches(['-', '+']))
+        format!(
+            "{}0{}",
+            if text.starts_with('-') { "-" } else { "" },
+            text.trim_start_matches(['-', '+'])
+        )
     } else {
         text.trim_start_matches('+').to_owned()
     };

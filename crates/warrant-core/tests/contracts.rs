@@ -1,5 +1,11 @@
 //! Contract loading, the registration lint (PRODUCT §2) and content ids.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, reason = "tests")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    reason = "tests"
+)]
 
 use warrant_core::Contract;
 use warrant_core::contract::{ContractError, DocumentFormat};
@@ -35,7 +41,10 @@ fn example_contracts_load() {
     assert_eq!(credit.retry().max_attempts(), 3);
     assert_eq!(credit.budget().calls_per_day, Some(200));
     assert_eq!(credit.cost_per_call(), 1);
-    assert_eq!(credit.retire_after().map(|d| d.to_string()).as_deref(), Some("2027-06-30"));
+    assert_eq!(
+        credit.retire_after().map(|d| d.to_string()).as_deref(),
+        Some("2027-06-30")
+    );
     // The date stays a string in the document the id is computed over.
     assert_eq!(credit.document()["retire_after"], "2027-06-30");
     assert!(credit.adapter().is_none());
@@ -71,9 +80,15 @@ fn id_ignores_formatting_and_the_adapter_binding_but_not_content() {
     let base = load(CREDIT).id();
     // Same data written as JSON, in another key order: same id.
     let as_json = serde_json::to_string(load(CREDIT).document()).unwrap();
-    assert_eq!(Contract::from_text(&as_json, DocumentFormat::Json).unwrap().id(), base);
+    assert_eq!(
+        Contract::from_text(&as_json, DocumentFormat::Json).unwrap().id(),
+        base
+    );
     // Comments and flow/block style do not matter.
-    let restyled = credit_with("scopes: [support:credits:write]", "scopes:\n  - support:credits:write # the only one");
+    let restyled = credit_with(
+        "scopes: [support:credits:write]",
+        "scopes:\n  - support:credits:write # the only one",
+    );
     assert_eq!(load(&restyled).id(), base);
     // Adding an adapter binding leaves the id alone but gives the binding a digest.
     let bound = format!("{CREDIT}adapter:\n  kind: http\n  url: https://credits.internal.example/\n");
@@ -81,7 +96,10 @@ fn id_ignores_formatting_and_the_adapter_binding_but_not_content() {
     assert_eq!(bound.id(), base);
     assert!(bound.adapter().is_some());
     // Any change of content changes the id.
-    assert_ne!(load(&credit_with("calls_per_day: 200", "calls_per_day: 201")).id(), base);
+    assert_ne!(
+        load(&credit_with("calls_per_day: 200", "calls_per_day: 201")).id(),
+        base
+    );
 }
 
 #[test]
@@ -127,23 +145,54 @@ fn every_rule_is_reported_with_its_pointer() {
             "reason: { $ref: 'https://example.com/s.json' }",
             "/input/properties/reason/$ref: only local references (`#/...`) are allowed",
         ),
-        ("max_attempts: 3", "max_attempts: 11", "/retry/max_attempts: max_attempts must be an integer from 1 to 10"),
-        ("max_attempts: 3", "max_attempts: 0", "/retry/max_attempts: max_attempts must be an integer from 1 to 10"),
+        (
+            "max_attempts: 3",
+            "max_attempts: 11",
+            "/retry/max_attempts: max_attempts must be an integer from 1 to 10",
+        ),
+        (
+            "max_attempts: 3",
+            "max_attempts: 0",
+            "/retry/max_attempts: max_attempts must be an integer from 1 to 10",
+        ),
         (
             "idempotency: { honoured: true, retention: 24h }\n",
             "",
             "/: a write, irreversible or async effect must declare `idempotency`",
         ),
-        ("effect: write ", "effect: delete ", "/effect: effect must be one of read, write, irreversible, async"),
-        ("version: 1", "version: 1.5", "/version: version must be a positive integer"),
-        ("retire_after: 2027-06-30", "retire_after: soon", "/retire_after: retire_after must be a date written YYYY-MM-DD"),
+        (
+            "effect: write ",
+            "effect: delete ",
+            "/effect: effect must be one of read, write, irreversible, async",
+        ),
+        (
+            "version: 1",
+            "version: 1.5",
+            "/version: version must be a positive integer",
+        ),
+        (
+            "retire_after: 2027-06-30",
+            "retire_after: soon",
+            "/retire_after: retire_after must be a date written YYYY-MM-DD",
+        ),
         ("owner: support-platform\n", "", "/owner: `owner` is required"),
-        ("owner: support-platform\n", "owner: support-platform\nowners: [x]\n", "/owners: unknown contract field `owners`"),
-        ("cost: { per_call: 1 }", "cost: { per_call: -1 }", "/cost/per_call: per_call must be a non-negative integer"),
+        (
+            "owner: support-platform\n",
+            "owner: support-platform\nowners: [x]\n",
+            "/owners: unknown contract field `owners`",
+        ),
+        (
+            "cost: { per_call: 1 }",
+            "cost: { per_call: -1 }",
+            "/cost/per_call: per_call must be a non-negative integer",
+        ),
     ];
     for (from, to, expected) in cases {
         let found = problems(&credit_with(from, to));
-        assert!(found.iter().any(|p| p == expected), "for {to:?} expected {expected:?}, got {found:#?}");
+        assert!(
+            found.iter().any(|p| p == expected),
+            "for {to:?} expected {expected:?}, got {found:#?}"
+        );
     }
 }
 
@@ -161,7 +210,10 @@ fn duplicate_keys_and_open_documents_are_refused() {
     let dup = credit_with("owner: support-platform", "owner: support-platform\nowner: other");
     assert!(problems(&dup)[0].contains("duplicate key `owner`"));
     let dup_json = r#"{"name":"a","name":"b"}"#;
-    assert!(matches!(Contract::from_text(dup_json, DocumentFormat::Json), Err(ContractError::Syntax(_))));
+    assert!(matches!(
+        Contract::from_text(dup_json, DocumentFormat::Json),
+        Err(ContractError::Syntax(_))
+    ));
     let root_true = CREDIT.replace("input:\n  type: object", "input_:\n  type: object");
     assert!(!problems(&root_true).is_empty());
 }

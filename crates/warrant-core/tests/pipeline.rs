@@ -1,6 +1,12 @@
 //! The storage-free pipeline: every probe of PRODUCT §3 as a typed rejection, scope
 //! attenuation, the idempotency-key rule and approval binding.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, reason = "tests")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    reason = "tests"
+)]
 
 use serde_json::{Value, json};
 use time::OffsetDateTime;
@@ -24,8 +30,20 @@ fn agent() -> Principal {
     Principal::new("agent-7", "acme", ["support:credits:write".to_owned()]).unwrap()
 }
 
-fn run_with(contract: &Contract, proposal: &[u8], principal: &Principal, approval: Option<&ApprovalRecord>) -> Report {
-    evaluate(&CheckInput { contract, proposal, principal, approval, now: NOW, limits: Limits::PROPOSAL })
+fn run_with(
+    contract: &Contract,
+    proposal: &[u8],
+    principal: &Principal,
+    approval: Option<&ApprovalRecord>,
+) -> Report {
+    evaluate(&CheckInput {
+        contract,
+        proposal,
+        principal,
+        approval,
+        now: NOW,
+        limits: Limits::PROPOSAL,
+    })
 }
 
 fn run(proposal: &str) -> Report {
@@ -55,7 +73,9 @@ fn valid_proposal_needs_approval_without_a_record() {
     assert_eq!(report.facts.schema, Some(SchemaState::Valid));
     assert_eq!(report.facts.idempotency, Some(IdempotencyState::RequiredPresent));
     assert_eq!(report.facts.approval, Some(ApprovalState::RequiredMissing));
-    let Decision::NeedsApproval(needed) = &report.decision else { panic!("{:?}", report.decision) };
+    let Decision::NeedsApproval(needed) = &report.decision else {
+        panic!("{:?}", report.decision)
+    };
     assert_eq!(Some(needed.payload_digest), report.facts.payload_digest);
     assert_eq!(needed.idempotency_key.as_deref(), Some("k-1"));
 }
@@ -63,7 +83,10 @@ fn valid_proposal_needs_approval_without_a_record() {
 /// Every refusal of PRODUCT §3, each with its stage, code and pointer.
 #[test]
 fn strict_parsing_probes() {
-    let big = format!(r#"{{"tool":"create_support_credit","version":1,"arguments":{{"reason":"{}"}}}}"#, "a".repeat(70_000));
+    let big = format!(
+        r#"{{"tool":"create_support_credit","version":1,"arguments":{{"reason":"{}"}}}}"#,
+        "a".repeat(70_000)
+    );
     let deep = format!(
         r#"{{"tool":"create_support_credit","version":1,"arguments":{{"reason":{}1{}}}}}"#,
         "[".repeat(40),
@@ -78,7 +101,8 @@ fn strict_parsing_probes() {
     let raw = |args: &str| {
         format!(r#"{{"tool":"create_support_credit","version":1,"arguments":{args},"idempotency_key":"k"}}"#)
     };
-    let cases: Vec<(&str, Vec<u8>, Stage, RejectCode, Option<&str>)> = vec![
+    type Probe<'a> = (&'a str, Vec<u8>, Stage, RejectCode, Option<&'a str>);
+    let cases: Vec<Probe> = vec![
         (
             "duplicate key at depth",
             raw(r#"{"customer_id":"cus_8f3k2m9q","amount_cents":1,"amount_cents":2,"reason":"r"}"#).into_bytes(),
@@ -221,7 +245,9 @@ fn details_never_echo_argument_values() {
         json!({"customer_id": "cus_8f3k2m9q", "amount_cents": secret, "reason": "r"}),
     ] {
         let report = run(&proposal_with(args));
-        let Decision::Reject(r) = &report.decision else { panic!() };
+        let Decision::Reject(r) = &report.decision else {
+            panic!()
+        };
         assert!(!r.detail().contains("SECRETVALUE"), "{}", r.detail());
     }
 }
@@ -231,11 +257,19 @@ fn scope_attenuation_denies_a_missing_scope() {
     let nobody = Principal::new("agent-7", "acme", ["orders:read".to_owned()]).unwrap();
     let report = run_with(&credit(), proposal_with(args()).as_bytes(), &nobody, None);
     assert_eq!(rejection(&report).1, RejectCode::ScopeMissing);
-    assert_eq!(report.facts.payload_digest.is_some(), true);
+    assert!(report.facts.payload_digest.is_some());
 
-    let broad = Principal::new("agent-7", "acme", ["support:credits:write".into(), "orders:read".into()]).unwrap();
+    let broad = Principal::new(
+        "agent-7",
+        "acme",
+        ["support:credits:write".into(), "orders:read".into()],
+    )
+    .unwrap();
     let report = run_with(&credit(), proposal_with(args()).as_bytes(), &broad, None);
-    assert_eq!(report.facts.delegated_scopes, Some(vec!["support:credits:write".to_owned()]));
+    assert_eq!(
+        report.facts.delegated_scopes,
+        Some(vec!["support:credits:write".to_owned()])
+    );
 }
 
 #[test]
@@ -244,7 +278,10 @@ fn missing_idempotency_key_is_refused_before_approval() {
     let report = run(&proposal);
     assert_eq!(rejection(&report).1, RejectCode::IdempotencyKeyRequired);
     assert_eq!(report.facts.idempotency, Some(IdempotencyState::RequiredMissing));
-    assert_eq!(report.facts.approval, None, "no approval may be requested without a key");
+    assert_eq!(
+        report.facts.approval, None,
+        "no approval may be requested without a key"
+    );
 }
 
 #[test]
@@ -253,7 +290,11 @@ fn read_effects_need_neither_key_nor_approval() {
     let reader = Principal::new("agent-7", "acme", ["orders:read".to_owned()]).unwrap();
     let proposal = br#"{"tool":"lookup_order","version":1,"arguments":{"order_id":"ord_7Hq2Lm9Xv3"}}"#;
     let report = run_with(&lookup, proposal, &reader, None);
-    assert!(matches!(report.decision, Decision::Allow(_)), "{:?}", report.decision);
+    assert!(
+        matches!(report.decision, Decision::Allow(_)),
+        "{:?}",
+        report.decision
+    );
     assert_eq!(report.facts.idempotency, Some(IdempotencyState::NotRequired));
     assert_eq!(report.facts.approval, Some(ApprovalState::NotRequired));
 }
@@ -284,25 +325,104 @@ fn approval_binds_to_the_exact_call() {
         };
         (report.facts.approval.unwrap(), report.decision.as_str(), code)
     };
-    assert_eq!(check(&base, &proposal), (ApprovalState::BoundToCall, "ALLOW", None));
+    assert_eq!(
+        check(&base, &proposal),
+        (ApprovalState::BoundToCall, "ALLOW", None)
+    );
 
-    let changed = proposal_with(json!({"customer_id": "cus_8f3k2m9q", "amount_cents": 250000, "reason": "duplicate charge"}));
+    let changed = proposal_with(
+        json!({"customer_id": "cus_8f3k2m9q", "amount_cents": 250000, "reason": "duplicate charge"}),
+    );
     assert_eq!(
         check(&base, &changed),
-        (ApprovalState::Mismatch, "REJECT", Some(RejectCode::ApprovalMismatch)),
+        (
+            ApprovalState::Mismatch,
+            "REJECT",
+            Some(RejectCode::ApprovalMismatch)
+        ),
         "a changed payload needs a new approval"
     );
     let cases: Vec<(ApprovalRecord, ApprovalState, Option<RejectCode>)> = vec![
-        (ApprovalRecord { tenant: "globex".into(), ..base.clone() }, ApprovalState::Mismatch, Some(RejectCode::ApprovalMismatch)),
-        (ApprovalRecord { idempotency_key: Some("k-2".into()), ..base.clone() }, ApprovalState::Mismatch, Some(RejectCode::ApprovalMismatch)),
-        (ApprovalRecord { idempotency_key: None, ..base.clone() }, ApprovalState::Mismatch, Some(RejectCode::ApprovalMismatch)),
-        (ApprovalRecord { proposer: Some("agent-8".into()), ..base.clone() }, ApprovalState::Mismatch, Some(RejectCode::ApprovalMismatch)),
-        (ApprovalRecord { reviewer: Some("agent-7".into()), ..base.clone() }, ApprovalState::Mismatch, Some(RejectCode::ApprovalSelfApproved)),
-        (ApprovalRecord { expires_at: NOW, ..base.clone() }, ApprovalState::Expired, Some(RejectCode::ApprovalExpired)),
-        (ApprovalRecord { status: ApprovalStatus::Expired, ..base.clone() }, ApprovalState::Expired, Some(RejectCode::ApprovalExpired)),
-        (ApprovalRecord { status: ApprovalStatus::Consumed, ..base.clone() }, ApprovalState::Mismatch, Some(RejectCode::ApprovalConsumed)),
-        (ApprovalRecord { status: ApprovalStatus::Rejected, ..base.clone() }, ApprovalState::Mismatch, Some(RejectCode::ApprovalRejected)),
-        (ApprovalRecord { status: ApprovalStatus::Pending, ..base.clone() }, ApprovalState::RequiredMissing, None),
+        (
+            ApprovalRecord {
+                tenant: "globex".into(),
+                ..base.clone()
+            },
+            ApprovalState::Mismatch,
+            Some(RejectCode::ApprovalMismatch),
+        ),
+        (
+            ApprovalRecord {
+                idempotency_key: Some("k-2".into()),
+                ..base.clone()
+            },
+            ApprovalState::Mismatch,
+            Some(RejectCode::ApprovalMismatch),
+        ),
+        (
+            ApprovalRecord {
+                idempotency_key: None,
+                ..base.clone()
+            },
+            ApprovalState::Mismatch,
+            Some(RejectCode::ApprovalMismatch),
+        ),
+        (
+            ApprovalRecord {
+                proposer: Some("agent-8".into()),
+                ..base.clone()
+            },
+            ApprovalState::Mismatch,
+            Some(RejectCode::ApprovalMismatch),
+        ),
+        (
+            ApprovalRecord {
+                reviewer: Some("agent-7".into()),
+                ..base.clone()
+            },
+            ApprovalState::Mismatch,
+            Some(RejectCode::ApprovalSelfApproved),
+        ),
+        (
+            ApprovalRecord {
+                expires_at: NOW,
+                ..base.clone()
+            },
+            ApprovalState::Expired,
+            Some(RejectCode::ApprovalExpired),
+        ),
+        (
+            ApprovalRecord {
+                status: ApprovalStatus::Expired,
+                ..base.clone()
+            },
+            ApprovalState::Expired,
+            Some(RejectCode::ApprovalExpired),
+        ),
+        (
+            ApprovalRecord {
+                status: ApprovalStatus::Consumed,
+                ..base.clone()
+            },
+            ApprovalState::Mismatch,
+            Some(RejectCode::ApprovalConsumed),
+        ),
+        (
+            ApprovalRecord {
+                status: ApprovalStatus::Rejected,
+                ..base.clone()
+            },
+            ApprovalState::Mismatch,
+            Some(RejectCode::ApprovalRejected),
+        ),
+        (
+            ApprovalRecord {
+                status: ApprovalStatus::Pending,
+                ..base.clone()
+            },
+            ApprovalState::RequiredMissing,
+            None,
+        ),
     ];
     for (record, state, code) in cases {
         let (got_state, _, got_code) = check(&record, &proposal);
@@ -344,10 +464,15 @@ fn approval_records_are_read_strictly() {
 
 #[test]
 fn payload_digest_is_canonical() {
-    let a = run(r#"{"tool":"create_support_credit","version":1,"idempotency_key":"k","arguments":{"reason":"r","amount_cents":25,"customer_id":"cus_8f3k2m9q"}}"#);
-    let b = run(r#"{ "arguments" : { "customer_id" : "cus_8f3k2m9q" , "amount_cents" : 25 , "reason" : "\u0072" }, "version": 1, "tool": "create_support_credit", "idempotency_key":"k" }"#);
+    let a = run(
+        r#"{"tool":"create_support_credit","version":1,"idempotency_key":"k","arguments":{"reason":"r","amount_cents":25,"customer_id":"cus_8f3k2m9q"}}"#,
+    );
+    let b = run(
+        r#"{ "arguments" : { "customer_id" : "cus_8f3k2m9q" , "amount_cents" : 25 , "reason" : "\u0072" }, "version": 1, "tool": "create_support_credit", "idempotency_key":"k" }"#,
+    );
     assert!(a.facts.payload_digest.is_some());
     assert_eq!(a.facts.payload_digest, b.facts.payload_digest);
-    let expected = warrant_core::canon::digest(&json!({"reason":"r","amount_cents":25,"customer_id":"cus_8f3k2m9q"}));
+    let expected =
+        warrant_core::canon::digest(&json!({"reason":"r","amount_cents":25,"customer_id":"cus_8f3k2m9q"}));
     assert_eq!(a.facts.payload_digest, Some(expected));
 }

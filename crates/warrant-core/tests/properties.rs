@@ -1,6 +1,12 @@
 //! Property tests: hostile input never panics, canonicalization is a fixed point, digests do
 //! not depend on formatting, and nothing reaches a later stage than the one that refused it.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, reason = "tests")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    reason = "tests"
+)]
 
 use proptest::prelude::*;
 use serde_json::{Map, Number, Value, json};
@@ -163,8 +169,8 @@ proptest! {
     }
 }
 
-/// Valid argument objects (drawn from the schema's own constraints) always pass and digest
-/// to the canonical form, and one wrong field always fails at the schema stage.
+// Valid argument objects (drawn from the schema's own constraints) always pass and digest
+// to the canonical form, and one wrong field always fails at the schema stage.
 proptest! {
     #[test]
     fn schema_accepts_exactly_the_declared_shapes(

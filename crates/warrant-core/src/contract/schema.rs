@@ -21,28 +21,78 @@ pub const DRAFT_2020_12: &str = "https://json-schema.org/draft/2020-12/schema";
 /// Keywords an authored schema may use. Anything else (a typo such as `maxLenght` would
 /// silently open the schema) is refused; `x-` annotations are allowed.
 const KNOWN_KEYWORDS: &[&str] = &[
-    "$schema", "$ref", "$defs", "$comment", "definitions",
-    "type", "enum", "const",
-    "multipleOf", "maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum",
-    "maxLength", "minLength", "pattern", "format",
-    "maxItems", "minItems", "uniqueItems", "maxContains", "minContains", "items", "prefixItems", "contains",
-    "maxProperties", "minProperties", "required", "dependentRequired", "properties",
-    "additionalProperties", "propertyNames", "dependentSchemas",
-    "allOf", "anyOf", "oneOf", "not", "if", "then", "else",
-    "unevaluatedItems", "unevaluatedProperties",
-    "title", "description", "default", "examples", "deprecated", "readOnly", "writeOnly",
-    "contentEncoding", "contentMediaType", "contentSchema",
+    "$schema",
+    "$ref",
+    "$defs",
+    "$comment",
+    "definitions",
+    "type",
+    "enum",
+    "const",
+    "multipleOf",
+    "maximum",
+    "exclusiveMaximum",
+    "minimum",
+    "exclusiveMinimum",
+    "maxLength",
+    "minLength",
+    "pattern",
+    "format",
+    "maxItems",
+    "minItems",
+    "uniqueItems",
+    "maxContains",
+    "minContains",
+    "items",
+    "prefixItems",
+    "contains",
+    "maxProperties",
+    "minProperties",
+    "required",
+    "dependentRequired",
+    "properties",
+    "additionalProperties",
+    "propertyNames",
+    "dependentSchemas",
+    "allOf",
+    "anyOf",
+    "oneOf",
+    "not",
+    "if",
+    "then",
+    "else",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+    "title",
+    "description",
+    "default",
+    "examples",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+    "contentEncoding",
+    "contentMediaType",
+    "contentSchema",
 ];
 
 /// Keywords refused because they change how references resolve (and could point outside
 /// the document) or let a schema accept keys nobody declared.
 const REFUSED_KEYWORDS: &[(&str, &str)] = &[
     ("$id", "`$id` is not allowed: input schemas are self-contained"),
-    ("$anchor", "`$anchor` is not allowed: use `$defs` and `#/$defs/...` references"),
+    (
+        "$anchor",
+        "`$anchor` is not allowed: use `$defs` and `#/$defs/...` references",
+    ),
     ("$dynamicRef", "`$dynamicRef` is not allowed in input schemas"),
-    ("$dynamicAnchor", "`$dynamicAnchor` is not allowed in input schemas"),
+    (
+        "$dynamicAnchor",
+        "`$dynamicAnchor` is not allowed in input schemas",
+    ),
     ("$vocabulary", "`$vocabulary` is not allowed in input schemas"),
-    ("patternProperties", "`patternProperties` opens the object to undeclared keys; declare each property"),
+    (
+        "patternProperties",
+        "`patternProperties` opens the object to undeclared keys; declare each property",
+    ),
 ];
 
 /// Subschemas in positions that define which values are accepted; each must be closed.
@@ -51,8 +101,14 @@ const VALUE_SCHEMA_LISTS: &[&str] = &["prefixItems", "allOf", "anyOf", "oneOf"];
 const VALUE_SCHEMA_MAPS: &[&str] = &["properties", "$defs", "definitions"];
 /// Subschemas that only constrain (a closed form is not required there).
 const CONSTRAINT_SCHEMA: &[&str] = &[
-    "not", "if", "contains", "propertyNames", "unevaluatedItems", "unevaluatedProperties",
-    "contentSchema", "additionalProperties",
+    "not",
+    "if",
+    "contains",
+    "propertyNames",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+    "contentSchema",
+    "additionalProperties",
 ];
 const CONSTRAINT_SCHEMA_MAPS: &[&str] = &["dependentSchemas"];
 
@@ -108,7 +164,10 @@ fn lint_node(node: &Value, pointer: &str, must_be_closed: bool, problems: &mut P
     if let Some(reference) = map.get("$ref") {
         match reference.as_str() {
             Some(r) if r.starts_with('#') => {}
-            _ => problems.push(&child(pointer, "$ref"), "only local references (`#/...`) are allowed"),
+            _ => problems.push(
+                &child(pointer, "$ref"),
+                "only local references (`#/...`) are allowed",
+            ),
         }
     }
     lint_annotations(map, pointer, problems);
@@ -123,7 +182,12 @@ fn lint_node(node: &Value, pointer: &str, must_be_closed: bool, problems: &mut P
     for key in VALUE_SCHEMA_LISTS {
         if let Some(Value::Array(items)) = map.get(*key) {
             for (i, sub) in items.iter().enumerate() {
-                lint_node(sub, &child(&child(pointer, key), &i.to_string()), must_be_closed, problems);
+                lint_node(
+                    sub,
+                    &child(&child(pointer, key), &i.to_string()),
+                    must_be_closed,
+                    problems,
+                );
             }
         }
     }
@@ -171,14 +235,22 @@ fn lint_closure(map: &Map<String, Value>, pointer: &str, problems: &mut Problems
         Some(Value::String(t)) => vec![t.as_str()],
         Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
         Some(_) => {
-            problems.push(&child(pointer, "type"), "`type` must be a type name or a list of them");
+            problems.push(
+                &child(pointer, "type"),
+                "`type` must be a type name or a list of them",
+            );
             return;
         }
         None => Vec::new(),
     };
-    let composed = ["$ref", "allOf", "anyOf", "oneOf"].iter().any(|k| map.contains_key(*k));
+    let composed = ["$ref", "allOf", "anyOf", "oneOf"]
+        .iter()
+        .any(|k| map.contains_key(*k));
     if types.is_empty() && !bounded_by_value && !composed {
-        problems.push(pointer, "schema accepts any value: declare `type`, `enum` or `const`");
+        problems.push(
+            pointer,
+            "schema accepts any value: declare `type`, `enum` or `const`",
+        );
         return;
     }
     if bounded_by_value {
@@ -217,10 +289,16 @@ fn lint_closure(map: &Map<String, Value>, pointer: &str, problems: &mut Problems
             }
             "number" | "integer" => {
                 if !(map.contains_key("minimum") || map.contains_key("exclusiveMinimum")) {
-                    problems.push(pointer, &format!("{ty} schema must set `minimum` or `exclusiveMinimum`"));
+                    problems.push(
+                        pointer,
+                        &format!("{ty} schema must set `minimum` or `exclusiveMinimum`"),
+                    );
                 }
                 if !(map.contains_key("maximum") || map.contains_key("exclusiveMaximum")) {
-                    problems.push(pointer, &format!("{ty} schema must set `maximum` or `exclusiveMaximum`"));
+                    problems.push(
+                        pointer,
+                        &format!("{ty} schema must set `maximum` or `exclusiveMaximum`"),
+                    );
                 }
             }
             "boolean" | "null" => {}
@@ -263,7 +341,11 @@ impl CompiledSchema {
             .build(&copy)
             .map_err(|e| {
                 let at = e.schema_path().as_str().to_owned();
-                if at.is_empty() { e.to_string() } else { format!("{e} (at {at})") }
+                if at.is_empty() {
+                    e.to_string()
+                } else {
+                    format!("{e} (at {at})")
+                }
             })?;
         Ok(CompiledSchema {
             validator: Arc::new(validator),
@@ -295,7 +377,9 @@ impl<'i> Keyword<'i> for StrictInteger {
         if Keyword::is_valid(self, instance) {
             Ok(())
         } else {
-            Err(ValidationError::custom("number with a fraction or exponent where an integer is required"))
+            Err(ValidationError::custom(
+                "number with a fraction or exponent where an integer is required",
+            ))
         }
     }
 
@@ -310,9 +394,7 @@ fn inject_strict_integer(node: &mut Value) {
     let Value::Object(map) = node else { return };
     let integer_only = match map.get("type") {
         Some(Value::String(t)) => t == "integer",
-        Some(Value::Array(ts)) => {
-            ts.iter().any(|t| t == "integer") && !ts.iter().any(|t| t == "number")
-        }
+        Some(Value::Array(ts)) => ts.iter().any(|t| t == "integer") && !ts.iter().any(|t| t == "number"),
         _ => false,
     };
     if integer_only {
@@ -355,7 +437,11 @@ fn map_error(error: &ValidationError<'_>) -> Rejection {
         }
         ValidationErrorKind::Type { kind } => (
             RejectCode::SchemaTypeMismatch,
-            format!("expected {}, found {}", describe_type(kind), json_type(error.instance())),
+            format!(
+                "expected {}, found {}",
+                describe_type(kind),
+                json_type(error.instance())
+            ),
             path,
         ),
         ValidationErrorKind::Custom { keyword, .. } if keyword == STRICT_INTEGER => (
@@ -373,25 +459,31 @@ fn map_error(error: &ValidationError<'_>) -> Rejection {
             format!("string is shorter than {limit} characters"),
             path,
         ),
-        ValidationErrorKind::Maximum { limit } => {
-            (RejectCode::SchemaOutOfRange, format!("number is greater than {limit}"), path)
-        }
+        ValidationErrorKind::Maximum { limit } => (
+            RejectCode::SchemaOutOfRange,
+            format!("number is greater than {limit}"),
+            path,
+        ),
         ValidationErrorKind::ExclusiveMaximum { limit } => (
             RejectCode::SchemaOutOfRange,
             format!("number is not less than {limit}"),
             path,
         ),
-        ValidationErrorKind::Minimum { limit } => {
-            (RejectCode::SchemaOutOfRange, format!("number is less than {limit}"), path)
-        }
+        ValidationErrorKind::Minimum { limit } => (
+            RejectCode::SchemaOutOfRange,
+            format!("number is less than {limit}"),
+            path,
+        ),
         ValidationErrorKind::ExclusiveMinimum { limit } => (
             RejectCode::SchemaOutOfRange,
             format!("number is not greater than {limit}"),
             path,
         ),
-        ValidationErrorKind::MultipleOf { .. } => {
-            (RejectCode::SchemaOutOfRange, "number is not a permitted multiple".to_owned(), path)
-        }
+        ValidationErrorKind::MultipleOf { .. } => (
+            RejectCode::SchemaOutOfRange,
+            "number is not a permitted multiple".to_owned(),
+            path,
+        ),
         ValidationErrorKind::Pattern { pattern } => (
             RejectCode::SchemaPatternMismatch,
             format!("string does not match the pattern `{}`", truncate(pattern)),
@@ -407,12 +499,16 @@ fn map_error(error: &ValidationError<'_>) -> Rejection {
             "value is not one of the allowed values".to_owned(),
             path,
         ),
-        ValidationErrorKind::MaxItems { limit } => {
-            (RejectCode::SchemaArrayLength, format!("array has more than {limit} items"), path)
-        }
-        ValidationErrorKind::MinItems { limit } => {
-            (RejectCode::SchemaArrayLength, format!("array has fewer than {limit} items"), path)
-        }
+        ValidationErrorKind::MaxItems { limit } => (
+            RejectCode::SchemaArrayLength,
+            format!("array has more than {limit} items"),
+            path,
+        ),
+        ValidationErrorKind::MinItems { limit } => (
+            RejectCode::SchemaArrayLength,
+            format!("array has fewer than {limit} items"),
+            path,
+        ),
         ValidationErrorKind::FalseSchema => (
             RejectCode::SchemaUnknownField,
             "no value is allowed here".to_owned(),

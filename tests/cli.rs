@@ -1,0 +1,290 @@
+//! The `warrant` binary end to end: the README's demo, exit codes and output formats.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    reason = "tests"
+)]
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+const CREDIT: &str = "examples/contracts/create_support_credit.v1.yaml";
+const CREDIT_PROPOSAL: &str = "examples/proposals/create_support_credit.json";
+const APPROVAL: &str = "examples/approvals/create_support_credit.approved.json";
+
+fn warrant(args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_warrant"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(bytes) = stdin {
+        // The process may exit (usage error) before reading its input.
+        let _ = child.stdin.take().unwrap().write_all(bytes);
+    }
+    drop(child.stdin.take());
+    child.wait_with_output().unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+fn check(extra: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut args = vec![
+        "check",
+        "--contract",
+        CREDIT,
+        "--principal",
+        "agent-7",
+        "--tenant",
+        "acme",
+        "--grants",
+        "support:credits:write,orders:read",
+    ];
+    args.extend_from_slice(extra);
+    warrant(&args, stdin)
+}
+
+#[test]
+fn readme_demo_allows_the_approved_call() {
+    let out = check(&["--proposal", CREDIT_PROPOSAL, "--approval", APPROVAL], None);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout(&out),
+        "contract_id=tool-contract@sha256:1dc2e13f57dcd2df3cea165e96a0ea631117b3ab0cfd2c26eb3b10600c2f73fb
+tool=create_support_credit
+version=1
+effect=write
+schema=VALID
+payload_digest=sha256:91406b572fdbcee294194f3fd4c34392bb744224e8528da14f0e40873bc0bff3
+delegated_scopes=support:credits:write
+approval=BOUND_TO_CALL
+idempotency=REQUIRED_PRESENT
+decision=ALLOW
+"
+    );
+}
+
+#[test]
+fn without_approval_the_call_needs_one() {
+    let out = check(&["--proposal", CREDIT_PROPOSAL], None);
+    assert_eq!(out.status.code(), Some(4));
+    let text = stdout(&out);
+    assert!(text.contains("approval=REQUIRED_MISSING\n"), "{text}");
+    assert!(text.contains("decision=NEEDS_APPROVAL\n"), "{text}");
+}
+
+#[test]
+fn an_expired_approval_is_refused() {
+    let out = check(
+        &[
+            "--proposal",
+            CREDIT_PROPOSAL,
+            "--approval",
+            APPROVAL,
+            "--now",
+            "2100-01-01T00:00:00Z",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(3));
+    let text = stdout(&out);
+    for line in [
+        "approval=EXPIRED",
+        "decision=REJECT",
+        "stage=approval",
+        "code=APPROVAL_EXPIRED",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} missing in {text}");
+    }
+}
+
+#[test]
+fn a_changed_payload_does_not_bind_to_the_approval() {
+    let proposal = br#"{"tool":"create_support_credit","version":1,"idempotency_key":"credit-cus_8f3k2m9q-inv1042",
+        "arguments":{"customer_id":"cus_8f3k2m9q","amount_cents":250000,"reason":"Refund for duplicate charge on invoice 1042"}}"#;
+    let out = check(&["--proposal", "-", "--approval", APPROVAL], Some(proposal));
+    assert_eq!(out.status.code(), Some(3));
+    let text = stdout(&out);
+    assert!(
+        text.contains("approval=MISMATCH\n") && text.contains("code=APPROVAL_MISMATCH\n"),
+        "{text}"
+    );
+}
+
+#[test]
+fn rejections_print_stage_code_detail_and_pointer() {
+    let proposal = br#"{"tool":"create_support_credit","version":1,"idempotency_key":"k",
+        "arguments":{"customer_id":"cus_8f3k2m9q","amount_cents":25.0,"reason":"r"}}"#;
+    let out = check(&["--proposal", "-"], Some(proposal));
+    assert_eq!(out.status.code(), Some(3));
+    let text = stdout(&out);
+    for line in [
+        "schema=INVALID",
+        "decision=REJECT",
+        "stage=schema",
+        "code=SCHEMA_NOT_INTEGER",
+        "pointer=/arguments/amount_cents",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} missing in {text}");
+    }
+    assert!(text.lines().any(|l| l.starts_with("detail=")), "{text}");
+}
+
+#[test]
+fn json_format_carries_the_same_facts() {
+    let out = check(
+        &[
+            "--proposal",
+            CREDIT_PROPOSAL,
+            "--approval",
+            APPROVAL,
+            "--format",
+            "json",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["decision"], "ALLOW");
+    assert_eq!(v["approval"], "BOUND_TO_CALL");
+    assert_eq!(v["idempotency"], "REQUIRED_PRESENT");
+    assert_eq!(v["schema"], "VALID");
+    assert_eq!(v["version"], 1);
+    assert_eq!(
+        v["delegated_scopes"],
+        serde_json::json!(["support:credits:write"])
+    );
+    assert_eq!(v["stage"], serde_json::Value::Null);
+
+    let out = check(&["--proposal", "-", "--format", "json"], Some(b"{\"tool\":1}"));
+    assert_eq!(out.status.code(), Some(3));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (v["stage"].as_str(), v["code"].as_str()),
+        (Some("parse"), Some("ENVELOPE_INVALID"))
+    );
+}
+
+#[test]
+fn detail_cannot_forge_extra_lines() {
+    let proposal =
+        b"{\"tool\":\"create_support_credit\",\"version\":1,\"arguments\":{},\"x\\ndecision=ALLOW\":1}";
+    let out = check(&["--proposal", "-"], Some(proposal));
+    assert_eq!(out.status.code(), Some(3));
+    let text = stdout(&out);
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("decision=")).count(),
+        1,
+        "{text}"
+    );
+}
+
+#[test]
+fn usage_and_io_errors_exit_2() {
+    assert_eq!(
+        check(&["--proposal", "does/not/exist.json"], None).status.code(),
+        Some(2)
+    );
+    assert_eq!(
+        warrant(&["check", "--proposal", "-"], Some(b"{}")).status.code(),
+        Some(2)
+    );
+    let out = check(&["--proposal", CREDIT_PROPOSAL, "--approval", CREDIT], None);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "an approval file that is not an approval record"
+    );
+    let out = warrant(
+        &[
+            "check",
+            "--contract",
+            CREDIT,
+            "--proposal",
+            CREDIT_PROPOSAL,
+            "--principal",
+            "bad principal",
+            "--tenant",
+            "acme",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn contract_lint_and_hash() {
+    let out = warrant(
+        &[
+            "contract",
+            "lint",
+            "examples/contracts/send_email.v1.yaml",
+            CREDIT,
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        stdout(&out)
+            .lines()
+            .filter(|l| l.contains(": ok tool-contract@sha256:"))
+            .count(),
+        2
+    );
+
+    let out = warrant(&["contract", "hash", CREDIT], None);
+    assert_eq!(
+        stdout(&out),
+        "tool-contract@sha256:1dc2e13f57dcd2df3cea165e96a0ea631117b3ab0cfd2c26eb3b10600c2f73fb\n"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.yaml");
+    let text = std::fs::read_to_string(CREDIT)
+        .unwrap()
+        .replace(", maxLength: 500", "");
+    std::fs::write(&bad, text).unwrap();
+    let out = warrant(&["contract", "lint", bad.to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out).contains("/input/properties/reason: string schema must set `maxLength`"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(
+        warrant(&["contract", "hash", bad.to_str().unwrap()], None)
+            .status
+            .code(),
+        Some(2)
+    );
+}
+
+#[test]
+fn canon_prints_the_canonical_form_and_its_digest() {
+    let input = br#"{"b": [1.50, 1e2, "\u00e9"], "a": null}"#;
+    let out = warrant(&["canon"], Some(input));
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(stdout(&out), "{\"a\":null,\"b\":[1.5,100,\"\u{e9}\"]}");
+    let out = warrant(&["canon", "-", "--digest"], Some(input));
+    let expected = {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest("{\"a\":null,\"b\":[1.5,100,\"\u{e9}\"]}".as_bytes());
+        format!("sha256:{}\n", hex::encode(digest))
+    };
+    assert_eq!(stdout(&out), expected);
+    let out = warrant(&["canon"], Some(br#"{"a":1,"a":2}"#));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("duplicate object key"));
+}
