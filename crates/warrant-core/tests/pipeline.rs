@@ -476,3 +476,15 @@ fn payload_digest_is_canonical() {
         warrant_core::canon::digest(&json!({"reason":"r","amount_cents":25,"customer_id":"cus_8f3k2m9q"}));
     assert_eq!(a.facts.payload_digest, Some(expected));
 }
+
+/// docs/proposals.md documents every code; this fails when a code is added without docs.
+#[test]
+fn every_code_is_documented() {
+    let docs = include_str!("../../../docs/proposals.md");
+    for code in RejectCode::ALL {
+        assert!(docs.contains(&format!("`{}`", code.as_str())), "{code} is not in docs/proposals.md");
+    }
+    for code in warrant_core::ToolErrorCode::ALL {
+        assert!(docs.contains(&format!("`{}`", code.as_str())), "{code} is not in docs/proposals.md");
+    }
+}
