@@ -1,0 +1,541 @@
+//! The records the store keeps, as domain types. Text forms of enums are the stable strings
+//! stored in the database.
+
+use serde_json::Value;
+use time::OffsetDateTime;
+
+macro_rules! text_enum {
+    ($(#[$meta:meta])* $name:ident { $( $(#[$vmeta:meta])* $variant:ident => $text:literal ),* $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name { $( $(#[$vmeta])* $variant, )* }
+
+        impl $name {
+            /// The stored text form.
+            pub const fn as_str(self) -> &'static str {
+                match self { $( $name::$variant => $text, )* }
+            }
+
+            /// Parses the stored text form.
+            pub fn parse(text: &str) -> Option<Self> {
+                match text { $( $text => Some($name::$variant), )* _ => None }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+text_enum! {
+    /// The decision recorded for a proposal.
+    LedgerDecision {
+        /// Allowed (and then executed, or replayed).
+        Allow => "allow",
+        /// Waiting for a human approval.
+        NeedsApproval => "needs_approval",
+        /// Refused at some stage.
+        Reject => "reject",
+    }
+}
+
+text_enum! {
+    /// What happened to an allowed call.
+    Outcome {
+        /// Recorded before the adapter is called (write-ahead intent).
+        Attempting => "attempting",
+        /// The effect happened.
+        Committed => "committed",
+        /// The effect did not happen.
+        Failed => "failed",
+        /// Nobody knows yet; to be reconciled.
+        Unknown => "unknown",
+        /// Reconciliation found the effect committed.
+        ReconciledCommitted => "reconciled_committed",
+        /// Reconciliation found no effect.
+        ReconciledNotCommitted => "reconciled_not_committed",
+        /// An idempotent replay: the stored result was returned, nothing was executed.
+        Replayed => "replayed",
+    }
+}
+
+impl Outcome {
+    /// Whether the outcome is final (no reconciliation pending).
+    pub const fn is_final(self) -> bool {
+        !matches!(self, Outcome::Attempting | Outcome::Unknown)
+    }
+}
+
+/// One row of the tool invocation ledger: every proposal, allowed or not.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LedgerEntry {
+    /// Unique id (ULID: sortable by creation time).
+    pub id: String,
+    /// The tenant the call was made in.
+    pub tenant: String,
+    /// The authenticated principal.
+    pub principal: String,
+    /// One trace id per proposal.
+    pub trace_id: String,
+    /// The workflow run, if any.
+    pub run_id: Option<String>,
+    /// The workflow step, if any.
+    pub step_id: Option<String>,
+    /// The tool named by the proposal (as proposed, truncated), for filtering.
+    pub tool: String,
+    /// The resolved contract, if resolution got that far.
+    pub contract_id: Option<String>,
+    /// The adapter binding digest used.
+    pub binding_digest: Option<String>,
+    /// The payload digest, if the arguments validated.
+    pub payload_digest: Option<String>,
+    /// The decision.
+    pub decision: LedgerDecision,
+    /// The refusing stage (`parse`, `schema`, …), for rejections.
+    pub stage: Option<String>,
+    /// The rejection code or tool error code.
+    pub error_code: Option<String>,
+    /// A human-readable detail (never argument values).
+    pub detail: Option<String>,
+    /// The approval the call requested or consumed.
+    pub approval_id: Option<String>,
+    /// The idempotency key.
+    pub idempotency_key: Option<String>,
+    /// Adapter attempts made.
+    pub attempts: u32,
+    /// The outcome of an allowed call.
+    pub outcome: Option<Outcome>,
+    /// When the proposal arrived.
+    pub created_at: OffsetDateTime,
+    /// Last change.
+    pub updated_at: OffsetDateTime,
+    /// End-to-end latency, once finished.
+    pub latency_ms: Option<u64>,
+    /// Cost units charged.
+    pub cost: u64,
+    /// The arguments with sensitive fields replaced by keyed hashes; never secrets.
+    pub arguments: Option<Value>,
+}
+
+impl LedgerEntry {
+    /// A minimal entry; callers fill in what their stage established.
+    pub fn new(
+        id: String,
+        tenant: &str,
+        principal: &str,
+        trace_id: &str,
+        tool: &str,
+        now: OffsetDateTime,
+    ) -> Self {
+        LedgerEntry {
+            id,
+            tenant: tenant.to_owned(),
+            principal: principal.to_owned(),
+            trace_id: trace_id.to_owned(),
+            run_id: None,
+            step_id: None,
+            tool: tool.to_owned(),
+            contract_id: None,
+            binding_digest: None,
+            payload_digest: None,
+            decision: LedgerDecision::Reject,
+            stage: None,
+            error_code: None,
+            detail: None,
+            approval_id: None,
+            idempotency_key: None,
+            attempts: 0,
+            outcome: None,
+            created_at: now,
+            updated_at: now,
+            latency_ms: None,
+            cost: 0,
+            arguments: None,
+        }
+    }
+}
+
+/// Filters for listing the ledger of one tenant (newest first).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LedgerFilter {
+    /// Only this tool.
+    pub tool: Option<String>,
+    /// Only this outcome.
+    pub outcome: Option<Outcome>,
+    /// Only this principal.
+    pub principal: Option<String>,
+    /// Only rows created at or after this time.
+    pub since: Option<OffsetDateTime>,
+    /// Only rows created before this time.
+    pub until: Option<OffsetDateTime>,
+    /// Continue after this cursor (from a previous page).
+    pub cursor: Option<String>,
+    /// Page size (capped at 500).
+    pub limit: u32,
+}
+
+/// One page of ledger rows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LedgerPage {
+    /// Rows, newest first.
+    pub entries: Vec<LedgerEntry>,
+    /// Cursor for the next page, if there may be one.
+    pub next_cursor: Option<String>,
+}
+
+/// The key of an idempotency record: (tenant, principal, contract id, key).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct IdempotencyScope {
+    /// Tenant.
+    pub tenant: String,
+    /// Principal.
+    pub principal: String,
+    /// Contract id.
+    pub contract_id: String,
+    /// The caller's (or derived) key.
+    pub key: String,
+}
+
+text_enum! {
+    /// The state of an idempotency record.
+    IdempotencyStatus {
+        /// An attempt is running.
+        InFlight => "in_flight",
+        /// Committed; the stored result is replayed.
+        Committed => "committed",
+        /// Failed without effect; the stored error is replayed.
+        Failed => "failed",
+        /// Outcome unknown; reconcile before anything else.
+        Unknown => "unknown",
+    }
+}
+
+/// A stored idempotency record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IdempotencyRecord {
+    /// The key.
+    pub scope: IdempotencyScope,
+    /// The digest of the payload first seen with the key.
+    pub payload_digest: String,
+    /// State.
+    pub status: IdempotencyStatus,
+    /// The stored result, once committed.
+    pub result: Option<Value>,
+    /// The stored tool error code, once failed.
+    pub error_code: Option<String>,
+    /// The ledger row of the first attempt.
+    pub ledger_id: String,
+    /// Created.
+    pub created_at: OffsetDateTime,
+    /// Purged after this time.
+    pub expires_at: OffsetDateTime,
+}
+
+/// What `begin_attempt` found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttemptStart {
+    /// The key was free (or expired): the record is claimed and the ledger row says
+    /// `attempting`. Call the adapter.
+    Started,
+    /// The key was committed or failed before with the same payload: return the stored
+    /// record; the new ledger row says `replayed`.
+    Replay(IdempotencyRecord),
+    /// The key was used with another payload; the new ledger row is a rejection.
+    KeyReused,
+    /// An attempt with the key is still running; the new ledger row is a rejection.
+    InFlight,
+    /// The earlier attempt's outcome is unknown: reconcile it first. The new ledger row is a
+    /// rejection with code `IDEMPOTENCY_IN_FLIGHT`.
+    Unknown(IdempotencyRecord),
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptFinish {
+    /// The outcome.
+    pub outcome: Outcome,
+    /// Attempts made.
+    pub attempts: u32,
+    /// The tool error code, if it failed or is unknown.
+    pub error_code: Option<String>,
+    /// The result, if committed.
+    pub result: Option<Value>,
+    /// End-to-end latency.
+    pub latency_ms: u64,
+    /// Cost units charged.
+    pub cost: u64,
+}
+
+text_enum! {
+    /// The lifecycle of an approval request.
+    ApprovalStatus {
+        /// Waiting for a reviewer.
+        Pending => "pending",
+        /// Approved, not yet used.
+        Approved => "approved",
+        /// Rejected by a reviewer.
+        Rejected => "rejected",
+        /// Expired before a decision or before use.
+        Expired => "expired",
+        /// Used by exactly one call.
+        Consumed => "consumed",
+    }
+}
+
+/// A new approval request, bound to the exact call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewApproval {
+    /// Id.
+    pub id: String,
+    /// Tenant.
+    pub tenant: String,
+    /// The contract the call resolved to.
+    pub contract_id: String,
+    /// The tool name.
+    pub tool: String,
+    /// The proposing principal.
+    pub proposer: String,
+    /// Digest of the canonical arguments.
+    pub payload_digest: String,
+    /// The call's idempotency key.
+    pub idempotency_key: Option<String>,
+    /// The exact arguments, for the reviewer.
+    pub arguments: Value,
+    /// Created.
+    pub created_at: OffsetDateTime,
+    /// Expires.
+    pub expires_at: OffsetDateTime,
+}
+
+/// A stored approval request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApprovalRequest {
+    /// What was requested.
+    pub request: NewApproval,
+    /// Current state.
+    pub status: ApprovalStatus,
+    /// Who decided.
+    pub reviewer: Option<String>,
+    /// The reviewer's reason.
+    pub reason: Option<String>,
+    /// When it was decided.
+    pub decided_at: Option<OffsetDateTime>,
+    /// When it was consumed.
+    pub consumed_at: Option<OffsetDateTime>,
+    /// The ledger row of the consuming call.
+    pub consumed_by: Option<String>,
+}
+
+/// A reviewer's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Approve the call.
+    Approve,
+    /// Reject the call.
+    Reject,
+}
+
+/// Why a reviewer's decision was not recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecideRefusal {
+    /// No such approval in this tenant.
+    NotFound,
+    /// The reviewer proposed the call.
+    SelfReview,
+    /// Already decided (or consumed).
+    NotPending(ApprovalStatus),
+    /// Expired before the decision.
+    Expired,
+}
+
+/// What a call presenting an approval expects it to be bound to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalClaim {
+    /// The approval id presented.
+    pub approval_id: String,
+    /// The contract the call resolved to.
+    pub contract_id: String,
+    /// The call's payload digest.
+    pub payload_digest: String,
+    /// The call's idempotency key.
+    pub idempotency_key: Option<String>,
+    /// The calling principal (must be the proposer).
+    pub principal: String,
+    /// The ledger row consuming it.
+    pub ledger_id: String,
+}
+
+/// The result of trying to consume an approval.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConsumeOutcome {
+    /// Consumed by this call (exactly once).
+    Consumed(ApprovalRequest),
+    /// Not consumed; the current record explains why (or `None`: not in this tenant).
+    Refused(Option<ApprovalRequest>),
+}
+
+/// One counter a call must fit into.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetReservation {
+    /// The counter (e.g. `calls_per_day:<principal>:<contract>:<date>`).
+    pub key: String,
+    /// How much to reserve.
+    pub amount: u64,
+    /// The limit the counter may not exceed.
+    pub limit: u64,
+    /// When the counter may be purged.
+    pub expires_at: OffsetDateTime,
+}
+
+/// The result of a budget reservation (all counters or none).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BudgetOutcome {
+    /// Every counter had room; all were incremented.
+    Granted,
+    /// This counter had no room; nothing was incremented.
+    Exhausted {
+        /// The counter that refused.
+        key: String,
+    },
+}
+
+/// A new API key (the key itself is never stored, only its hash).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewApiKey {
+    /// Public id (part of the key string).
+    pub id: String,
+    /// SHA-256 of the full key string, hex.
+    pub key_hash: String,
+    /// Tenant.
+    pub tenant: String,
+    /// Principal.
+    pub principal: String,
+    /// Granted scopes.
+    pub grants: Vec<String>,
+    /// Roles (`admin`, `reviewer`, `agent`, …).
+    pub roles: Vec<String>,
+    /// Free label.
+    pub label: Option<String>,
+    /// Created.
+    pub created_at: OffsetDateTime,
+}
+
+/// A stored API key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiKeyRecord {
+    /// What was created.
+    pub key: NewApiKey,
+    /// When it was revoked, if it was.
+    pub revoked_at: Option<OffsetDateTime>,
+}
+
+text_enum! {
+    /// The state of a job.
+    JobStatus {
+        /// Waiting to run at `run_at`.
+        Pending => "pending",
+        /// Claimed by a worker until `locked_until`.
+        Running => "running",
+        /// Finished.
+        Done => "done",
+        /// Failed for good (dead letter).
+        Dead => "dead",
+    }
+}
+
+/// A job to enqueue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewJob {
+    /// Id.
+    pub id: String,
+    /// Tenant.
+    pub tenant: String,
+    /// What to do (e.g. `webhook.deliver`).
+    pub kind: String,
+    /// Parameters.
+    pub payload: Value,
+    /// Not before.
+    pub run_at: OffsetDateTime,
+    /// Attempts before the job is dead.
+    pub max_attempts: u32,
+}
+
+/// A claimed job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Job {
+    /// What was enqueued.
+    pub job: NewJob,
+    /// Status.
+    pub status: JobStatus,
+    /// Attempts so far (including this claim).
+    pub attempts: u32,
+    /// The worker holding it.
+    pub locked_by: Option<String>,
+    /// Lease end.
+    pub locked_until: Option<OffsetDateTime>,
+    /// The last error.
+    pub last_error: Option<String>,
+}
+
+/// How a worker finished a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobCompletion {
+    /// Done.
+    Done,
+    /// Failed; run again at this time (or dead when out of attempts).
+    Retry {
+        /// Not before.
+        run_at: OffsetDateTime,
+        /// Why it failed.
+        error: String,
+    },
+    /// Failed for good.
+    Dead {
+        /// Why.
+        error: String,
+    },
+}
+
+/// A registered contract.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredContract {
+    /// Name.
+    pub name: String,
+    /// Version.
+    pub version: u32,
+    /// Content id.
+    pub content_id: String,
+    /// The document as authored (without its binding).
+    pub body: Value,
+    /// The adapter binding.
+    pub binding: Option<Value>,
+    /// The binding's digest.
+    pub binding_digest: Option<String>,
+    /// Registered.
+    pub registered_at: OffsetDateTime,
+    /// Retired, if it was.
+    pub retired_at: Option<OffsetDateTime>,
+}
+
+/// The result of registering a contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Registration {
+    /// Newly registered.
+    Registered,
+    /// The same body was already registered under this name@version: nothing changed.
+    Unchanged,
+}
+
+/// What the sweeper removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PurgeCounts {
+    /// Expired idempotency records.
+    pub idempotency: u64,
+    /// Expired budget counters.
+    pub budget_counters: u64,
+    /// Approvals moved from pending/approved to expired.
+    pub approvals_expired: u64,
+}

@@ -1,0 +1,1479 @@
+//! [`SqlStore`]: the SQLite and PostgreSQL backends behind one implementation.
+//!
+//! Both backends share the schema (BIGINT epoch milliseconds, TEXT for ids and canonical JSON)
+//! and every statement: placeholders are written `$1, $2, …`, which both sqlx drivers bind by
+//! number. Each method body is written once and expanded for each backend by the `write_tx!`
+//! and `read!` macros, so the two backends cannot drift apart. The only dialect differences —
+//! connection setup, `BEGIN IMMEDIATE` on SQLite and `FOR UPDATE SKIP LOCKED` on PostgreSQL —
+//! are visible at their single place of use.
+//!
+//! **SQLite durability:** WAL journal, `synchronous=FULL` (a commit is on disk before it is
+//! acknowledged, even across power loss), one writer connection (writes are serialized in the
+//! process; no `SQLITE_BUSY` between our own writers), `BEGIN IMMEDIATE` so a transaction
+//! holds the write lock from its first statement, and a pool of read-only connections that
+//! read concurrently with the writer.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+};
+use sqlx::{ConnectOptions, Connection, Row};
+use time::OffsetDateTime;
+use warrant_core::canon::canonical_string;
+use warrant_core::decision::Retryable;
+use warrant_core::{RejectCode, ToolErrorCode};
+
+use crate::Store;
+use crate::error::StoreError;
+use crate::model::*;
+
+/// Where the store lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DatabaseUrl {
+    /// An SQLite database file (created on first use, with its directory).
+    Sqlite(PathBuf),
+    /// A PostgreSQL connection URL.
+    Postgres(String),
+}
+
+impl DatabaseUrl {
+    /// The SQLite database inside a data directory (`<dir>/warrant.db`).
+    pub fn data_dir(dir: impl AsRef<Path>) -> Self {
+        DatabaseUrl::Sqlite(dir.as_ref().join("warrant.db"))
+    }
+
+    /// Parses `sqlite://<path>` (a file, or a directory to hold `warrant.db`), `sqlite:<path>`,
+    /// or `postgres://…` / `postgresql://…`.
+    ///
+    /// # Errors
+    /// [`StoreError::Invalid`] for anything else.
+    pub fn parse(text: &str) -> Result<Self, StoreError> {
+        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+            return Ok(DatabaseUrl::Postgres(text.to_owned()));
+        }
+        let path = text
+            .strip_prefix("sqlite://")
+            .or_else(|| text.strip_prefix("sqlite:"))
+            .ok_or_else(|| {
+                StoreError::Invalid("database URL must start with sqlite:// or postgres://".into())
+            })?;
+        let path = path.split('?').next().unwrap_or_default();
+        if path.is_empty() {
+            return Err(StoreError::Invalid("sqlite URL needs a path".into()));
+        }
+        let path = PathBuf::from(path);
+        if path.is_dir() || path.extension().is_none() {
+            Ok(DatabaseUrl::data_dir(path))
+        } else {
+            Ok(DatabaseUrl::Sqlite(path))
+        }
+    }
+
+    /// A description safe to print (the password of a PostgreSQL URL is masked).
+    pub fn redacted(&self) -> String {
+        match self {
+            DatabaseUrl::Sqlite(path) => format!("sqlite://{}", path.display()),
+            DatabaseUrl::Postgres(url) => match (url.find("://"), url.rfind('@')) {
+                (Some(scheme), Some(at)) if at > scheme => {
+                    let creds = url.get(scheme + 3..at).unwrap_or_default();
+                    let user = creds.split(':').next().unwrap_or_default();
+                    format!(
+                        "{}{}:***{}",
+                        url.get(..scheme + 3).unwrap_or_default(),
+                        user,
+                        url.get(at..).unwrap_or_default()
+                    )
+                }
+                _ => url.clone(),
+            },
+        }
+    }
+}
+
+/// Connection settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// Connections in the pool (PostgreSQL) or read connections (SQLite).
+    pub max_connections: u32,
+    /// How long to wait for a connection before [`StoreError::Unavailable`].
+    pub acquire_timeout: Duration,
+    /// PostgreSQL schema to use (created if missing); `None` uses the default search path.
+    pub postgres_schema: Option<String>,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            max_connections: 16,
+            acquire_timeout: Duration::from_secs(5),
+            postgres_schema: None,
+        }
+    }
+}
+
+enum Backend {
+    Sqlite { write: SqlitePool, read: SqlitePool },
+    Postgres(PgPool),
+}
+
+/// The SQL store (see the module documentation).
+pub struct SqlStore {
+    backend: Backend,
+}
+
+impl std::fmt::Debug for SqlStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlStore")
+            .field("backend", &self.backend_name())
+            .finish()
+    }
+}
+
+static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+
+impl SqlStore {
+    /// Opens (creating on first use) the store and applies pending migrations.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the database cannot be reached, [`StoreError::Migration`]
+    /// when the schema cannot be brought up to date.
+    pub async fn open(url: &DatabaseUrl, options: &StoreOptions) -> Result<Self, StoreError> {
+        match url {
+            DatabaseUrl::Sqlite(path) => Self::open_sqlite(path, options).await,
+            DatabaseUrl::Postgres(url) => Self::open_postgres(url, options).await,
+        }
+    }
+
+    async fn open_sqlite(path: &Path, options: &StoreOptions) -> Result<Self, StoreError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| StoreError::Unavailable(format!("cannot create {}: {e}", dir.display())))?;
+        }
+        let base = SqliteConnectOptions::new()
+            .filename(path)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(true)
+            .pragma("temp_store", "memory")
+            .disable_statement_logging();
+        let write = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .acquire_timeout(options.acquire_timeout.max(Duration::from_secs(30)))
+            .connect_with(base.clone().create_if_missing(true))
+            .await?;
+        SQLITE_MIGRATIONS.run(&write).await?;
+        let read = SqlitePoolOptions::new()
+            .max_connections(options.max_connections.max(1))
+            .acquire_timeout(options.acquire_timeout)
+            .connect_with(base.read_only(true))
+            .await?;
+        Ok(SqlStore {
+            backend: Backend::Sqlite { write, read },
+        })
+    }
+
+    async fn open_postgres(url: &str, options: &StoreOptions) -> Result<Self, StoreError> {
+        let mut connect = PgConnectOptions::from_str(url)
+            .map_err(|e| StoreError::Invalid(format!("bad PostgreSQL URL: {e}")))?
+            .disable_statement_logging();
+        if let Some(schema) = &options.postgres_schema {
+            if !schema
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+                || schema.is_empty()
+            {
+                return Err(StoreError::Invalid(
+                    "schema names are lowercase letters, digits and `_`".into(),
+                ));
+            }
+            let mut conn = sqlx::PgConnection::connect_with(&connect).await?;
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "CREATE SCHEMA IF NOT EXISTS {schema}"
+            )))
+            .execute(&mut conn)
+            .await?;
+            conn.close().await?;
+            connect = connect.options([("search_path", schema.as_str())]);
+        }
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections.max(2))
+            .acquire_timeout(options.acquire_timeout)
+            .connect_with(connect)
+            .await?;
+        POSTGRES_MIGRATIONS.run(&pool).await?;
+        Ok(SqlStore {
+            backend: Backend::Postgres(pool),
+        })
+    }
+
+    /// `sqlite` or `postgres`.
+    pub fn backend_name(&self) -> &'static str {
+        match self.backend {
+            Backend::Sqlite { .. } => "sqlite",
+            Backend::Postgres(_) => "postgres",
+        }
+    }
+
+    /// Closes every connection (waits for checked-out ones).
+    pub async fn close(&self) {
+        match &self.backend {
+            Backend::Sqlite { write, read } => {
+                read.close().await;
+                write.close().await;
+            }
+            Backend::Postgres(pool) => pool.close().await,
+        }
+    }
+}
+
+/// Runs `$body` inside a write transaction, once per backend. `$tx` is the transaction; the
+/// body must commit it.
+macro_rules! write_tx {
+    ($self:ident, |$tx:ident| $body:block) => {
+        match &$self.backend {
+            Backend::Sqlite { write, .. } => {
+                // BEGIN IMMEDIATE takes the write lock now, not at the first write.
+                let mut $tx = write.begin_with("BEGIN IMMEDIATE").await?;
+                $body
+            }
+            Backend::Postgres(pool) => {
+                let mut $tx = pool.begin().await?;
+                $body
+            }
+        }
+    };
+}
+
+/// Runs `$body` with a read executor, once per backend.
+macro_rules! read {
+    ($self:ident, |$ex:ident| $body:block) => {
+        match &$self.backend {
+            Backend::Sqlite { read, .. } => {
+                let $ex = read;
+                $body
+            }
+            Backend::Postgres(pool) => {
+                let $ex = pool;
+                $body
+            }
+        }
+    };
+}
+
+/// Uniform, typed column access for both row types.
+trait RowExt {
+    fn text(&self, column: &str) -> Result<String, StoreError>;
+    fn opt_text(&self, column: &str) -> Result<Option<String>, StoreError>;
+    fn int(&self, column: &str) -> Result<i64, StoreError>;
+    fn opt_int(&self, column: &str) -> Result<Option<i64>, StoreError>;
+}
+
+macro_rules! impl_row_ext {
+    ($row:ty) => {
+        impl RowExt for $row {
+            fn text(&self, column: &str) -> Result<String, StoreError> {
+                Ok(self.try_get::<String, _>(column)?)
+            }
+            fn opt_text(&self, column: &str) -> Result<Option<String>, StoreError> {
+                Ok(self.try_get::<Option<String>, _>(column)?)
+            }
+            fn int(&self, column: &str) -> Result<i64, StoreError> {
+                Ok(self.try_get::<i64, _>(column)?)
+            }
+            fn opt_int(&self, column: &str) -> Result<Option<i64>, StoreError> {
+                Ok(self.try_get::<Option<i64>, _>(column)?)
+            }
+        }
+    };
+}
+
+impl_row_ext!(SqliteRow);
+impl_row_ext!(PgRow);
+
+// ----- value conversions -----
+
+fn ms(t: OffsetDateTime) -> i64 {
+    i64::try_from(t.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX)
+}
+
+fn from_ms(v: i64) -> Result<OffsetDateTime, StoreError> {
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(v) * 1_000_000)
+        .map_err(|_| StoreError::Corrupt(format!("timestamp {v} out of range")))
+}
+
+fn opt_from_ms(v: Option<i64>) -> Result<Option<OffsetDateTime>, StoreError> {
+    v.map(from_ms).transpose()
+}
+
+fn int(v: u64) -> Result<i64, StoreError> {
+    i64::try_from(v).map_err(|_| StoreError::Invalid(format!("{v} does not fit a 64-bit signed integer")))
+}
+
+fn uint(v: i64) -> Result<u64, StoreError> {
+    u64::try_from(v).map_err(|_| StoreError::Corrupt(format!("negative counter {v}")))
+}
+
+fn u32_of(v: i64) -> Result<u32, StoreError> {
+    u32::try_from(v).map_err(|_| StoreError::Corrupt(format!("{v} out of range")))
+}
+
+fn json_text(v: &Value) -> String {
+    canonical_string(v)
+}
+
+fn json_of(text: &str) -> Result<Value, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("stored JSON: {e}")))
+}
+
+fn opt_json_of(text: Option<String>) -> Result<Option<Value>, StoreError> {
+    text.as_deref().map(json_of).transpose()
+}
+
+fn list_text(items: &[String]) -> String {
+    json_text(&Value::Array(items.iter().cloned().map(Value::String).collect()))
+}
+
+fn list_of(text: &str) -> Result<Vec<String>, StoreError> {
+    match json_of(text)? {
+        Value::Array(items) => items
+            .into_iter()
+            .map(|v| match v {
+                Value::String(s) => Ok(s),
+                _ => Err(StoreError::Corrupt("list of strings expected".into())),
+            })
+            .collect(),
+        _ => Err(StoreError::Corrupt("list expected".into())),
+    }
+}
+
+fn parse_enum<T>(text: &str, parse: fn(&str) -> Option<T>, what: &str) -> Result<T, StoreError> {
+    parse(text).ok_or_else(|| StoreError::Corrupt(format!("unknown {what} `{text}`")))
+}
+
+// ----- row decoders -----
+
+macro_rules! ledger_columns {
+    () => {
+        "id, tenant, principal, trace_id, run_id, step_id, tool, contract_id, binding_digest, \
+     payload_digest, decision, stage, error_code, detail, approval_id, idempotency_key, attempts, outcome, \
+     created_at, updated_at, latency_ms, cost, arguments"
+    };
+}
+
+fn ledger_of(row: &impl RowExt) -> Result<LedgerEntry, StoreError> {
+    Ok(LedgerEntry {
+        id: row.text("id")?,
+        tenant: row.text("tenant")?,
+        principal: row.text("principal")?,
+        trace_id: row.text("trace_id")?,
+        run_id: row.opt_text("run_id")?,
+        step_id: row.opt_text("step_id")?,
+        tool: row.text("tool")?,
+        contract_id: row.opt_text("contract_id")?,
+        binding_digest: row.opt_text("binding_digest")?,
+        payload_digest: row.opt_text("payload_digest")?,
+        decision: parse_enum(&row.text("decision")?, LedgerDecision::parse, "decision")?,
+        stage: row.opt_text("stage")?,
+        error_code: row.opt_text("error_code")?,
+        detail: row.opt_text("detail")?,
+        approval_id: row.opt_text("approval_id")?,
+        idempotency_key: row.opt_text("idempotency_key")?,
+        attempts: u32_of(row.int("attempts")?)?,
+        outcome: row
+            .opt_text("outcome")?
+            .map(|o| parse_enum(&o, Outcome::parse, "outcome"))
+            .transpose()?,
+        created_at: from_ms(row.int("created_at")?)?,
+        updated_at: from_ms(row.int("updated_at")?)?,
+        latency_ms: row.opt_int("latency_ms")?.map(uint).transpose()?,
+        cost: uint(row.int("cost")?)?,
+        arguments: opt_json_of(row.opt_text("arguments")?)?,
+    })
+}
+
+macro_rules! idempotency_columns {
+    () => {
+        "tenant, principal, contract_id, key, payload_digest, status, result, error_code, \
+     ledger_id, created_at, updated_at, expires_at"
+    };
+}
+
+fn idempotency_of(row: &impl RowExt) -> Result<IdempotencyRecord, StoreError> {
+    Ok(IdempotencyRecord {
+        scope: IdempotencyScope {
+            tenant: row.text("tenant")?,
+            principal: row.text("principal")?,
+            contract_id: row.text("contract_id")?,
+            key: row.text("key")?,
+        },
+        payload_digest: row.text("payload_digest")?,
+        status: parse_enum(
+            &row.text("status")?,
+            IdempotencyStatus::parse,
+            "idempotency status",
+        )?,
+        result: opt_json_of(row.opt_text("result")?)?,
+        error_code: row.opt_text("error_code")?,
+        ledger_id: row.text("ledger_id")?,
+        created_at: from_ms(row.int("created_at")?)?,
+        expires_at: from_ms(row.int("expires_at")?)?,
+    })
+}
+
+macro_rules! approval_columns {
+    () => {
+        "id, tenant, contract_id, tool, proposer, payload_digest, idempotency_key, arguments, \
+     status, reviewer, reason, created_at, expires_at, decided_at, consumed_at, consumed_by"
+    };
+}
+
+fn approval_of(row: &impl RowExt) -> Result<ApprovalRequest, StoreError> {
+    Ok(ApprovalRequest {
+        request: NewApproval {
+            id: row.text("id")?,
+            tenant: row.text("tenant")?,
+            contract_id: row.text("contract_id")?,
+            tool: row.text("tool")?,
+            proposer: row.text("proposer")?,
+            payload_digest: row.text("payload_digest")?,
+            idempotency_key: row.opt_text("idempotency_key")?,
+            arguments: json_of(&row.text("arguments")?)?,
+            created_at: from_ms(row.int("created_at")?)?,
+            expires_at: from_ms(row.int("expires_at")?)?,
+        },
+        status: parse_enum(&row.text("status")?, ApprovalStatus::parse, "approval status")?,
+        reviewer: row.opt_text("reviewer")?,
+        reason: row.opt_text("reason")?,
+        decided_at: opt_from_ms(row.opt_int("decided_at")?)?,
+        consumed_at: opt_from_ms(row.opt_int("consumed_at")?)?,
+        consumed_by: row.opt_text("consumed_by")?,
+    })
+}
+
+macro_rules! key_columns {
+    () => {
+        "id, key_hash, tenant, principal, grants, roles, label, created_at, revoked_at"
+    };
+}
+
+fn key_of(row: &impl RowExt) -> Result<ApiKeyRecord, StoreError> {
+    Ok(ApiKeyRecord {
+        key: NewApiKey {
+            id: row.text("id")?,
+            key_hash: row.text("key_hash")?,
+            tenant: row.text("tenant")?,
+            principal: row.text("principal")?,
+            grants: list_of(&row.text("grants")?)?,
+            roles: list_of(&row.text("roles")?)?,
+            label: row.opt_text("label")?,
+            created_at: from_ms(row.int("created_at")?)?,
+        },
+        revoked_at: opt_from_ms(row.opt_int("revoked_at")?)?,
+    })
+}
+
+macro_rules! job_columns {
+    () => {
+        "id, tenant, kind, payload, status, attempts, max_attempts, run_at, locked_by, locked_until, last_error"
+    };
+}
+
+fn job_of(row: &impl RowExt) -> Result<Job, StoreError> {
+    Ok(Job {
+        job: NewJob {
+            id: row.text("id")?,
+            tenant: row.text("tenant")?,
+            kind: row.text("kind")?,
+            payload: json_of(&row.text("payload")?)?,
+            run_at: from_ms(row.int("run_at")?)?,
+            max_attempts: u32_of(row.int("max_attempts")?)?,
+        },
+        status: parse_enum(&row.text("status")?, JobStatus::parse, "job status")?,
+        attempts: u32_of(row.int("attempts")?)?,
+        locked_by: row.opt_text("locked_by")?,
+        locked_until: opt_from_ms(row.opt_int("locked_until")?)?,
+        last_error: row.opt_text("last_error")?,
+    })
+}
+
+macro_rules! contract_columns {
+    () => {
+        "name, version, content_id, body, binding, binding_digest, registered_at, retired_at"
+    };
+}
+
+fn contract_of(row: &impl RowExt) -> Result<StoredContract, StoreError> {
+    Ok(StoredContract {
+        name: row.text("name")?,
+        version: u32_of(row.int("version")?)?,
+        content_id: row.text("content_id")?,
+        body: json_of(&row.text("body")?)?,
+        binding: opt_json_of(row.opt_text("binding")?)?,
+        binding_digest: row.opt_text("binding_digest")?,
+        registered_at: from_ms(row.int("registered_at")?)?,
+        retired_at: opt_from_ms(row.opt_int("retired_at")?)?,
+    })
+}
+
+/// Values bound for one ledger row, in `LEDGER_COLUMNS` order.
+struct LedgerValues {
+    attempts: i64,
+    latency_ms: Option<i64>,
+    cost: i64,
+    created_at: i64,
+    updated_at: i64,
+    arguments: Option<String>,
+}
+
+impl LedgerValues {
+    fn of(entry: &LedgerEntry) -> Result<Self, StoreError> {
+        Ok(LedgerValues {
+            attempts: i64::from(entry.attempts),
+            latency_ms: entry.latency_ms.map(int).transpose()?,
+            cost: int(entry.cost)?,
+            created_at: ms(entry.created_at),
+            updated_at: ms(entry.updated_at),
+            arguments: entry.arguments.as_ref().map(json_text),
+        })
+    }
+}
+
+const INSERT_LEDGER: &str = "INSERT INTO ledger (id, tenant, principal, trace_id, run_id, step_id, tool, contract_id, \
+     binding_digest, payload_digest, decision, stage, error_code, detail, approval_id, idempotency_key, attempts, \
+     outcome, created_at, updated_at, latency_ms, cost, arguments) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)";
+
+/// Binds a ledger entry to `INSERT_LEDGER` (the same expression for both backends).
+macro_rules! bind_ledger {
+    ($entry:expr, $values:expr) => {
+        sqlx::query(INSERT_LEDGER)
+            .bind(&$entry.id)
+            .bind(&$entry.tenant)
+            .bind(&$entry.principal)
+            .bind(&$entry.trace_id)
+            .bind(&$entry.run_id)
+            .bind(&$entry.step_id)
+            .bind(&$entry.tool)
+            .bind(&$entry.contract_id)
+            .bind(&$entry.binding_digest)
+            .bind(&$entry.payload_digest)
+            .bind($entry.decision.as_str())
+            .bind(&$entry.stage)
+            .bind(&$entry.error_code)
+            .bind(&$entry.detail)
+            .bind(&$entry.approval_id)
+            .bind(&$entry.idempotency_key)
+            .bind($values.attempts)
+            .bind($entry.outcome.map(Outcome::as_str))
+            .bind($values.created_at)
+            .bind($values.updated_at)
+            .bind($values.latency_ms)
+            .bind($values.cost)
+            .bind(&$values.arguments)
+    };
+}
+
+/// The ledger row recorded when `begin_attempt` does not start an attempt.
+fn ledger_for(entry: &LedgerEntry, start: &AttemptStart) -> LedgerEntry {
+    let mut row = entry.clone();
+    let reject = |row: &mut LedgerEntry, code: RejectCode, detail: &str| {
+        row.decision = LedgerDecision::Reject;
+        row.stage = Some(code.stage().as_str().to_owned());
+        row.error_code = Some(code.as_str().to_owned());
+        row.detail = Some(detail.to_owned());
+        row.outcome = None;
+        row.attempts = 0;
+    };
+    match start {
+        AttemptStart::Started => {}
+        AttemptStart::Replay(record) => {
+            row.decision = LedgerDecision::Allow;
+            row.outcome = Some(Outcome::Replayed);
+            row.error_code = record.error_code.clone();
+            row.detail = Some(format!("replay of {}", record.ledger_id));
+            row.attempts = 0;
+            row.cost = 0;
+        }
+        AttemptStart::KeyReused => reject(
+            &mut row,
+            RejectCode::IdempotencyKeyReused,
+            "the idempotency key was used with a different payload",
+        ),
+        AttemptStart::InFlight => reject(
+            &mut row,
+            RejectCode::IdempotencyInFlight,
+            "a call with this idempotency key is in flight",
+        ),
+        AttemptStart::Unknown(record) => reject(
+            &mut row,
+            RejectCode::IdempotencyInFlight,
+            &format!(
+                "the outcome of {} is unknown and being reconciled",
+                record.ledger_id
+            ),
+        ),
+    }
+    row
+}
+
+/// The idempotency status an attempt's outcome leaves behind; `None` releases the key (no
+/// effect happened and a retry may run again).
+fn idempotency_after(finish: &AttemptFinish) -> Result<Option<IdempotencyStatus>, StoreError> {
+    Ok(match finish.outcome {
+        Outcome::Committed | Outcome::ReconciledCommitted => Some(IdempotencyStatus::Committed),
+        Outcome::Unknown => Some(IdempotencyStatus::Unknown),
+        Outcome::ReconciledNotCommitted => None,
+        Outcome::Failed => {
+            let retryable = finish
+                .error_code
+                .as_deref()
+                .and_then(ToolErrorCode::parse)
+                .is_some_and(|c| c.retryable() != Retryable::No);
+            // A failure a later retry could fix releases the key; a permanent one is replayed.
+            if retryable {
+                None
+            } else {
+                Some(IdempotencyStatus::Failed)
+            }
+        }
+        Outcome::Attempting | Outcome::Replayed => {
+            return Err(StoreError::Invalid(format!(
+                "`{}` does not finish an attempt",
+                finish.outcome
+            )));
+        }
+    })
+}
+
+fn classify_existing(existing: IdempotencyRecord, payload_digest: Option<&str>) -> AttemptStart {
+    if Some(existing.payload_digest.as_str()) != payload_digest {
+        return AttemptStart::KeyReused;
+    }
+    match existing.status {
+        IdempotencyStatus::InFlight => AttemptStart::InFlight,
+        IdempotencyStatus::Committed | IdempotencyStatus::Failed => AttemptStart::Replay(existing),
+        IdempotencyStatus::Unknown => AttemptStart::Unknown(existing),
+    }
+}
+
+fn decide_refusal(current: Option<ApprovalRequest>, reviewer: &str, now: OffsetDateTime) -> DecideRefusal {
+    match current {
+        None => DecideRefusal::NotFound,
+        Some(a) if a.status != ApprovalStatus::Pending => DecideRefusal::NotPending(a.status),
+        Some(a) if a.request.proposer == reviewer => DecideRefusal::SelfReview,
+        Some(a) if a.request.expires_at <= now => DecideRefusal::Expired,
+        // Lost a race with another reviewer between the update and this read.
+        Some(a) => DecideRefusal::NotPending(a.status),
+    }
+}
+
+#[async_trait]
+impl Store for SqlStore {
+    async fn ping(&self) -> Result<(), StoreError> {
+        read!(self, |ex| {
+            sqlx::query("SELECT 1").execute(ex).await?;
+            Ok(())
+        })
+    }
+
+    async fn register_contract(&self, c: &StoredContract) -> Result<Registration, StoreError> {
+        let sql = "INSERT INTO contracts (name, version, content_id, body, binding, binding_digest, registered_at) \
+                   VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING";
+        let select = concat!(
+            "SELECT ",
+            contract_columns!(),
+            " FROM contracts WHERE name = $1 AND version = $2"
+        );
+        write_tx!(self, |tx| {
+            let done = sqlx::query(sql)
+                .bind(&c.name)
+                .bind(i64::from(c.version))
+                .bind(&c.content_id)
+                .bind(json_text(&c.body))
+                .bind(c.binding.as_ref().map(json_text))
+                .bind(&c.binding_digest)
+                .bind(ms(c.registered_at))
+                .execute(&mut *tx)
+                .await?;
+            if done.rows_affected() == 1 {
+                tx.commit().await?;
+                return Ok(Registration::Registered);
+            }
+            let existing = sqlx::query(select)
+                .bind(&c.name)
+                .bind(i64::from(c.version))
+                .fetch_optional(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            match existing.map(|r| contract_of(&r)).transpose()? {
+                Some(e) if e.content_id == c.content_id => Ok(Registration::Unchanged),
+                Some(e) => Err(StoreError::Conflict(format!(
+                    "{}@{} is already registered as {}; a changed contract needs a new version",
+                    c.name, c.version, e.content_id
+                ))),
+                None => Err(StoreError::Conflict(format!(
+                    "{} is already registered",
+                    c.content_id
+                ))),
+            }
+        })
+    }
+
+    async fn get_contract(&self, name: &str, version: u32) -> Result<Option<StoredContract>, StoreError> {
+        let sql = concat!(
+            "SELECT ",
+            contract_columns!(),
+            " FROM contracts WHERE name = $1 AND version = $2"
+        );
+        read!(self, |ex| {
+            let row = sqlx::query(sql)
+                .bind(name)
+                .bind(i64::from(version))
+                .fetch_optional(ex)
+                .await?;
+            row.map(|r| contract_of(&r)).transpose()
+        })
+    }
+
+    async fn get_contract_by_id(&self, content_id: &str) -> Result<Option<StoredContract>, StoreError> {
+        let sql = concat!(
+            "SELECT ",
+            contract_columns!(),
+            " FROM contracts WHERE content_id = $1"
+        );
+        read!(self, |ex| {
+            let row = sqlx::query(sql).bind(content_id).fetch_optional(ex).await?;
+            row.map(|r| contract_of(&r)).transpose()
+        })
+    }
+
+    async fn list_contracts(&self) -> Result<Vec<StoredContract>, StoreError> {
+        let sql = concat!(
+            "SELECT ",
+            contract_columns!(),
+            " FROM contracts ORDER BY name, version"
+        );
+        read!(self, |ex| {
+            let rows = sqlx::query(sql).fetch_all(ex).await?;
+            rows.iter().map(contract_of).collect()
+        })
+    }
+
+    async fn retire_contract(&self, content_id: &str, at: OffsetDateTime) -> Result<bool, StoreError> {
+        let sql = "UPDATE contracts SET retired_at = COALESCE(retired_at, $1) WHERE content_id = $2";
+        write_tx!(self, |tx| {
+            let done = sqlx::query(sql)
+                .bind(ms(at))
+                .bind(content_id)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(done.rows_affected() == 1)
+        })
+    }
+
+    async fn insert_ledger(&self, entry: &LedgerEntry) -> Result<(), StoreError> {
+        let values = LedgerValues::of(entry)?;
+        write_tx!(self, |tx| {
+            bind_ledger!(entry, values).execute(&mut *tx).await?;
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    async fn get_ledger(&self, tenant: &str, id: &str) -> Result<Option<LedgerEntry>, StoreError> {
+        let sql = concat!(
+            "SELECT ",
+            ledger_columns!(),
+            " FROM ledger WHERE tenant = $1 AND id = $2"
+        );
+        read!(self, |ex| {
+            let row = sqlx::query(sql).bind(tenant).bind(id).fetch_optional(ex).await?;
+            row.map(|r| ledger_of(&r)).transpose()
+        })
+    }
+
+    async fn list_ledger(&self, tenant: &str, filter: &LedgerFilter) -> Result<LedgerPage, StoreError> {
+        let limit = filter.limit.clamp(1, 500);
+        let cursor = match &filter.cursor {
+            None => None,
+            Some(c) => {
+                let (at, id) = c
+                    .split_once(':')
+                    .and_then(|(at, id)| Some((at.parse::<i64>().ok()?, id.to_owned())))
+                    .ok_or_else(|| StoreError::Invalid("malformed cursor".into()))?;
+                Some((at, id))
+            }
+        };
+        // Only the conditions in use are added; every value is a bound parameter.
+        let mut sql = concat!("SELECT ", ledger_columns!(), " FROM ledger WHERE tenant = $1").to_owned();
+        let mut n = 1;
+        let mut next = |sql: &mut String, condition: &str| {
+            n += 1;
+            sql.push_str(&condition.replace('?', &format!("${n}")));
+            n
+        };
+        if filter.tool.is_some() {
+            next(&mut sql, " AND tool = ?");
+        }
+        if filter.outcome.is_some() {
+            next(&mut sql, " AND outcome = ?");
+        }
+        if filter.principal.is_some() {
+            next(&mut sql, " AND principal = ?");
+        }
+        if filter.since.is_some() {
+            next(&mut sql, " AND created_at >= ?");
+        }
+        if filter.until.is_some() {
+            next(&mut sql, " AND created_at < ?");
+        }
+        if cursor.is_some() {
+            let at = next(&mut sql, " AND (created_at < ?");
+            next(&mut sql, &format!(" OR (created_at = ${at} AND id < ?))"));
+        }
+        sql.push_str(&format!(" ORDER BY created_at DESC, id DESC LIMIT {}", limit + 1));
+        read!(self, |ex| {
+            // Built only from fixed fragments above; every value is a bound parameter.
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql.as_str())).bind(tenant);
+            if let Some(tool) = &filter.tool {
+                query = query.bind(tool);
+            }
+            if let Some(outcome) = filter.outcome {
+                query = query.bind(outcome.as_str());
+            }
+            if let Some(principal) = &filter.principal {
+                query = query.bind(principal);
+            }
+            if let Some(since) = filter.since {
+                query = query.bind(ms(since));
+            }
+            if let Some(until) = filter.until {
+                query = query.bind(ms(until));
+            }
+            if let Some((at, id)) = &cursor {
+                query = query.bind(*at).bind(id);
+            }
+            let rows = query.fetch_all(ex).await?;
+            let mut entries = rows.iter().map(ledger_of).collect::<Result<Vec<_>, _>>()?;
+            let more = entries.len() > limit as usize;
+            entries.truncate(limit as usize);
+            let next_cursor = if more {
+                entries.last().map(|e| format!("{}:{}", ms(e.created_at), e.id))
+            } else {
+                None
+            };
+            Ok(LedgerPage { entries, next_cursor })
+        })
+    }
+
+    async fn list_unresolved(
+        &self,
+        older_than: OffsetDateTime,
+        limit: u32,
+    ) -> Result<Vec<LedgerEntry>, StoreError> {
+        let sql = concat!(
+            "SELECT ",
+            ledger_columns!(),
+            " FROM ledger WHERE outcome IN ('attempting', 'unknown') AND updated_at <= $1 \
+             ORDER BY updated_at LIMIT $2"
+        );
+        read!(self, |ex| {
+            let rows = sqlx::query(sql)
+                .bind(ms(older_than))
+                .bind(i64::from(limit))
+                .fetch_all(ex)
+                .await?;
+            rows.iter().map(ledger_of).collect()
+        })
+    }
+
+    async fn begin_attempt(
+        &self,
+        entry: &LedgerEntry,
+        scope: Option<&IdempotencyScope>,
+        expires_at: OffsetDateTime,
+    ) -> Result<AttemptStart, StoreError> {
+        let insert = "INSERT INTO idempotency (tenant, principal, contract_id, key, payload_digest, status, ledger_id, \
+                      created_at, updated_at, expires_at) VALUES ($1, $2, $3, $4, $5, 'in_flight', $6, $7, $7, $8) \
+                      ON CONFLICT (tenant, principal, contract_id, key) DO NOTHING";
+        // An expired record is free: take it over in place.
+        let take_over = "UPDATE idempotency SET payload_digest = $5, status = 'in_flight', result = NULL, \
+                         error_code = NULL, ledger_id = $6, created_at = $7, updated_at = $7, expires_at = $8 \
+                         WHERE tenant = $1 AND principal = $2 AND contract_id = $3 AND key = $4 AND expires_at <= $7";
+        let select = concat!(
+            "SELECT ",
+            idempotency_columns!(),
+            " FROM idempotency \
+             WHERE tenant = $1 AND principal = $2 AND contract_id = $3 AND key = $4"
+        );
+        let now = ms(entry.created_at);
+        write_tx!(self, |tx| {
+            let start = match scope {
+                None => AttemptStart::Started,
+                Some(scope) => {
+                    let digest = entry.payload_digest.as_deref().unwrap_or_default();
+                    let mut claimed = false;
+                    for statement in [insert, take_over] {
+                        let done = sqlx::query(statement)
+                            .bind(&scope.tenant)
+                            .bind(&scope.principal)
+                            .bind(&scope.contract_id)
+                            .bind(&scope.key)
+                            .bind(digest)
+                            .bind(&entry.id)
+                            .bind(now)
+                            .bind(ms(expires_at))
+                            .execute(&mut *tx)
+                            .await?;
+                        if done.rows_affected() == 1 {
+                            claimed = true;
+                            break;
+                        }
+                    }
+                    if claimed {
+                        AttemptStart::Started
+                    } else {
+                        let row = sqlx::query(select)
+                            .bind(&scope.tenant)
+                            .bind(&scope.principal)
+                            .bind(&scope.contract_id)
+                            .bind(&scope.key)
+                            .fetch_one(&mut *tx)
+                            .await?;
+                        classify_existing(idempotency_of(&row)?, entry.payload_digest.as_deref())
+                    }
+                }
+            };
+            let row = ledger_for(entry, &start);
+            let values = LedgerValues::of(&row)?;
+            bind_ledger!(row, values).execute(&mut *tx).await?;
+            tx.commit().await?;
+            Ok(start)
+        })
+    }
+
+    async fn finish_attempt(
+        &self,
+        tenant: &str,
+        ledger_id: &str,
+        scope: Option<&IdempotencyScope>,
+        finish: &AttemptFinish,
+        now: OffsetDateTime,
+    ) -> Result<(), StoreError> {
+        let status = idempotency_after(finish)?;
+        let ledger = "UPDATE ledger SET outcome = $1, attempts = $2, error_code = $3, latency_ms = $4, cost = $5, \
+                      updated_at = $6 WHERE tenant = $7 AND id = $8 AND outcome IN ('attempting', 'unknown')";
+        let update = "UPDATE idempotency SET status = $1, result = $2, error_code = $3, updated_at = $4 \
+                      WHERE tenant = $5 AND principal = $6 AND contract_id = $7 AND key = $8 AND ledger_id = $9";
+        let release = "DELETE FROM idempotency \
+                       WHERE tenant = $1 AND principal = $2 AND contract_id = $3 AND key = $4 AND ledger_id = $5";
+        let latency = int(finish.latency_ms)?;
+        let cost = int(finish.cost)?;
+        write_tx!(self, |tx| {
+            let done = sqlx::query(ledger)
+                .bind(finish.outcome.as_str())
+                .bind(i64::from(finish.attempts))
+                .bind(&finish.error_code)
+                .bind(latency)
+                .bind(cost)
+                .bind(ms(now))
+                .bind(tenant)
+                .bind(ledger_id)
+                .execute(&mut *tx)
+                .await?;
+            if done.rows_affected() != 1 {
+                return Err(StoreError::Conflict(format!(
+                    "ledger row {ledger_id} is not awaiting an outcome"
+                )));
+            }
+            if let Some(scope) = scope {
+                match status {
+                    Some(status) => {
+                        sqlx::query(update)
+                            .bind(status.as_str())
+                            .bind(finish.result.as_ref().map(json_text))
+                            .bind(&finish.error_code)
+                            .bind(ms(now))
+                            .bind(&scope.tenant)
+                            .bind(&scope.principal)
+                            .bind(&scope.contract_id)
+                            .bind(&scope.key)
+                            .bind(ledger_id)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                    None => {
+                        sqlx::query(release)
+                            .bind(&scope.tenant)
+                            .bind(&scope.principal)
+                            .bind(&scope.contract_id)
+                            .bind(&scope.key)
+                            .bind(ledger_id)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                }
+            }
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    async fn get_idempotency(
+        &self,
+        scope: &IdempotencyScope,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        let sql = concat!(
+            "SELECT ",
+            idempotency_columns!(),
+            " FROM idempotency \
+             WHERE tenant = $1 AND principal = $2 AND contract_id = $3 AND key = $4"
+        );
+        read!(self, |ex| {
+            let row = sqlx::query(sql)
+                .bind(&scope.tenant)
+                .bind(&scope.principal)
+                .bind(&scope.contract_id)
+                .bind(&scope.key)
+                .fetch_optional(ex)
+                .await?;
+            row.map(|r| idempotency_of(&r)).transpose()
+        })
+    }
+
+    async fn create_approval(&self, a: &NewApproval) -> Result<(), StoreError> {
+        let sql = "INSERT INTO approvals (id, tenant, contract_id, tool, proposer, payload_digest, idempotency_key, \
+                   arguments, status, created_at, expires_at) \
+                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9, $10)";
+        write_tx!(self, |tx| {
+            sqlx::query(sql)
+                .bind(&a.id)
+                .bind(&a.tenant)
+                .bind(&a.contract_id)
+                .bind(&a.tool)
+                .bind(&a.proposer)
+                .bind(&a.payload_digest)
+                .bind(&a.idempotency_key)
+                .bind(json_text(&a.arguments))
+                .bind(ms(a.created_at))
+                .bind(ms(a.expires_at))
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    async fn get_approval(&self, tenant: &str, id: &str) -> Result<Option<ApprovalRequest>, StoreError> {
+        let sql = concat!(
+            "SELECT ",
+            approval_columns!(),
+            " FROM approvals WHERE tenant = $1 AND id = $2"
+        );
+        read!(self, |ex| {
+            let row = sqlx::query(sql).bind(tenant).bind(id).fetch_optional(ex).await?;
+            row.map(|r| approval_of(&r)).transpose()
+        })
+    }
+
+    async fn list_approvals(
+        &self,
+        tenant: &str,
+        status: Option<ApprovalStatus>,
+        limit: u32,
+    ) -> Result<Vec<ApprovalRequest>, StoreError> {
+        let sql = concat!(
+            "SELECT ",
+            approval_columns!(),
+            " FROM approvals WHERE tenant = $1 AND ($2 = '' OR status = $2) \
+             ORDER BY created_at, id LIMIT $3"
+        );
+        read!(self, |ex| {
+            let rows = sqlx::query(sql)
+                .bind(tenant)
+                .bind(status.map_or("", ApprovalStatus::as_str))
+                .bind(i64::from(limit.clamp(1, 1000)))
+                .fetch_all(ex)
+                .await?;
+            rows.iter().map(approval_of).collect()
+        })
+    }
+
+    async fn decide_approval(
+        &self,
+        tenant: &str,
+        id: &str,
+        reviewer: &str,
+        verdict: Verdict,
+        reason: Option<&str>,
+        now: OffsetDateTime,
+    ) -> Result<Result<ApprovalRequest, DecideRefusal>, StoreError> {
+        let status = match verdict {
+            Verdict::Approve => ApprovalStatus::Approved,
+            Verdict::Reject => ApprovalStatus::Rejected,
+        };
+        let update = concat!(
+            "UPDATE approvals SET status = $1, reviewer = $2, reason = $3, decided_at = $4 \
+             WHERE tenant = $5 AND id = $6 AND status = 'pending' AND expires_at > $4 AND proposer <> $2 \
+             RETURNING ",
+            approval_columns!()
+        );
+        let select = concat!(
+            "SELECT ",
+            approval_columns!(),
+            " FROM approvals WHERE tenant = $1 AND id = $2"
+        );
+        write_tx!(self, |tx| {
+            let row = sqlx::query(update)
+                .bind(status.as_str())
+                .bind(reviewer)
+                .bind(reason)
+                .bind(ms(now))
+                .bind(tenant)
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?;
+            let result = match row {
+                Some(row) => Ok(approval_of(&row)?),
+                None => {
+                    let current = sqlx::query(select)
+                        .bind(tenant)
+                        .bind(id)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    Err(decide_refusal(
+                        current.map(|r| approval_of(&r)).transpose()?,
+                        reviewer,
+                        now,
+                    ))
+                }
+            };
+            tx.commit().await?;
+            Ok(result)
+        })
+    }
+
+    async fn consume_approval(
+        &self,
+        tenant: &str,
+        claim: &ApprovalClaim,
+        now: OffsetDateTime,
+    ) -> Result<ConsumeOutcome, StoreError> {
+        let update = concat!(
+            "UPDATE approvals SET status = 'consumed', consumed_at = $1, consumed_by = $2 \
+             WHERE tenant = $3 AND id = $4 AND status = 'approved' AND expires_at > $1 AND contract_id = $5 \
+             AND payload_digest = $6 AND idempotency_key IS NOT DISTINCT FROM $7 AND proposer = $8 \
+             RETURNING ",
+            approval_columns!()
+        );
+        let select = concat!(
+            "SELECT ",
+            approval_columns!(),
+            " FROM approvals WHERE tenant = $1 AND id = $2"
+        );
+        write_tx!(self, |tx| {
+            let row = sqlx::query(update)
+                .bind(ms(now))
+                .bind(&claim.ledger_id)
+                .bind(tenant)
+                .bind(&claim.approval_id)
+                .bind(&claim.contract_id)
+                .bind(&claim.payload_digest)
+                .bind(&claim.idempotency_key)
+                .bind(&claim.principal)
+                .fetch_optional(&mut *tx)
+                .await?;
+            let outcome = match row {
+                Some(row) => ConsumeOutcome::Consumed(approval_of(&row)?),
+                None => {
+                    let current = sqlx::query(select)
+                        .bind(tenant)
+                        .bind(&claim.approval_id)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    ConsumeOutcome::Refused(current.map(|r| approval_of(&r)).transpose()?)
+                }
+            };
+            tx.commit().await?;
+            Ok(outcome)
+        })
+    }
+
+    async fn reserve_budget(
+        &self,
+        tenant: &str,
+        reservations: &[BudgetReservation],
+    ) -> Result<BudgetOutcome, StoreError> {
+        // Inserts the counter or adds to it, but only while the sum stays within the limit;
+        // no returned row means the counter had no room.
+        let sql = "INSERT INTO budget_counters (tenant, key, used, expires_at) VALUES ($1, $2, $3, $4) \
+                   ON CONFLICT (tenant, key) DO UPDATE SET used = budget_counters.used + excluded.used \
+                   WHERE budget_counters.used + excluded.used <= $5 RETURNING used";
+        write_tx!(self, |tx| {
+            for r in reservations {
+                let fits = r.amount <= r.limit
+                    && sqlx::query(sql)
+                        .bind(tenant)
+                        .bind(&r.key)
+                        .bind(int(r.amount)?)
+                        .bind(ms(r.expires_at))
+                        .bind(int(r.limit)?)
+                        .fetch_optional(&mut *tx)
+                        .await?
+                        .is_some();
+                if !fits {
+                    tx.rollback().await?;
+                    return Ok(BudgetOutcome::Exhausted { key: r.key.clone() });
+                }
+            }
+            tx.commit().await?;
+            Ok(BudgetOutcome::Granted)
+        })
+    }
+
+    async fn release_budget(
+        &self,
+        tenant: &str,
+        reservations: &[BudgetReservation],
+    ) -> Result<(), StoreError> {
+        let sql = "UPDATE budget_counters SET used = CASE WHEN used > $1 THEN used - $1 ELSE 0 END \
+                   WHERE tenant = $2 AND key = $3";
+        write_tx!(self, |tx| {
+            for r in reservations {
+                sqlx::query(sql)
+                    .bind(int(r.amount)?)
+                    .bind(tenant)
+                    .bind(&r.key)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    async fn budget_used(&self, tenant: &str, key: &str) -> Result<u64, StoreError> {
+        let sql = "SELECT used FROM budget_counters WHERE tenant = $1 AND key = $2";
+        read!(self, |ex| {
+            let row = sqlx::query(sql).bind(tenant).bind(key).fetch_optional(ex).await?;
+            match row {
+                Some(row) => uint(row.int("used")?),
+                None => Ok(0),
+            }
+        })
+    }
+
+    async fn create_api_key(&self, k: &NewApiKey) -> Result<(), StoreError> {
+        let sql = "INSERT INTO api_keys (id, key_hash, tenant, principal, grants, roles, label, created_at) \
+                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
+        write_tx!(self, |tx| {
+            sqlx::query(sql)
+                .bind(&k.id)
+                .bind(&k.key_hash)
+                .bind(&k.tenant)
+                .bind(&k.principal)
+                .bind(list_text(&k.grants))
+                .bind(list_text(&k.roles))
+                .bind(&k.label)
+                .bind(ms(k.created_at))
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    async fn find_api_key(&self, key_hash: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
+        let sql = concat!("SELECT ", key_columns!(), " FROM api_keys WHERE key_hash = $1");
+        read!(self, |ex| {
+            let row = sqlx::query(sql).bind(key_hash).fetch_optional(ex).await?;
+            row.map(|r| key_of(&r)).transpose()
+        })
+    }
+
+    async fn list_api_keys(&self, tenant: &str) -> Result<Vec<ApiKeyRecord>, StoreError> {
+        let sql = concat!(
+            "SELECT ",
+            key_columns!(),
+            " FROM api_keys WHERE tenant = $1 ORDER BY created_at, id"
+        );
+        read!(self, |ex| {
+            let rows = sqlx::query(sql).bind(tenant).fetch_all(ex).await?;
+            rows.iter().map(key_of).collect()
+        })
+    }
+
+    async fn revoke_api_key(&self, tenant: &str, id: &str, at: OffsetDateTime) -> Result<bool, StoreError> {
+        let sql = "UPDATE api_keys SET revoked_at = $1 WHERE tenant = $2 AND id = $3 AND revoked_at IS NULL";
+        write_tx!(self, |tx| {
+            let done = sqlx::query(sql)
+                .bind(ms(at))
+                .bind(tenant)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(done.rows_affected() == 1)
+        })
+    }
+
+    async fn has_api_keys(&self) -> Result<bool, StoreError> {
+        read!(self, |ex| {
+            let row = sqlx::query("SELECT COUNT(*) AS n FROM (SELECT 1 FROM api_keys LIMIT 1) AS k")
+                .fetch_one(ex)
+                .await?;
+            Ok(row.int("n")? > 0)
+        })
+    }
+
+    async fn enqueue_job(&self, j: &NewJob) -> Result<(), StoreError> {
+        let sql = "INSERT INTO jobs (id, tenant, kind, payload, status, attempts, max_attempts, run_at, created_at, \
+                   updated_at) VALUES ($1, $2, $3, $4, 'pending', 0, $5, $6, $6, $6)";
+        write_tx!(self, |tx| {
+            sqlx::query(sql)
+                .bind(&j.id)
+                .bind(&j.tenant)
+                .bind(&j.kind)
+                .bind(json_text(&j.payload))
+                .bind(i64::from(j.max_attempts.max(1)))
+                .bind(ms(j.run_at))
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    async fn claim_jobs(
+        &self,
+        worker: &str,
+        limit: u32,
+        lease: Duration,
+        now: OffsetDateTime,
+    ) -> Result<Vec<Job>, StoreError> {
+        // PostgreSQL: concurrent claimers skip each other's locked rows. SQLite: the single
+        // writer connection serializes claims, so the subquery needs no lock.
+        macro_rules! claim {
+            ($lock:literal) => {
+                concat!(
+                    "UPDATE jobs SET status = 'running', locked_by = $1, locked_until = $2, ",
+                    "attempts = attempts + 1, updated_at = $3 WHERE id IN (SELECT id FROM jobs ",
+                    "WHERE (status = 'pending' AND run_at <= $3) OR (status = 'running' AND locked_until <= $3) ",
+                    "ORDER BY run_at, id LIMIT $4",
+                    $lock,
+                    ") RETURNING ",
+                    job_columns!()
+                )
+            };
+        }
+        let sql = match self.backend {
+            Backend::Sqlite { .. } => claim!(""),
+            Backend::Postgres(_) => claim!(" FOR UPDATE SKIP LOCKED"),
+        };
+        let until = now + lease;
+        write_tx!(self, |tx| {
+            let rows = sqlx::query(sql)
+                .bind(worker)
+                .bind(ms(until))
+                .bind(ms(now))
+                .bind(i64::from(limit.clamp(1, 1000)))
+                .fetch_all(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            let mut jobs = rows.iter().map(job_of).collect::<Result<Vec<_>, _>>()?;
+            jobs.sort_by(|a, b| (a.job.run_at, &a.job.id).cmp(&(b.job.run_at, &b.job.id)));
+            Ok(jobs)
+        })
+    }
+
+    async fn complete_job(
+        &self,
+        id: &str,
+        worker: &str,
+        completion: &JobCompletion,
+        now: OffsetDateTime,
+    ) -> Result<bool, StoreError> {
+        let (status, run_at, error) = match completion {
+            JobCompletion::Done => (JobStatus::Done, None, None),
+            JobCompletion::Retry { run_at, error } => {
+                (JobStatus::Pending, Some(ms(*run_at)), Some(error.as_str()))
+            }
+            JobCompletion::Dead { error } => (JobStatus::Dead, None, Some(error.as_str())),
+        };
+        // A retry out of attempts becomes dead.
+        let sql = "UPDATE jobs SET status = CASE WHEN $1 = 'pending' AND attempts >= max_attempts THEN 'dead' ELSE $1 END, \
+                   run_at = COALESCE($2, run_at), last_error = COALESCE($3, last_error), locked_by = NULL, \
+                   locked_until = NULL, updated_at = $4 WHERE id = $5 AND locked_by = $6 AND status = 'running'";
+        write_tx!(self, |tx| {
+            let done = sqlx::query(sql)
+                .bind(status.as_str())
+                .bind(run_at)
+                .bind(error)
+                .bind(ms(now))
+                .bind(id)
+                .bind(worker)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(done.rows_affected() == 1)
+        })
+    }
+
+    async fn list_dead_jobs(&self, tenant: &str, limit: u32) -> Result<Vec<Job>, StoreError> {
+        let sql = concat!(
+            "SELECT ",
+            job_columns!(),
+            " FROM jobs WHERE tenant = $1 AND status = 'dead' ORDER BY updated_at, id LIMIT $2"
+        );
+        read!(self, |ex| {
+            let rows = sqlx::query(sql)
+                .bind(tenant)
+                .bind(i64::from(limit.clamp(1, 1000)))
+                .fetch_all(ex)
+                .await?;
+            rows.iter().map(job_of).collect()
+        })
+    }
+
+    async fn purge_expired(&self, now: OffsetDateTime) -> Result<PurgeCounts, StoreError> {
+        let now = ms(now);
+        write_tx!(self, |tx| {
+            // In-flight and unknown records are kept until reconciled, whatever their age.
+            let idempotency = sqlx::query(
+                "DELETE FROM idempotency WHERE expires_at <= $1 AND status IN ('committed', 'failed')",
+            )
+            .bind(now)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            let budget_counters = sqlx::query("DELETE FROM budget_counters WHERE expires_at <= $1")
+                .bind(now)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            let approvals_expired = sqlx::query(
+                "UPDATE approvals SET status = 'expired' WHERE status IN ('pending', 'approved') AND expires_at <= $1",
+            )
+            .bind(now)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            tx.commit().await?;
+            Ok(PurgeCounts {
+                idempotency,
+                budget_counters,
+                approvals_expired,
+            })
+        })
+    }
+}

@@ -1,0 +1,1021 @@
+//! The conformance cases: each runs unchanged against every backend.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use time::OffsetDateTime;
+use time::macros::datetime;
+use warrant_store::*;
+
+use crate::support::Backend;
+
+const T0: OffsetDateTime = datetime!(2026-11-29 12:00 UTC);
+
+fn secs(n: i64) -> time::Duration {
+    time::Duration::seconds(n)
+}
+
+fn contract(name: &str, version: u32, id: &str) -> StoredContract {
+    StoredContract {
+        name: name.into(),
+        version,
+        content_id: id.into(),
+        body: json!({"name": name, "version": version, "effect": "write"}),
+        binding: Some(json!({"kind": "http", "url": "https://x.example"})),
+        binding_digest: Some("sha256:bb".into()),
+        registered_at: T0,
+        retired_at: None,
+    }
+}
+
+fn entry(id: &str, tenant: &str, at: OffsetDateTime) -> LedgerEntry {
+    let mut e = LedgerEntry::new(
+        id.into(),
+        tenant,
+        "agent-7",
+        &format!("trace-{id}"),
+        "create_support_credit",
+        at,
+    );
+    e.contract_id = Some("tool-contract@sha256:aa".into());
+    e.payload_digest = Some("sha256:p1".into());
+    e.decision = LedgerDecision::Allow;
+    e.outcome = Some(Outcome::Attempting);
+    e.idempotency_key = Some("k-1".into());
+    e.arguments = Some(json!({"amount_cents": 2500, "reason": "hmac:ab12"}));
+    e
+}
+
+fn scope(tenant: &str, key: &str) -> IdempotencyScope {
+    IdempotencyScope {
+        tenant: tenant.into(),
+        principal: "agent-7".into(),
+        contract_id: "tool-contract@sha256:aa".into(),
+        key: key.into(),
+    }
+}
+
+fn committed(result: serde_json::Value) -> AttemptFinish {
+    AttemptFinish {
+        outcome: Outcome::Committed,
+        attempts: 1,
+        error_code: None,
+        result: Some(result),
+        latency_ms: 12,
+        cost: 1,
+    }
+}
+
+fn failed(code: &str) -> AttemptFinish {
+    AttemptFinish {
+        outcome: Outcome::Failed,
+        attempts: 3,
+        error_code: Some(code.into()),
+        result: None,
+        latency_ms: 40,
+        cost: 0,
+    }
+}
+
+pub async fn contracts_are_immutable(b: &Backend) {
+    let s = b.store();
+    let c = contract("create_support_credit", 1, "tool-contract@sha256:aa");
+    assert_eq!(s.register_contract(&c).await.unwrap(), Registration::Registered);
+    assert_eq!(s.register_contract(&c).await.unwrap(), Registration::Unchanged);
+    let changed = StoredContract {
+        content_id: "tool-contract@sha256:cc".into(),
+        ..c.clone()
+    };
+    assert!(matches!(
+        s.register_contract(&changed).await,
+        Err(StoreError::Conflict(_))
+    ));
+    let v2 = contract("create_support_credit", 2, "tool-contract@sha256:dd");
+    assert_eq!(s.register_contract(&v2).await.unwrap(), Registration::Registered);
+
+    assert_eq!(
+        s.get_contract("create_support_credit", 1).await.unwrap(),
+        Some(c.clone())
+    );
+    assert_eq!(
+        s.get_contract_by_id("tool-contract@sha256:dd")
+            .await
+            .unwrap()
+            .unwrap()
+            .version,
+        2
+    );
+    assert_eq!(s.get_contract("create_support_credit", 3).await.unwrap(), None);
+    let all = s.list_contracts().await.unwrap();
+    assert_eq!(all.iter().map(|c| c.version).collect::<Vec<_>>(), vec![1, 2]);
+
+    assert!(
+        s.retire_contract("tool-contract@sha256:aa", T0 + secs(5))
+            .await
+            .unwrap()
+    );
+    assert!(
+        s.retire_contract("tool-contract@sha256:aa", T0 + secs(9))
+            .await
+            .unwrap()
+    );
+    let retired = s.get_contract("create_support_credit", 1).await.unwrap().unwrap();
+    assert_eq!(
+        retired.retired_at,
+        Some(T0 + secs(5)),
+        "retiring twice keeps the first time"
+    );
+    assert!(!s.retire_contract("tool-contract@sha256:zz", T0).await.unwrap());
+}
+
+pub async fn ledger_round_trips_and_paginates(b: &Backend) {
+    let s = b.store();
+    for i in 0..25 {
+        let mut e = entry(&format!("led_{i:03}"), "acme", T0 + secs(i));
+        if i % 5 == 0 {
+            e.decision = LedgerDecision::Reject;
+            e.stage = Some("schema".into());
+            e.error_code = Some("SCHEMA_TYPE_MISMATCH".into());
+            e.outcome = None;
+            e.tool = "lookup_order".into();
+        }
+        s.insert_ledger(&e).await.unwrap();
+    }
+    s.insert_ledger(&entry("led_other", "globex", T0)).await.unwrap();
+
+    let one = s.get_ledger("acme", "led_003").await.unwrap().unwrap();
+    assert_eq!(one, entry("led_003", "acme", T0 + secs(3)));
+
+    let mut seen = Vec::new();
+    let mut filter = LedgerFilter {
+        limit: 7,
+        ..LedgerFilter::default()
+    };
+    loop {
+        let page = s.list_ledger("acme", &filter).await.unwrap();
+        seen.extend(page.entries.iter().map(|e| e.id.clone()));
+        match page.next_cursor {
+            Some(c) => filter.cursor = Some(c),
+            None => break,
+        }
+    }
+    let expected: Vec<String> = (0..25).rev().map(|i| format!("led_{i:03}")).collect();
+    assert_eq!(
+        seen, expected,
+        "newest first, every row once, nothing of another tenant"
+    );
+
+    let rejected = s
+        .list_ledger(
+            "acme",
+            &LedgerFilter {
+                tool: Some("lookup_order".into()),
+                limit: 100,
+                ..LedgerFilter::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(rejected.entries.len(), 5);
+    let attempting = s
+        .list_ledger(
+            "acme",
+            &LedgerFilter {
+                outcome: Some(Outcome::Attempting),
+                since: Some(T0 + secs(10)),
+                until: Some(T0 + secs(20)),
+                principal: Some("agent-7".into()),
+                limit: 100,
+                ..LedgerFilter::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(attempting.entries.len(), 8, "10..20 minus 10 and 15");
+    assert!(matches!(
+        s.list_ledger(
+            "acme",
+            &LedgerFilter {
+                cursor: Some("garbage".into()),
+                limit: 5,
+                ..LedgerFilter::default()
+            }
+        )
+        .await,
+        Err(StoreError::Invalid(_))
+    ));
+}
+
+pub async fn tenants_are_isolated(b: &Backend) {
+    let s = b.store();
+    s.insert_ledger(&entry("led_a", "acme", T0)).await.unwrap();
+    assert_eq!(s.get_ledger("globex", "led_a").await.unwrap(), None);
+    assert!(
+        s.list_ledger(
+            "globex",
+            &LedgerFilter {
+                limit: 10,
+                ..LedgerFilter::default()
+            }
+        )
+        .await
+        .unwrap()
+        .entries
+        .is_empty()
+    );
+
+    s.create_approval(&approval("apr_a", "acme", T0)).await.unwrap();
+    assert_eq!(s.get_approval("globex", "apr_a").await.unwrap(), None);
+    assert!(s.list_approvals("globex", None, 10).await.unwrap().is_empty());
+    let decided = s
+        .decide_approval("globex", "apr_a", "boss", Verdict::Approve, None, T0)
+        .await
+        .unwrap();
+    assert_eq!(decided, Err(DecideRefusal::NotFound));
+    s.decide_approval("acme", "apr_a", "boss", Verdict::Approve, None, T0)
+        .await
+        .unwrap()
+        .unwrap();
+    let claim = claim_for("apr_a");
+    assert_eq!(
+        s.consume_approval("globex", &claim, T0).await.unwrap(),
+        ConsumeOutcome::Refused(None)
+    );
+
+    // The same idempotency key in two tenants is two records.
+    let mut e = entry("led_b1", "acme", T0);
+    assert_eq!(
+        s.begin_attempt(&e, Some(&scope("acme", "k")), T0 + secs(60))
+            .await
+            .unwrap(),
+        AttemptStart::Started
+    );
+    e.id = "led_b2".into();
+    e.tenant = "globex".into();
+    assert_eq!(
+        s.begin_attempt(&e, Some(&scope("globex", "k")), T0 + secs(60))
+            .await
+            .unwrap(),
+        AttemptStart::Started
+    );
+
+    let key = api_key("key_a", "acme");
+    s.create_api_key(&key).await.unwrap();
+    assert!(s.list_api_keys("globex").await.unwrap().is_empty());
+    assert!(!s.revoke_api_key("globex", "key_a", T0).await.unwrap());
+    assert_eq!(s.budget_used("globex", "k").await.unwrap(), 0);
+}
+
+pub async fn idempotency_claims_replays_and_refuses(b: &Backend) {
+    let s = b.store();
+    let sc = scope("acme", "k-1");
+    let exp = T0 + secs(3600);
+    let first = entry("led_1", "acme", T0);
+    assert_eq!(
+        s.begin_attempt(&first, Some(&sc), exp).await.unwrap(),
+        AttemptStart::Started
+    );
+    let rec = s.get_idempotency(&sc).await.unwrap().unwrap();
+    assert_eq!(
+        (rec.status, rec.ledger_id.as_str()),
+        (IdempotencyStatus::InFlight, "led_1")
+    );
+
+    // Same key while in flight.
+    let second = entry("led_2", "acme", T0 + secs(1));
+    assert_eq!(
+        s.begin_attempt(&second, Some(&sc), exp).await.unwrap(),
+        AttemptStart::InFlight
+    );
+    let row = s.get_ledger("acme", "led_2").await.unwrap().unwrap();
+    assert_eq!(
+        (row.decision, row.error_code.as_deref(), row.stage.as_deref()),
+        (
+            LedgerDecision::Reject,
+            Some("IDEMPOTENCY_IN_FLIGHT"),
+            Some("idempotency")
+        )
+    );
+
+    s.finish_attempt(
+        "acme",
+        "led_1",
+        Some(&sc),
+        &committed(json!({"credit_id": "cr_1", "status": "applied"})),
+        T0 + secs(2),
+    )
+    .await
+    .unwrap();
+    let row = s.get_ledger("acme", "led_1").await.unwrap().unwrap();
+    assert_eq!(
+        (row.outcome, row.attempts, row.cost, row.latency_ms),
+        (Some(Outcome::Committed), 1, 1, Some(12))
+    );
+    // Finishing twice is refused: the outcome is final.
+    assert!(matches!(
+        s.finish_attempt("acme", "led_1", Some(&sc), &committed(json!({})), T0 + secs(3))
+            .await,
+        Err(StoreError::Conflict(_))
+    ));
+
+    // Same key, same payload: replay of the stored result.
+    let third = entry("led_3", "acme", T0 + secs(4));
+    match s.begin_attempt(&third, Some(&sc), exp).await.unwrap() {
+        AttemptStart::Replay(r) => {
+            assert_eq!(r.result, Some(json!({"credit_id": "cr_1", "status": "applied"})));
+            assert_eq!(r.ledger_id, "led_1");
+        }
+        other => panic!("expected a replay, got {other:?}"),
+    }
+    let row = s.get_ledger("acme", "led_3").await.unwrap().unwrap();
+    assert_eq!(
+        (row.decision, row.outcome, row.cost),
+        (LedgerDecision::Allow, Some(Outcome::Replayed), 0)
+    );
+
+    // Same key, different payload.
+    let mut fourth = entry("led_4", "acme", T0 + secs(5));
+    fourth.payload_digest = Some("sha256:p2".into());
+    assert_eq!(
+        s.begin_attempt(&fourth, Some(&sc), exp).await.unwrap(),
+        AttemptStart::KeyReused
+    );
+    let row = s.get_ledger("acme", "led_4").await.unwrap().unwrap();
+    assert_eq!(row.error_code.as_deref(), Some("IDEMPOTENCY_KEY_REUSED"));
+
+    // Another principal has its own key space.
+    let other = IdempotencyScope {
+        principal: "agent-8".into(),
+        ..sc.clone()
+    };
+    let mut fifth = entry("led_5", "acme", T0 + secs(6));
+    fifth.principal = "agent-8".into();
+    fifth.payload_digest = Some("sha256:p2".into());
+    assert_eq!(
+        s.begin_attempt(&fifth, Some(&other), exp).await.unwrap(),
+        AttemptStart::Started
+    );
+
+    // Without a scope (read effects) nothing is claimed.
+    let sixth = entry("led_6", "acme", T0 + secs(7));
+    assert_eq!(
+        s.begin_attempt(&sixth, None, exp).await.unwrap(),
+        AttemptStart::Started
+    );
+}
+
+pub async fn idempotency_failures_and_unknowns(b: &Backend) {
+    let s = b.store();
+    let exp = T0 + secs(3600);
+    // A permanent failure is replayed.
+    let sc = scope("acme", "perm");
+    s.begin_attempt(&entry("led_p1", "acme", T0), Some(&sc), exp)
+        .await
+        .unwrap();
+    s.finish_attempt("acme", "led_p1", Some(&sc), &failed("TOOL_PERMANENT_FAILURE"), T0)
+        .await
+        .unwrap();
+    match s
+        .begin_attempt(&entry("led_p2", "acme", T0), Some(&sc), exp)
+        .await
+        .unwrap()
+    {
+        AttemptStart::Replay(r) => assert_eq!(r.error_code.as_deref(), Some("TOOL_PERMANENT_FAILURE")),
+        other => panic!("{other:?}"),
+    }
+    // A retryable failure releases the key.
+    let sc = scope("acme", "retry");
+    s.begin_attempt(&entry("led_r1", "acme", T0), Some(&sc), exp)
+        .await
+        .unwrap();
+    s.finish_attempt(
+        "acme",
+        "led_r1",
+        Some(&sc),
+        &failed("TOOL_UPSTREAM_UNAVAILABLE"),
+        T0,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        s.begin_attempt(&entry("led_r2", "acme", T0), Some(&sc), exp)
+            .await
+            .unwrap(),
+        AttemptStart::Started
+    );
+
+    // An unknown outcome blocks new attempts until reconciled.
+    let sc = scope("acme", "unknown");
+    s.begin_attempt(&entry("led_u1", "acme", T0), Some(&sc), exp)
+        .await
+        .unwrap();
+    let unknown = AttemptFinish {
+        outcome: Outcome::Unknown,
+        error_code: Some("TOOL_TIMEOUT".into()),
+        ..failed("x")
+    };
+    s.finish_attempt("acme", "led_u1", Some(&sc), &unknown, T0 + secs(1))
+        .await
+        .unwrap();
+    assert!(matches!(
+        s.begin_attempt(&entry("led_u2", "acme", T0), Some(&sc), exp)
+            .await
+            .unwrap(),
+        AttemptStart::Unknown(_)
+    ));
+    let open = s.list_unresolved(T0 + secs(10), 100).await.unwrap();
+    assert!(open.iter().any(|e| e.id == "led_u1"));
+    assert!(!open.iter().any(|e| e.id == "led_p1"));
+    let reconciled = AttemptFinish {
+        outcome: Outcome::ReconciledCommitted,
+        ..committed(json!({"credit_id": "cr_9"}))
+    };
+    s.finish_attempt("acme", "led_u1", Some(&sc), &reconciled, T0 + secs(2))
+        .await
+        .unwrap();
+    assert!(matches!(
+        s.begin_attempt(&entry("led_u3", "acme", T0), Some(&sc), exp)
+            .await
+            .unwrap(),
+        AttemptStart::Replay(_)
+    ));
+
+    // Reconciled as not committed: the key is free again.
+    let sc = scope("acme", "nothing");
+    s.begin_attempt(&entry("led_n1", "acme", T0), Some(&sc), exp)
+        .await
+        .unwrap();
+    s.finish_attempt("acme", "led_n1", Some(&sc), &unknown, T0)
+        .await
+        .unwrap();
+    let not = AttemptFinish {
+        outcome: Outcome::ReconciledNotCommitted,
+        ..failed("TOOL_TIMEOUT")
+    };
+    s.finish_attempt("acme", "led_n1", Some(&sc), &not, T0)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.begin_attempt(&entry("led_n2", "acme", T0), Some(&sc), exp)
+            .await
+            .unwrap(),
+        AttemptStart::Started
+    );
+
+    // `attempting` is not an ending.
+    let bad = AttemptFinish {
+        outcome: Outcome::Attempting,
+        ..failed("x")
+    };
+    assert!(matches!(
+        s.finish_attempt("acme", "led_n2", Some(&sc), &bad, T0).await,
+        Err(StoreError::Invalid(_))
+    ));
+}
+
+pub async fn expired_idempotency_records_are_free_and_purged(b: &Backend) {
+    let s = b.store();
+    let sc = scope("acme", "old");
+    s.begin_attempt(&entry("led_o1", "acme", T0), Some(&sc), T0 + secs(60))
+        .await
+        .unwrap();
+    s.finish_attempt("acme", "led_o1", Some(&sc), &committed(json!({"a": 1})), T0)
+        .await
+        .unwrap();
+    // After expiry a different payload may use the key.
+    let mut later = entry("led_o2", "acme", T0 + secs(61));
+    later.payload_digest = Some("sha256:other".into());
+    assert_eq!(
+        s.begin_attempt(&later, Some(&sc), T0 + secs(200)).await.unwrap(),
+        AttemptStart::Started
+    );
+
+    let sc2 = scope("acme", "purge-me");
+    s.begin_attempt(&entry("led_o3", "acme", T0), Some(&sc2), T0 + secs(60))
+        .await
+        .unwrap();
+    s.finish_attempt("acme", "led_o3", Some(&sc2), &committed(json!({})), T0)
+        .await
+        .unwrap();
+    let counts = s.purge_expired(T0 + secs(100)).await.unwrap();
+    assert_eq!(
+        counts.idempotency, 1,
+        "only the committed expired record; in-flight ones wait for reconciliation"
+    );
+    assert_eq!(s.get_idempotency(&sc2).await.unwrap(), None);
+    assert!(s.get_idempotency(&sc).await.unwrap().is_some());
+}
+
+pub async fn concurrent_claims_have_one_winner(b: &Backend) {
+    let mut tasks = Vec::new();
+    for i in 0..64 {
+        let s = b.nodes[i % 2].clone();
+        tasks.push(tokio::spawn(async move {
+            let e = entry(&format!("led_c{i:02}"), "acme", T0);
+            s.begin_attempt(&e, Some(&scope("acme", "contended")), T0 + secs(60))
+                .await
+                .unwrap()
+        }));
+    }
+    let mut started = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            AttemptStart::Started => started += 1,
+            AttemptStart::InFlight => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(started, 1);
+    let rows = b
+        .store()
+        .list_ledger(
+            "acme",
+            &LedgerFilter {
+                limit: 500,
+                ..LedgerFilter::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.entries.len(), 64, "every proposal has its ledger row");
+    assert_eq!(
+        rows.entries
+            .iter()
+            .filter(|e| e.outcome == Some(Outcome::Attempting))
+            .count(),
+        1
+    );
+}
+
+fn approval(id: &str, tenant: &str, at: OffsetDateTime) -> NewApproval {
+    NewApproval {
+        id: id.into(),
+        tenant: tenant.into(),
+        contract_id: "tool-contract@sha256:aa".into(),
+        tool: "create_support_credit".into(),
+        proposer: "agent-7".into(),
+        payload_digest: "sha256:p1".into(),
+        idempotency_key: Some("k-1".into()),
+        arguments: json!({"customer_id": "cus_8f3k2m9q", "amount_cents": 2500}),
+        created_at: at,
+        expires_at: at + secs(900),
+    }
+}
+
+fn claim_for(id: &str) -> ApprovalClaim {
+    ApprovalClaim {
+        approval_id: id.into(),
+        contract_id: "tool-contract@sha256:aa".into(),
+        payload_digest: "sha256:p1".into(),
+        idempotency_key: Some("k-1".into()),
+        principal: "agent-7".into(),
+        ledger_id: "led_consumer".into(),
+    }
+}
+
+pub async fn approvals_follow_their_lifecycle(b: &Backend) {
+    let s = b.store();
+    s.create_approval(&approval("apr_1", "acme", T0)).await.unwrap();
+    s.create_approval(&approval("apr_2", "acme", T0 + secs(1)))
+        .await
+        .unwrap();
+    let pending = s
+        .list_approvals("acme", Some(ApprovalStatus::Pending), 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        pending.iter().map(|a| a.request.id.as_str()).collect::<Vec<_>>(),
+        vec!["apr_1", "apr_2"]
+    );
+
+    // Not approved yet: cannot be consumed.
+    assert!(matches!(
+        s.consume_approval("acme", &claim_for("apr_1"), T0).await.unwrap(),
+        ConsumeOutcome::Refused(Some(_))
+    ));
+    // The proposer cannot review its own call.
+    let own = s
+        .decide_approval("acme", "apr_1", "agent-7", Verdict::Approve, None, T0)
+        .await
+        .unwrap();
+    assert_eq!(own, Err(DecideRefusal::SelfReview));
+    let ok = s
+        .decide_approval(
+            "acme",
+            "apr_1",
+            "supervisor-1",
+            Verdict::Approve,
+            Some("fine"),
+            T0 + secs(5),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (ok.status, ok.reviewer.as_deref(), ok.reason.as_deref()),
+        (ApprovalStatus::Approved, Some("supervisor-1"), Some("fine"))
+    );
+    let again = s
+        .decide_approval(
+            "acme",
+            "apr_1",
+            "supervisor-2",
+            Verdict::Reject,
+            None,
+            T0 + secs(6),
+        )
+        .await
+        .unwrap();
+    assert_eq!(again, Err(DecideRefusal::NotPending(ApprovalStatus::Approved)));
+
+    // A changed payload, key or proposer does not consume it.
+    for bad in [
+        ApprovalClaim {
+            payload_digest: "sha256:p2".into(),
+            ..claim_for("apr_1")
+        },
+        ApprovalClaim {
+            idempotency_key: None,
+            ..claim_for("apr_1")
+        },
+        ApprovalClaim {
+            idempotency_key: Some("k-2".into()),
+            ..claim_for("apr_1")
+        },
+        ApprovalClaim {
+            principal: "agent-8".into(),
+            ..claim_for("apr_1")
+        },
+        ApprovalClaim {
+            contract_id: "tool-contract@sha256:zz".into(),
+            ..claim_for("apr_1")
+        },
+    ] {
+        assert!(matches!(
+            s.consume_approval("acme", &bad, T0 + secs(7)).await.unwrap(),
+            ConsumeOutcome::Refused(Some(_))
+        ));
+    }
+    // Consumed exactly once.
+    match s
+        .consume_approval("acme", &claim_for("apr_1"), T0 + secs(8))
+        .await
+        .unwrap()
+    {
+        ConsumeOutcome::Consumed(a) => {
+            assert_eq!(
+                (a.status, a.consumed_by.as_deref()),
+                (ApprovalStatus::Consumed, Some("led_consumer"))
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    match s
+        .consume_approval("acme", &claim_for("apr_1"), T0 + secs(9))
+        .await
+        .unwrap()
+    {
+        ConsumeOutcome::Refused(Some(a)) => assert_eq!(a.status, ApprovalStatus::Consumed),
+        other => panic!("{other:?}"),
+    }
+
+    // Rejected approvals are never consumed; expired ones cannot be decided or consumed.
+    s.decide_approval(
+        "acme",
+        "apr_2",
+        "supervisor-1",
+        Verdict::Reject,
+        Some("too much"),
+        T0 + secs(2),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(matches!(
+        s.consume_approval("acme", &claim_for("apr_2"), T0 + secs(3))
+            .await
+            .unwrap(),
+        ConsumeOutcome::Refused(_)
+    ));
+    s.create_approval(&approval("apr_3", "acme", T0)).await.unwrap();
+    let late = s
+        .decide_approval(
+            "acme",
+            "apr_3",
+            "supervisor-1",
+            Verdict::Approve,
+            None,
+            T0 + secs(901),
+        )
+        .await
+        .unwrap();
+    assert_eq!(late, Err(DecideRefusal::Expired));
+    s.create_approval(&approval("apr_4", "acme", T0)).await.unwrap();
+    s.decide_approval(
+        "acme",
+        "apr_4",
+        "supervisor-1",
+        Verdict::Approve,
+        None,
+        T0 + secs(10),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(matches!(
+        s.consume_approval("acme", &claim_for("apr_4"), T0 + secs(900))
+            .await
+            .unwrap(),
+        ConsumeOutcome::Refused(_)
+    ));
+    let counts = s.purge_expired(T0 + secs(1000)).await.unwrap();
+    assert_eq!(counts.approvals_expired, 2);
+    assert_eq!(
+        s.get_approval("acme", "apr_4").await.unwrap().unwrap().status,
+        ApprovalStatus::Expired
+    );
+    assert_eq!(
+        s.get_approval("acme", "apr_1").await.unwrap().unwrap().status,
+        ApprovalStatus::Consumed
+    );
+    assert_eq!(
+        s.decide_approval("acme", "apr_none", "x", Verdict::Approve, None, T0)
+            .await
+            .unwrap(),
+        Err(DecideRefusal::NotFound)
+    );
+}
+
+pub async fn concurrent_consumption_happens_once(b: &Backend) {
+    let s = b.store();
+    for round in 0..10 {
+        let id = format!("apr_c{round}");
+        s.create_approval(&approval(&id, "acme", T0)).await.unwrap();
+        s.decide_approval("acme", &id, "supervisor-1", Verdict::Approve, None, T0)
+            .await
+            .unwrap()
+            .unwrap();
+        let mut tasks = Vec::new();
+        for i in 0..2 {
+            let node = b.nodes[i].clone();
+            let claim = ApprovalClaim {
+                ledger_id: format!("led_{round}_{i}"),
+                ..claim_for(&id)
+            };
+            tasks.push(tokio::spawn(async move {
+                node.consume_approval("acme", &claim, T0 + secs(1)).await.unwrap()
+            }));
+        }
+        let mut consumed = 0;
+        for t in tasks {
+            if matches!(t.await.unwrap(), ConsumeOutcome::Consumed(_)) {
+                consumed += 1;
+            }
+        }
+        assert_eq!(consumed, 1, "round {round}");
+    }
+}
+
+pub async fn budgets_are_exact_under_concurrency(b: &Backend) {
+    let reservation = |key: &str, limit| BudgetReservation {
+        key: key.into(),
+        amount: 1,
+        limit,
+        expires_at: T0 + secs(86_400),
+    };
+    let mut tasks = Vec::new();
+    for i in 0..200 {
+        let s = b.nodes[i % 2].clone();
+        let r = reservation("calls_per_day:agent-7:credit:2026-11-29", 50);
+        tasks.push(tokio::spawn(async move {
+            s.reserve_budget("acme", &[r]).await.unwrap()
+        }));
+    }
+    let mut granted = 0;
+    for t in tasks {
+        if t.await.unwrap() == BudgetOutcome::Granted {
+            granted += 1;
+        }
+    }
+    assert_eq!(granted, 50);
+    assert_eq!(
+        b.store()
+            .budget_used("acme", "calls_per_day:agent-7:credit:2026-11-29")
+            .await
+            .unwrap(),
+        50
+    );
+}
+
+pub async fn budgets_are_all_or_nothing(b: &Backend) {
+    let s = b.store();
+    let r = |key: &str, amount, limit| BudgetReservation {
+        key: key.into(),
+        amount,
+        limit,
+        expires_at: T0 + secs(60),
+    };
+    assert_eq!(
+        s.reserve_budget("acme", &[r("run", 1, 2), r("day", 1, 5)])
+            .await
+            .unwrap(),
+        BudgetOutcome::Granted
+    );
+    assert_eq!(
+        s.reserve_budget("acme", &[r("run", 1, 2), r("day", 1, 5)])
+            .await
+            .unwrap(),
+        BudgetOutcome::Granted
+    );
+    // `run` is full: nothing is taken from `day`.
+    assert_eq!(
+        s.reserve_budget("acme", &[r("day", 1, 5), r("run", 1, 2)])
+            .await
+            .unwrap(),
+        BudgetOutcome::Exhausted { key: "run".into() }
+    );
+    assert_eq!(s.budget_used("acme", "day").await.unwrap(), 2);
+    // An amount larger than the limit never fits, even on an empty counter.
+    assert_eq!(
+        s.reserve_budget("acme", &[r("cost", 10, 5)]).await.unwrap(),
+        BudgetOutcome::Exhausted { key: "cost".into() }
+    );
+    assert_eq!(s.budget_used("acme", "cost").await.unwrap(), 0);
+    s.release_budget("acme", &[r("run", 1, 2)]).await.unwrap();
+    assert_eq!(s.budget_used("acme", "run").await.unwrap(), 1);
+    assert_eq!(s.budget_used("globex", "run").await.unwrap(), 0);
+    assert_eq!(s.purge_expired(T0 + secs(61)).await.unwrap().budget_counters, 2);
+}
+
+fn api_key(id: &str, tenant: &str) -> NewApiKey {
+    NewApiKey {
+        id: id.into(),
+        key_hash: format!("hash-of-{id}"),
+        tenant: tenant.into(),
+        principal: "agent-7".into(),
+        grants: vec!["support:credits:write".into(), "orders:read".into()],
+        roles: vec!["agent".into()],
+        label: Some("demo".into()),
+        created_at: T0,
+    }
+}
+
+pub async fn api_keys_are_stored_hashed_and_revocable(b: &Backend) {
+    let s = b.store();
+    assert!(!s.has_api_keys().await.unwrap());
+    let generated = warrant_store::keys::generate();
+    let key = NewApiKey {
+        id: generated.id.clone(),
+        key_hash: generated.hash.clone(),
+        ..api_key("x", "acme")
+    };
+    s.create_api_key(&key).await.unwrap();
+    assert!(s.has_api_keys().await.unwrap());
+    let found = s
+        .find_api_key(&warrant_store::keys::hash_presented(&generated.key).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(found.key, key);
+    assert_eq!(found.revoked_at, None);
+    // The key itself is nowhere in the stored record.
+    assert!(!format!("{found:?}").contains(&generated.key));
+    assert!(matches!(
+        s.create_api_key(&key).await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert_eq!(s.list_api_keys("acme").await.unwrap().len(), 1);
+    assert!(s.revoke_api_key("acme", &generated.id, T0).await.unwrap());
+    assert!(!s.revoke_api_key("acme", &generated.id, T0).await.unwrap());
+    assert_eq!(
+        s.find_api_key(&generated.hash).await.unwrap().unwrap().revoked_at,
+        Some(T0)
+    );
+    assert_eq!(s.find_api_key("nope").await.unwrap(), None);
+}
+
+fn job(id: &str, at: OffsetDateTime, max_attempts: u32) -> NewJob {
+    NewJob {
+        id: id.into(),
+        tenant: "acme".into(),
+        kind: "webhook.deliver".into(),
+        payload: json!({"n": id}),
+        run_at: at,
+        max_attempts,
+    }
+}
+
+pub async fn jobs_are_claimed_once_retried_and_dead_lettered(b: &Backend) {
+    let s = b.store();
+    s.enqueue_job(&job("job_1", T0, 2)).await.unwrap();
+    s.enqueue_job(&job("job_2", T0 + secs(30), 2)).await.unwrap();
+    let lease = Duration::from_secs(10);
+    let claimed = s.claim_jobs("w1", 10, lease, T0).await.unwrap();
+    assert_eq!(
+        claimed.iter().map(|j| j.job.id.as_str()).collect::<Vec<_>>(),
+        vec!["job_1"],
+        "job_2 is not due"
+    );
+    assert_eq!((claimed[0].attempts, claimed[0].status), (1, JobStatus::Running));
+    assert!(
+        s.claim_jobs("w2", 10, lease, T0 + secs(1))
+            .await
+            .unwrap()
+            .is_empty(),
+        "held by w1"
+    );
+    // w1 fails; the retry is due later.
+    let retry = JobCompletion::Retry {
+        run_at: T0 + secs(5),
+        error: "503".into(),
+    };
+    assert!(s.complete_job("job_1", "w1", &retry, T0 + secs(1)).await.unwrap());
+    assert!(
+        !s.complete_job("job_1", "w1", &JobCompletion::Done, T0 + secs(1))
+            .await
+            .unwrap(),
+        "no longer held"
+    );
+    // The lease of a crashed worker expires and another worker takes the job over.
+    let again = s.claim_jobs("w2", 10, lease, T0 + secs(5)).await.unwrap();
+    assert_eq!(again[0].attempts, 2);
+    let reclaimed = s.claim_jobs("w3", 10, lease, T0 + secs(16)).await.unwrap();
+    assert_eq!(reclaimed.len(), 1, "w2's lease expired");
+    assert!(
+        !s.complete_job("job_1", "w2", &JobCompletion::Done, T0 + secs(17))
+            .await
+            .unwrap(),
+        "w2 lost it"
+    );
+    // Out of attempts: a retry becomes dead.
+    assert!(
+        s.complete_job("job_1", "w3", &retry, T0 + secs(17))
+            .await
+            .unwrap()
+    );
+    let dead = s.list_dead_jobs("acme", 10).await.unwrap();
+    assert_eq!(
+        dead.iter().map(|j| j.job.id.as_str()).collect::<Vec<_>>(),
+        vec!["job_1"]
+    );
+    assert_eq!(dead[0].last_error.as_deref(), Some("503"));
+    let due = s.claim_jobs("w1", 10, lease, T0 + secs(30)).await.unwrap();
+    assert_eq!(due.len(), 1);
+    assert!(
+        s.complete_job("job_2", "w1", &JobCompletion::Done, T0 + secs(31))
+            .await
+            .unwrap()
+    );
+    assert!(
+        s.claim_jobs("w1", 10, lease, T0 + secs(1000))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(s.list_dead_jobs("globex", 10).await.unwrap().is_empty());
+}
+
+pub async fn concurrent_workers_never_share_a_job(b: &Backend) {
+    let s = b.store();
+    for i in 0..200 {
+        s.enqueue_job(&job(&format!("job_{i:03}"), T0, 3)).await.unwrap();
+    }
+    let mut tasks = Vec::new();
+    for w in 0..8 {
+        let node = b.nodes[w % 2].clone();
+        tasks.push(tokio::spawn(async move {
+            let mut mine = Vec::new();
+            loop {
+                let jobs = node
+                    .claim_jobs(&format!("w{w}"), 7, Duration::from_secs(60), T0)
+                    .await
+                    .unwrap();
+                if jobs.is_empty() {
+                    return mine;
+                }
+                mine.extend(jobs.into_iter().map(|j| j.job.id));
+            }
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    let total = all.len();
+    all.sort();
+    all.dedup();
+    assert_eq!((total, all.len()), (200, 200));
+}
+
+pub async fn a_closed_store_fails_closed(b: &Backend) {
+    let s: Arc<SqlStore> = b.store();
+    s.ping().await.unwrap();
+    s.close().await;
+    assert!(matches!(s.ping().await, Err(StoreError::Unavailable(_))));
+    let e = entry("led_x", "acme", T0);
+    assert!(matches!(
+        s.begin_attempt(&e, Some(&scope("acme", "k")), T0).await,
+        Err(StoreError::Unavailable(_))
+    ));
+}

@@ -1,0 +1,57 @@
+//! The store conformance suite: every case runs against SQLite and against PostgreSQL (in a
+//! schema of its own, with two connection pools as two nodes). PostgreSQL tests are skipped
+//! with a notice when the server is unreachable, unless `WARRANT_REQUIRE_POSTGRES=1` (as in
+//! `.ci/run`), which makes an unreachable server a failure.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    reason = "tests"
+)]
+
+mod cases;
+mod support;
+
+macro_rules! conformance {
+    ($($case:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    let backend = crate::support::sqlite().await;
+                    crate::cases::$case(&backend).await;
+                    backend.finish().await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    let Some(backend) = crate::support::postgres().await else { return };
+                    crate::cases::$case(&backend).await;
+                    backend.finish().await;
+                }
+            )*
+        }
+    };
+}
+
+conformance! {
+    contracts_are_immutable,
+    ledger_round_trips_and_paginates,
+    tenants_are_isolated,
+    idempotency_claims_replays_and_refuses,
+    idempotency_failures_and_unknowns,
+    expired_idempotency_records_are_free_and_purged,
+    concurrent_claims_have_one_winner,
+    approvals_follow_their_lifecycle,
+    concurrent_consumption_happens_once,
+    budgets_are_exact_under_concurrency,
+    budgets_are_all_or_nothing,
+    api_keys_are_stored_hashed_and_revocable,
+    jobs_are_claimed_once_retried_and_dead_lettered,
+    concurrent_workers_never_share_a_job,
+    a_closed_store_fails_closed,
+}
