@@ -482,9 +482,15 @@ fn payload_digest_is_canonical() {
 fn every_code_is_documented() {
     let docs = include_str!("../../../docs/proposals.md");
     for code in RejectCode::ALL {
-        assert!(docs.contains(&format!("`{}`", code.as_str())), "{code} is not in docs/proposals.md");
+        assert!(
+            docs.contains(&format!("`{}`", code.as_str())),
+            "{code} is not in docs/proposals.md"
+        );
     }
     for code in warrant_core::ToolErrorCode::ALL {
-        assert!(docs.contains(&format!("`{}`", code.as_str())), "{code} is not in docs/proposals.md");
+        assert!(
+            docs.contains(&format!("`{}`", code.as_str())),
+            "{code} is not in docs/proposals.md"
+        );
     }
 }
