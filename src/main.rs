@@ -1,5 +1,5 @@
-//! The `warrant` command line: offline audits (`check`), contract tooling (`contract lint|hash`)
-//! and canonical JSON (`canon`).
+//! The `warrant` command line: offline audits (`check`), contract tooling (`contract lint|hash`),
+//! canonical JSON (`canon`) and the durable store (`store check`).
 //!
 //! Exit codes: 0 success or ALLOW, 1 lint problems, 2 usage or I/O errors, 3 REJECT,
 //! 4 NEEDS_APPROVAL.
@@ -7,6 +7,7 @@
 mod check;
 mod contract;
 mod io;
+mod store;
 
 use std::process::ExitCode;
 
@@ -29,6 +30,15 @@ enum Command {
     Contract(contract::ContractCommand),
     /// Print the RFC 8785 canonical form of a JSON document (or, with --digest, its SHA-256).
     Canon(contract::CanonArgs),
+    /// Open the durable store (creating and migrating it) and report its state.
+    #[command(subcommand)]
+    Store(StoreCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum StoreCommand {
+    /// Open the store named by --database or --data-dir, apply migrations, and report.
+    Check(store::StoreArgs),
 }
 
 /// Outcome of a command, mapped onto the documented exit codes.
@@ -47,6 +57,7 @@ fn main() -> ExitCode {
         Command::Check(args) => check::run(&args),
         Command::Contract(cmd) => contract::run(&cmd),
         Command::Canon(args) => contract::canon(&args),
+        Command::Store(StoreCommand::Check(args)) => store::check(&args),
     };
     match result {
         Ok(exit) => ExitCode::from(exit as u8),

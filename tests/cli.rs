@@ -288,3 +288,29 @@ fn canon_prints_the_canonical_form_and_its_digest() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("duplicate object key"));
 }
+
+#[test]
+fn store_check_creates_and_reopens_a_data_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    for _ in 0..2 {
+        let out = warrant(&["store", "check", "--data-dir", data.to_str().unwrap()], None);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = stdout(&out);
+        assert!(
+            text.contains("backend=sqlite\n") && text.contains("contracts=0\n"),
+            "{text}"
+        );
+    }
+    assert!(data.join("warrant.db").exists());
+    let url = format!("sqlite://{}", data.display());
+    let out = warrant(&["store", "check", "--database", &url], None);
+    assert_eq!(out.status.code(), Some(0));
+    let out = warrant(&["store", "check", "--database", "mysql://nope"], None);
+    assert_eq!(out.status.code(), Some(2));
+}
