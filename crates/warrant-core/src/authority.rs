@@ -10,6 +10,7 @@ use crate::canon::Sha256Digest;
 use crate::contract::{Contract, ContractId, is_valid_scope};
 use crate::decision::{ApprovalState, IdempotencyState, RejectCode, Rejection};
 use crate::proposal::{ValidatedProposal, is_valid_id};
+pub use crate::records::ApprovalStatus;
 
 /// Who is calling, as established by authentication — never by the proposal.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,46 +126,6 @@ pub fn idempotency_requirement(
             ),
         )
         .at("/idempotency_key"))
-    }
-}
-
-/// The lifecycle state of an approval request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ApprovalStatus {
-    /// Waiting for a reviewer.
-    Pending,
-    /// Approved and not yet used.
-    Approved,
-    /// Rejected by a reviewer.
-    Rejected,
-    /// Expired before use.
-    Expired,
-    /// Used by a call (single use).
-    Consumed,
-}
-
-impl ApprovalStatus {
-    /// The lowercase name.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            ApprovalStatus::Pending => "pending",
-            ApprovalStatus::Approved => "approved",
-            ApprovalStatus::Rejected => "rejected",
-            ApprovalStatus::Expired => "expired",
-            ApprovalStatus::Consumed => "consumed",
-        }
-    }
-
-    /// Parses the lowercase name.
-    pub fn parse(text: &str) -> Option<Self> {
-        match text {
-            "pending" => Some(ApprovalStatus::Pending),
-            "approved" => Some(ApprovalStatus::Approved),
-            "rejected" => Some(ApprovalStatus::Rejected),
-            "expired" => Some(ApprovalStatus::Expired),
-            "consumed" => Some(ApprovalStatus::Consumed),
-            _ => None,
-        }
     }
 }
 

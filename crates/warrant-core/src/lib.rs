@@ -11,6 +11,7 @@ pub mod contract;
 pub mod decision;
 pub mod json;
 pub mod proposal;
+pub mod records;
 pub mod redact;
 pub mod yaml;
 

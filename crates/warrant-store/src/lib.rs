@@ -11,15 +11,14 @@
 
 mod error;
 pub mod keys;
-pub mod model;
 mod sql;
 
 use async_trait::async_trait;
 use time::OffsetDateTime;
 
 pub use error::StoreError;
-pub use model::*;
 pub use sql::{DatabaseUrl, SqlStore, StoreOptions};
+pub use warrant_core::records::*;
 
 /// The store interface. Implemented by [`SqlStore`] for SQLite and PostgreSQL; the same
 /// conformance suite runs against both.

@@ -31,7 +31,7 @@ use warrant_core::{RejectCode, ToolErrorCode};
 
 use crate::Store;
 use crate::error::StoreError;
-use crate::model::*;
+use warrant_core::records::*;
 
 /// Where the store lives.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,5 +1,7 @@
-//! The records the store keeps, as domain types. Text forms of enums are the stable strings
-//! stored in the database.
+//! The records Warrant keeps — ledger rows, idempotency records, approval requests, budget
+//! counters, API keys, jobs, registered contracts — as plain domain types shared by the
+//! decision pipeline (which writes them through its ports) and the store (which persists them).
+//! Text forms of enums are the stable strings stored in the database.
 
 use serde_json::Value;
 use time::OffsetDateTime;
