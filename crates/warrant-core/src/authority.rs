@@ -18,6 +18,7 @@ pub struct Principal {
     id: String,
     tenant: String,
     grants: BTreeSet<String>,
+    roles: BTreeSet<String>,
 }
 
 /// A principal, tenant or grant that is not well formed.
@@ -54,7 +55,23 @@ impl Principal {
             id: id.to_owned(),
             tenant: tenant.to_owned(),
             grants,
+            roles: BTreeSet::new(),
         })
+    }
+
+    /// The same principal with `roles` (e.g. `operator`, `supervisor`, `admin`); role names
+    /// follow the id rules.
+    ///
+    /// # Errors
+    /// [`IdentityError`] naming a malformed role.
+    pub fn with_roles(mut self, roles: impl IntoIterator<Item = String>) -> Result<Principal, IdentityError> {
+        for role in roles {
+            if !is_valid_id(&role) {
+                return Err(IdentityError(format!("`{role}` is not a valid role name")));
+            }
+            self.roles.insert(role);
+        }
+        Ok(self)
     }
 
     /// The principal id.
@@ -68,6 +85,10 @@ impl Principal {
     /// The scopes granted to the principal.
     pub fn grants(&self) -> &BTreeSet<String> {
         &self.grants
+    }
+    /// The principal's roles in its tenant.
+    pub fn roles(&self) -> &BTreeSet<String> {
+        &self.roles
     }
 }
 

@@ -10,6 +10,7 @@ pub mod check;
 pub mod contract;
 pub mod decision;
 pub mod json;
+pub mod policy;
 pub mod proposal;
 pub mod records;
 pub mod redact;
