@@ -14,6 +14,7 @@ pub mod policy;
 pub mod proposal;
 pub mod records;
 pub mod redact;
+pub mod store;
 pub mod yaml;
 
 pub use canon::Sha256Digest;

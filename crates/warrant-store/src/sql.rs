@@ -29,9 +29,9 @@ use warrant_core::canon::canonical_string;
 use warrant_core::decision::Retryable;
 use warrant_core::{RejectCode, ToolErrorCode};
 
-use crate::Store;
-use crate::error::StoreError;
+use crate::error::Db;
 use warrant_core::records::*;
+use warrant_core::store::{Store, StoreError};
 
 /// Where the store lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -169,13 +169,15 @@ impl SqlStore {
             .min_connections(1)
             .acquire_timeout(options.acquire_timeout.max(Duration::from_secs(30)))
             .connect_with(base.clone().create_if_missing(true))
-            .await?;
-        SQLITE_MIGRATIONS.run(&write).await?;
+            .await
+            .db()?;
+        SQLITE_MIGRATIONS.run(&write).await.db()?;
         let read = SqlitePoolOptions::new()
             .max_connections(options.max_connections.max(1))
             .acquire_timeout(options.acquire_timeout)
             .connect_with(base.read_only(true))
-            .await?;
+            .await
+            .db()?;
         Ok(SqlStore {
             backend: Backend::Sqlite { write, read },
         })
@@ -195,21 +197,23 @@ impl SqlStore {
                     "schema names are lowercase letters, digits and `_`".into(),
                 ));
             }
-            let mut conn = sqlx::PgConnection::connect_with(&connect).await?;
+            let mut conn = sqlx::PgConnection::connect_with(&connect).await.db()?;
             sqlx::query(sqlx::AssertSqlSafe(format!(
                 "CREATE SCHEMA IF NOT EXISTS {schema}"
             )))
             .execute(&mut conn)
-            .await?;
-            conn.close().await?;
+            .await
+            .db()?;
+            conn.close().await.db()?;
             connect = connect.options([("search_path", schema.as_str())]);
         }
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections.max(2))
             .acquire_timeout(options.acquire_timeout)
             .connect_with(connect)
-            .await?;
-        POSTGRES_MIGRATIONS.run(&pool).await?;
+            .await
+            .db()?;
+        POSTGRES_MIGRATIONS.run(&pool).await.db()?;
         Ok(SqlStore {
             backend: Backend::Postgres(pool),
         })
@@ -242,11 +246,11 @@ macro_rules! write_tx {
         match &$self.backend {
             Backend::Sqlite { write, .. } => {
                 // BEGIN IMMEDIATE takes the write lock now, not at the first write.
-                let mut $tx = write.begin_with("BEGIN IMMEDIATE").await?;
+                let mut $tx = write.begin_with("BEGIN IMMEDIATE").await.db()?;
                 $body
             }
             Backend::Postgres(pool) => {
-                let mut $tx = pool.begin().await?;
+                let mut $tx = pool.begin().await.db()?;
                 $body
             }
         }
@@ -281,16 +285,16 @@ macro_rules! impl_row_ext {
     ($row:ty) => {
         impl RowExt for $row {
             fn text(&self, column: &str) -> Result<String, StoreError> {
-                Ok(self.try_get::<String, _>(column)?)
+                self.try_get::<String, _>(column).db()
             }
             fn opt_text(&self, column: &str) -> Result<Option<String>, StoreError> {
-                Ok(self.try_get::<Option<String>, _>(column)?)
+                self.try_get::<Option<String>, _>(column).db()
             }
             fn int(&self, column: &str) -> Result<i64, StoreError> {
-                Ok(self.try_get::<i64, _>(column)?)
+                self.try_get::<i64, _>(column).db()
             }
             fn opt_int(&self, column: &str) -> Result<Option<i64>, StoreError> {
-                Ok(self.try_get::<Option<i64>, _>(column)?)
+                self.try_get::<Option<i64>, _>(column).db()
             }
         }
     };
@@ -680,7 +684,7 @@ fn decide_refusal(current: Option<ApprovalRequest>, reviewer: &str, now: OffsetD
 impl Store for SqlStore {
     async fn ping(&self) -> Result<(), StoreError> {
         read!(self, |ex| {
-            sqlx::query("SELECT 1").execute(ex).await?;
+            sqlx::query("SELECT 1").execute(ex).await.db()?;
             Ok(())
         })
     }
@@ -703,17 +707,19 @@ impl Store for SqlStore {
                 .bind(&c.binding_digest)
                 .bind(ms(c.registered_at))
                 .execute(&mut *tx)
-                .await?;
+                .await
+                .db()?;
             if done.rows_affected() == 1 {
-                tx.commit().await?;
+                tx.commit().await.db()?;
                 return Ok(Registration::Registered);
             }
             let existing = sqlx::query(select)
                 .bind(&c.name)
                 .bind(i64::from(c.version))
                 .fetch_optional(&mut *tx)
-                .await?;
-            tx.commit().await?;
+                .await
+                .db()?;
+            tx.commit().await.db()?;
             match existing.map(|r| contract_of(&r)).transpose()? {
                 Some(e) if e.content_id == c.content_id => Ok(Registration::Unchanged),
                 Some(e) => Err(StoreError::Conflict(format!(
@@ -739,7 +745,8 @@ impl Store for SqlStore {
                 .bind(name)
                 .bind(i64::from(version))
                 .fetch_optional(ex)
-                .await?;
+                .await
+                .db()?;
             row.map(|r| contract_of(&r)).transpose()
         })
     }
@@ -751,7 +758,7 @@ impl Store for SqlStore {
             " FROM contracts WHERE content_id = $1"
         );
         read!(self, |ex| {
-            let row = sqlx::query(sql).bind(content_id).fetch_optional(ex).await?;
+            let row = sqlx::query(sql).bind(content_id).fetch_optional(ex).await.db()?;
             row.map(|r| contract_of(&r)).transpose()
         })
     }
@@ -763,7 +770,7 @@ impl Store for SqlStore {
             " FROM contracts ORDER BY name, version"
         );
         read!(self, |ex| {
-            let rows = sqlx::query(sql).fetch_all(ex).await?;
+            let rows = sqlx::query(sql).fetch_all(ex).await.db()?;
             rows.iter().map(contract_of).collect()
         })
     }
@@ -775,8 +782,9 @@ impl Store for SqlStore {
                 .bind(ms(at))
                 .bind(content_id)
                 .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
+                .await
+                .db()?;
+            tx.commit().await.db()?;
             Ok(done.rows_affected() == 1)
         })
     }
@@ -784,8 +792,8 @@ impl Store for SqlStore {
     async fn insert_ledger(&self, entry: &LedgerEntry) -> Result<(), StoreError> {
         let values = LedgerValues::of(entry)?;
         write_tx!(self, |tx| {
-            bind_ledger!(entry, values).execute(&mut *tx).await?;
-            tx.commit().await?;
+            bind_ledger!(entry, values).execute(&mut *tx).await.db()?;
+            tx.commit().await.db()?;
             Ok(())
         })
     }
@@ -797,7 +805,12 @@ impl Store for SqlStore {
             " FROM ledger WHERE tenant = $1 AND id = $2"
         );
         read!(self, |ex| {
-            let row = sqlx::query(sql).bind(tenant).bind(id).fetch_optional(ex).await?;
+            let row = sqlx::query(sql)
+                .bind(tenant)
+                .bind(id)
+                .fetch_optional(ex)
+                .await
+                .db()?;
             row.map(|r| ledger_of(&r)).transpose()
         })
     }
@@ -863,7 +876,7 @@ impl Store for SqlStore {
             if let Some((at, id)) = &cursor {
                 query = query.bind(*at).bind(id);
             }
-            let rows = query.fetch_all(ex).await?;
+            let rows = query.fetch_all(ex).await.db()?;
             let mut entries = rows.iter().map(ledger_of).collect::<Result<Vec<_>, _>>()?;
             let more = entries.len() > limit as usize;
             entries.truncate(limit as usize);
@@ -892,7 +905,8 @@ impl Store for SqlStore {
                 .bind(ms(older_than))
                 .bind(i64::from(limit))
                 .fetch_all(ex)
-                .await?;
+                .await
+                .db()?;
             rows.iter().map(ledger_of).collect()
         })
     }
@@ -934,7 +948,8 @@ impl Store for SqlStore {
                             .bind(now)
                             .bind(ms(expires_at))
                             .execute(&mut *tx)
-                            .await?;
+                            .await
+                            .db()?;
                         if done.rows_affected() == 1 {
                             claimed = true;
                             break;
@@ -949,15 +964,16 @@ impl Store for SqlStore {
                             .bind(&scope.contract_id)
                             .bind(&scope.key)
                             .fetch_one(&mut *tx)
-                            .await?;
+                            .await
+                            .db()?;
                         classify_existing(idempotency_of(&row)?, entry.payload_digest.as_deref())
                     }
                 }
             };
             let row = ledger_for(entry, &start);
             let values = LedgerValues::of(&row)?;
-            bind_ledger!(row, values).execute(&mut *tx).await?;
-            tx.commit().await?;
+            bind_ledger!(row, values).execute(&mut *tx).await.db()?;
+            tx.commit().await.db()?;
             Ok(start)
         })
     }
@@ -990,7 +1006,8 @@ impl Store for SqlStore {
                 .bind(tenant)
                 .bind(ledger_id)
                 .execute(&mut *tx)
-                .await?;
+                .await
+                .db()?;
             if done.rows_affected() != 1 {
                 return Err(StoreError::Conflict(format!(
                     "ledger row {ledger_id} is not awaiting an outcome"
@@ -1010,7 +1027,8 @@ impl Store for SqlStore {
                             .bind(&scope.key)
                             .bind(ledger_id)
                             .execute(&mut *tx)
-                            .await?;
+                            .await
+                            .db()?;
                     }
                     None => {
                         sqlx::query(release)
@@ -1020,11 +1038,12 @@ impl Store for SqlStore {
                             .bind(&scope.key)
                             .bind(ledger_id)
                             .execute(&mut *tx)
-                            .await?;
+                            .await
+                            .db()?;
                     }
                 }
             }
-            tx.commit().await?;
+            tx.commit().await.db()?;
             Ok(())
         })
     }
@@ -1046,7 +1065,8 @@ impl Store for SqlStore {
                 .bind(&scope.contract_id)
                 .bind(&scope.key)
                 .fetch_optional(ex)
-                .await?;
+                .await
+                .db()?;
             row.map(|r| idempotency_of(&r)).transpose()
         })
     }
@@ -1068,8 +1088,9 @@ impl Store for SqlStore {
                 .bind(ms(a.created_at))
                 .bind(ms(a.expires_at))
                 .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
+                .await
+                .db()?;
+            tx.commit().await.db()?;
             Ok(())
         })
     }
@@ -1081,7 +1102,12 @@ impl Store for SqlStore {
             " FROM approvals WHERE tenant = $1 AND id = $2"
         );
         read!(self, |ex| {
-            let row = sqlx::query(sql).bind(tenant).bind(id).fetch_optional(ex).await?;
+            let row = sqlx::query(sql)
+                .bind(tenant)
+                .bind(id)
+                .fetch_optional(ex)
+                .await
+                .db()?;
             row.map(|r| approval_of(&r)).transpose()
         })
     }
@@ -1104,7 +1130,8 @@ impl Store for SqlStore {
                 .bind(status.map_or("", ApprovalStatus::as_str))
                 .bind(i64::from(limit.clamp(1, 1000)))
                 .fetch_all(ex)
-                .await?;
+                .await
+                .db()?;
             rows.iter().map(approval_of).collect()
         })
     }
@@ -1142,7 +1169,8 @@ impl Store for SqlStore {
                 .bind(tenant)
                 .bind(id)
                 .fetch_optional(&mut *tx)
-                .await?;
+                .await
+                .db()?;
             let result = match row {
                 Some(row) => Ok(approval_of(&row)?),
                 None => {
@@ -1150,7 +1178,8 @@ impl Store for SqlStore {
                         .bind(tenant)
                         .bind(id)
                         .fetch_optional(&mut *tx)
-                        .await?;
+                        .await
+                        .db()?;
                     Err(decide_refusal(
                         current.map(|r| approval_of(&r)).transpose()?,
                         reviewer,
@@ -1158,7 +1187,7 @@ impl Store for SqlStore {
                     ))
                 }
             };
-            tx.commit().await?;
+            tx.commit().await.db()?;
             Ok(result)
         })
     }
@@ -1192,7 +1221,8 @@ impl Store for SqlStore {
                 .bind(&claim.idempotency_key)
                 .bind(&claim.principal)
                 .fetch_optional(&mut *tx)
-                .await?;
+                .await
+                .db()?;
             let outcome = match row {
                 Some(row) => ConsumeOutcome::Consumed(approval_of(&row)?),
                 None => {
@@ -1200,11 +1230,12 @@ impl Store for SqlStore {
                         .bind(tenant)
                         .bind(&claim.approval_id)
                         .fetch_optional(&mut *tx)
-                        .await?;
+                        .await
+                        .db()?;
                     ConsumeOutcome::Refused(current.map(|r| approval_of(&r)).transpose()?)
                 }
             };
-            tx.commit().await?;
+            tx.commit().await.db()?;
             Ok(outcome)
         })
     }
@@ -1229,14 +1260,15 @@ impl Store for SqlStore {
                         .bind(ms(r.expires_at))
                         .bind(int(r.limit)?)
                         .fetch_optional(&mut *tx)
-                        .await?
+                        .await
+                        .db()?
                         .is_some();
                 if !fits {
-                    tx.rollback().await?;
+                    tx.rollback().await.db()?;
                     return Ok(BudgetOutcome::Exhausted { key: r.key.clone() });
                 }
             }
-            tx.commit().await?;
+            tx.commit().await.db()?;
             Ok(BudgetOutcome::Granted)
         })
     }
@@ -1255,9 +1287,10 @@ impl Store for SqlStore {
                     .bind(tenant)
                     .bind(&r.key)
                     .execute(&mut *tx)
-                    .await?;
+                    .await
+                    .db()?;
             }
-            tx.commit().await?;
+            tx.commit().await.db()?;
             Ok(())
         })
     }
@@ -1265,7 +1298,12 @@ impl Store for SqlStore {
     async fn budget_used(&self, tenant: &str, key: &str) -> Result<u64, StoreError> {
         let sql = "SELECT used FROM budget_counters WHERE tenant = $1 AND key = $2";
         read!(self, |ex| {
-            let row = sqlx::query(sql).bind(tenant).bind(key).fetch_optional(ex).await?;
+            let row = sqlx::query(sql)
+                .bind(tenant)
+                .bind(key)
+                .fetch_optional(ex)
+                .await
+                .db()?;
             match row {
                 Some(row) => uint(row.int("used")?),
                 None => Ok(0),
@@ -1287,8 +1325,9 @@ impl Store for SqlStore {
                 .bind(&k.label)
                 .bind(ms(k.created_at))
                 .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
+                .await
+                .db()?;
+            tx.commit().await.db()?;
             Ok(())
         })
     }
@@ -1296,7 +1335,7 @@ impl Store for SqlStore {
     async fn find_api_key(&self, key_hash: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
         let sql = concat!("SELECT ", key_columns!(), " FROM api_keys WHERE key_hash = $1");
         read!(self, |ex| {
-            let row = sqlx::query(sql).bind(key_hash).fetch_optional(ex).await?;
+            let row = sqlx::query(sql).bind(key_hash).fetch_optional(ex).await.db()?;
             row.map(|r| key_of(&r)).transpose()
         })
     }
@@ -1308,7 +1347,7 @@ impl Store for SqlStore {
             " FROM api_keys WHERE tenant = $1 ORDER BY created_at, id"
         );
         read!(self, |ex| {
-            let rows = sqlx::query(sql).bind(tenant).fetch_all(ex).await?;
+            let rows = sqlx::query(sql).bind(tenant).fetch_all(ex).await.db()?;
             rows.iter().map(key_of).collect()
         })
     }
@@ -1321,8 +1360,9 @@ impl Store for SqlStore {
                 .bind(tenant)
                 .bind(id)
                 .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
+                .await
+                .db()?;
+            tx.commit().await.db()?;
             Ok(done.rows_affected() == 1)
         })
     }
@@ -1331,7 +1371,8 @@ impl Store for SqlStore {
         read!(self, |ex| {
             let row = sqlx::query("SELECT COUNT(*) AS n FROM (SELECT 1 FROM api_keys LIMIT 1) AS k")
                 .fetch_one(ex)
-                .await?;
+                .await
+                .db()?;
             Ok(row.int("n")? > 0)
         })
     }
@@ -1348,8 +1389,9 @@ impl Store for SqlStore {
                 .bind(i64::from(j.max_attempts.max(1)))
                 .bind(ms(j.run_at))
                 .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
+                .await
+                .db()?;
+            tx.commit().await.db()?;
             Ok(())
         })
     }
@@ -1388,8 +1430,9 @@ impl Store for SqlStore {
                 .bind(ms(now))
                 .bind(i64::from(limit.clamp(1, 1000)))
                 .fetch_all(&mut *tx)
-                .await?;
-            tx.commit().await?;
+                .await
+                .db()?;
+            tx.commit().await.db()?;
             let mut jobs = rows.iter().map(job_of).collect::<Result<Vec<_>, _>>()?;
             jobs.sort_by(|a, b| (a.job.run_at, &a.job.id).cmp(&(b.job.run_at, &b.job.id)));
             Ok(jobs)
@@ -1423,8 +1466,9 @@ impl Store for SqlStore {
                 .bind(id)
                 .bind(worker)
                 .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
+                .await
+                .db()?;
+            tx.commit().await.db()?;
             Ok(done.rows_affected() == 1)
         })
     }
@@ -1440,7 +1484,8 @@ impl Store for SqlStore {
                 .bind(tenant)
                 .bind(i64::from(limit.clamp(1, 1000)))
                 .fetch_all(ex)
-                .await?;
+                .await
+                .db()?;
             rows.iter().map(job_of).collect()
         })
     }
@@ -1454,21 +1499,23 @@ impl Store for SqlStore {
             )
             .bind(now)
             .execute(&mut *tx)
-            .await?
+            .await
+            .db()?
             .rows_affected();
             let budget_counters = sqlx::query("DELETE FROM budget_counters WHERE expires_at <= $1")
                 .bind(now)
                 .execute(&mut *tx)
-                .await?
+                .await
+                .db()?
                 .rows_affected();
             let approvals_expired = sqlx::query(
                 "UPDATE approvals SET status = 'expired' WHERE status IN ('pending', 'approved') AND expires_at <= $1",
             )
             .bind(now)
             .execute(&mut *tx)
-            .await?
+            .await.db()?
             .rows_affected();
-            tx.commit().await?;
+            tx.commit().await.db()?;
             Ok(PurgeCounts {
                 idempotency,
                 budget_counters,

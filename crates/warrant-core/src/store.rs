@@ -1,0 +1,195 @@
+//! The store port: everything the decision pipeline and the runtime persist, as one async
+//! interface. The core only defines it; `warrant-store` implements it for SQLite and
+//! PostgreSQL (and in memory), and one conformance suite holds every implementation to it.
+//!
+//! **Tenant isolation is in the interface:** every method that reads or changes tenant data
+//! takes the tenant.
+
+use async_trait::async_trait;
+use time::OffsetDateTime;
+
+use crate::records::*;
+
+/// Why a store operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The database cannot be reached (connection refused, pool exhausted, I/O error).
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// A uniqueness rule refused the write (e.g. name@version registered with another body).
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// The addressed record does not exist (in this tenant).
+    #[error("not found")]
+    NotFound,
+    /// A stored row cannot be read back (unknown enum text, malformed JSON, bad timestamp).
+    #[error("corrupt record: {0}")]
+    Corrupt(String),
+    /// The caller passed a value the store cannot hold (e.g. a number beyond i64).
+    #[error("invalid input: {0}")]
+    Invalid(String),
+    /// Applying the schema migrations failed.
+    #[error("migration failed: {0}")]
+    Migration(String),
+    /// Any other database error.
+    #[error("database error: {0}")]
+    Database(String),
+}
+
+/// The store interface. Implemented in `warrant-store`; the same conformance
+/// suite runs against every implementation.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Checks that the database answers.
+    async fn ping(&self) -> Result<(), StoreError>;
+
+    // ----- contracts (global, registered by operators) -----
+
+    /// Registers a contract. The same body under the same name@version is a no-op; a
+    /// different body is [`StoreError::Conflict`].
+    async fn register_contract(&self, contract: &StoredContract) -> Result<Registration, StoreError>;
+    /// A contract by name and version.
+    async fn get_contract(&self, name: &str, version: u32) -> Result<Option<StoredContract>, StoreError>;
+    /// A contract by content id.
+    async fn get_contract_by_id(&self, content_id: &str) -> Result<Option<StoredContract>, StoreError>;
+    /// Every registered contract, by name then version.
+    async fn list_contracts(&self) -> Result<Vec<StoredContract>, StoreError>;
+    /// Retires a contract; `false` if it does not exist. Retiring twice keeps the first time.
+    async fn retire_contract(&self, content_id: &str, at: OffsetDateTime) -> Result<bool, StoreError>;
+
+    // ----- ledger -----
+
+    /// Records a proposal that did not reach execution (rejected or awaiting approval).
+    async fn insert_ledger(&self, entry: &LedgerEntry) -> Result<(), StoreError>;
+    /// One ledger row of `tenant`.
+    async fn get_ledger(&self, tenant: &str, id: &str) -> Result<Option<LedgerEntry>, StoreError>;
+    /// Ledger rows of `tenant`, newest first, filtered and paginated by cursor.
+    async fn list_ledger(&self, tenant: &str, filter: &LedgerFilter) -> Result<LedgerPage, StoreError>;
+    /// Rows whose outcome is `attempting` or `unknown` and untouched since `older_than`
+    /// (what reconciliation must resolve), across tenants, oldest first.
+    async fn list_unresolved(
+        &self,
+        older_than: OffsetDateTime,
+        limit: u32,
+    ) -> Result<Vec<LedgerEntry>, StoreError>;
+
+    // ----- write-ahead intent: idempotency claim + ledger row in one transaction -----
+
+    /// Claims the idempotency record (when `scope` is given) and writes the ledger row in one
+    /// transaction. On [`AttemptStart::Started`] the row says `attempting` and the record is
+    /// `in_flight`; otherwise the row records the replay or the refusal.
+    async fn begin_attempt(
+        &self,
+        entry: &LedgerEntry,
+        scope: Option<&IdempotencyScope>,
+        expires_at: OffsetDateTime,
+    ) -> Result<AttemptStart, StoreError>;
+    /// Records how an attempt ended, updating the ledger row and the idempotency record in one
+    /// transaction. Only rows still `attempting` or `unknown` can be finished.
+    async fn finish_attempt(
+        &self,
+        tenant: &str,
+        ledger_id: &str,
+        scope: Option<&IdempotencyScope>,
+        finish: &AttemptFinish,
+        now: OffsetDateTime,
+    ) -> Result<(), StoreError>;
+    /// An idempotency record.
+    async fn get_idempotency(
+        &self,
+        scope: &IdempotencyScope,
+    ) -> Result<Option<IdempotencyRecord>, StoreError>;
+
+    // ----- approvals -----
+
+    /// Stores a new pending approval request.
+    async fn create_approval(&self, approval: &NewApproval) -> Result<(), StoreError>;
+    /// One approval of `tenant`.
+    async fn get_approval(&self, tenant: &str, id: &str) -> Result<Option<ApprovalRequest>, StoreError>;
+    /// Approvals of `tenant`, oldest first, optionally by status.
+    async fn list_approvals(
+        &self,
+        tenant: &str,
+        status: Option<ApprovalStatus>,
+        limit: u32,
+    ) -> Result<Vec<ApprovalRequest>, StoreError>;
+    /// Records a reviewer's verdict on a pending, unexpired approval the reviewer did not
+    /// propose; atomically, so two reviewers cannot both decide.
+    async fn decide_approval(
+        &self,
+        tenant: &str,
+        id: &str,
+        reviewer: &str,
+        verdict: Verdict,
+        reason: Option<&str>,
+        now: OffsetDateTime,
+    ) -> Result<Result<ApprovalRequest, DecideRefusal>, StoreError>;
+    /// Consumes an approved, unexpired approval bound to exactly this call; single use is
+    /// enforced atomically.
+    async fn consume_approval(
+        &self,
+        tenant: &str,
+        claim: &ApprovalClaim,
+        now: OffsetDateTime,
+    ) -> Result<ConsumeOutcome, StoreError>;
+
+    // ----- budgets -----
+
+    /// Reserves every counter or none, atomically.
+    async fn reserve_budget(
+        &self,
+        tenant: &str,
+        reservations: &[BudgetReservation],
+    ) -> Result<BudgetOutcome, StoreError>;
+    /// Gives back what a reservation took (when a later stage refused the call).
+    async fn release_budget(
+        &self,
+        tenant: &str,
+        reservations: &[BudgetReservation],
+    ) -> Result<(), StoreError>;
+    /// The current value of a counter.
+    async fn budget_used(&self, tenant: &str, key: &str) -> Result<u64, StoreError>;
+
+    // ----- API keys -----
+
+    /// Stores a new key (its hash only).
+    async fn create_api_key(&self, key: &NewApiKey) -> Result<(), StoreError>;
+    /// Authentication lookup by key hash (the only lookup not scoped by tenant: the tenant is
+    /// what it finds).
+    async fn find_api_key(&self, key_hash: &str) -> Result<Option<ApiKeyRecord>, StoreError>;
+    /// Keys of `tenant`.
+    async fn list_api_keys(&self, tenant: &str) -> Result<Vec<ApiKeyRecord>, StoreError>;
+    /// Revokes a key of `tenant`; `false` if there is no such active key.
+    async fn revoke_api_key(&self, tenant: &str, id: &str, at: OffsetDateTime) -> Result<bool, StoreError>;
+    /// Whether any key exists (first start creates the admin key).
+    async fn has_api_keys(&self) -> Result<bool, StoreError>;
+
+    // ----- jobs (outbox) -----
+
+    /// Enqueues a job.
+    async fn enqueue_job(&self, job: &NewJob) -> Result<(), StoreError>;
+    /// Claims up to `limit` due jobs (pending, or running with an expired lease) for `worker`
+    /// until `now + lease`. Two workers never claim the same job.
+    async fn claim_jobs(
+        &self,
+        worker: &str,
+        limit: u32,
+        lease: std::time::Duration,
+        now: OffsetDateTime,
+    ) -> Result<Vec<Job>, StoreError>;
+    /// Finishes a job held by `worker`; `false` if the worker no longer holds it.
+    async fn complete_job(
+        &self,
+        id: &str,
+        worker: &str,
+        completion: &JobCompletion,
+        now: OffsetDateTime,
+    ) -> Result<bool, StoreError>;
+    /// Dead jobs of `tenant` (the dead-letter queue).
+    async fn list_dead_jobs(&self, tenant: &str, limit: u32) -> Result<Vec<Job>, StoreError>;
+
+    // ----- sweeping -----
+
+    /// Purges expired idempotency records and budget counters and expires stale approvals.
+    async fn purge_expired(&self, now: OffsetDateTime) -> Result<PurgeCounts, StoreError>;
+}
