@@ -353,6 +353,22 @@ pub enum DecideRefusal {
     Expired,
 }
 
+/// The exact call a pending approval request is looked up for (to reuse it rather than
+/// create a duplicate when the same call is proposed again).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalLookup {
+    /// The proposing principal.
+    pub proposer: String,
+    /// The contract the call resolved to.
+    pub contract_id: String,
+    /// The call's payload digest.
+    pub payload_digest: String,
+    /// The call's idempotency key.
+    pub idempotency_key: Option<String>,
+    /// Only requests unexpired at this time.
+    pub now: OffsetDateTime,
+}
+
 /// What a call presenting an approval expects it to be bound to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApprovalClaim {

@@ -106,6 +106,12 @@ pub trait Store: Send + Sync + 'static {
     async fn create_approval(&self, approval: &NewApproval) -> Result<(), StoreError>;
     /// One approval of `tenant`.
     async fn get_approval(&self, tenant: &str, id: &str) -> Result<Option<ApprovalRequest>, StoreError>;
+    /// The oldest pending, unexpired request of `tenant` for exactly this call, if any.
+    async fn find_pending_approval(
+        &self,
+        tenant: &str,
+        call: &ApprovalLookup,
+    ) -> Result<Option<ApprovalRequest>, StoreError>;
     /// Approvals of `tenant`, oldest first, optionally by status.
     async fn list_approvals(
         &self,

@@ -11,10 +11,12 @@
 
 mod error;
 pub mod keys;
+mod memory;
 mod sql;
 
 use time::OffsetDateTime;
 
+pub use memory::MemoryStore;
 pub use sql::{DatabaseUrl, SqlStore, StoreOptions};
 pub use warrant_core::records::*;
 pub use warrant_core::store::{Store, StoreError};

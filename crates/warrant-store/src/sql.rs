@@ -1112,6 +1112,33 @@ impl Store for SqlStore {
         })
     }
 
+    async fn find_pending_approval(
+        &self,
+        tenant: &str,
+        call: &ApprovalLookup,
+    ) -> Result<Option<ApprovalRequest>, StoreError> {
+        let sql = concat!(
+            "SELECT ",
+            approval_columns!(),
+            " FROM approvals WHERE tenant = $1 AND status = 'pending' AND proposer = $2 AND contract_id = $3 ",
+            "AND payload_digest = $4 AND idempotency_key IS NOT DISTINCT FROM $5 AND expires_at > $6 ",
+            "ORDER BY created_at, id LIMIT 1"
+        );
+        read!(self, |ex| {
+            let row = sqlx::query(sql)
+                .bind(tenant)
+                .bind(&call.proposer)
+                .bind(&call.contract_id)
+                .bind(&call.payload_digest)
+                .bind(&call.idempotency_key)
+                .bind(ms(call.now))
+                .fetch_optional(ex)
+                .await
+                .db()?;
+            row.map(|r| approval_of(&r)).transpose()
+        })
+    }
+
     async fn list_approvals(
         &self,
         tenant: &str,

@@ -1,6 +1,5 @@
 //! The conformance cases: each runs unchanged against every backend.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
@@ -510,7 +509,7 @@ pub async fn expired_idempotency_records_are_free_and_purged(b: &Backend) {
 pub async fn concurrent_claims_have_one_winner(b: &Backend) {
     let mut tasks = Vec::new();
     for i in 0..64 {
-        let s = b.nodes[i % 2].clone();
+        let s = b.node(i);
         tasks.push(tokio::spawn(async move {
             let e = entry(&format!("led_c{i:02}"), "acme", T0);
             s.begin_attempt(&e, Some(&scope("acme", "contended")), T0 + secs(60))
@@ -758,7 +757,7 @@ pub async fn concurrent_consumption_happens_once(b: &Backend) {
             .unwrap();
         let mut tasks = Vec::new();
         for i in 0..2 {
-            let node = b.nodes[i].clone();
+            let node = b.node(i);
             let claim = ApprovalClaim {
                 ledger_id: format!("led_{round}_{i}"),
                 ..claim_for(&id)
@@ -786,7 +785,7 @@ pub async fn budgets_are_exact_under_concurrency(b: &Backend) {
     };
     let mut tasks = Vec::new();
     for i in 0..200 {
-        let s = b.nodes[i % 2].clone();
+        let s = b.node(i);
         let r = reservation("calls_per_day:agent-7:credit:2026-11-29", 50);
         tasks.push(tokio::spawn(async move {
             s.reserve_budget("acme", &[r]).await.unwrap()
@@ -983,7 +982,7 @@ pub async fn concurrent_workers_never_share_a_job(b: &Backend) {
     }
     let mut tasks = Vec::new();
     for w in 0..8 {
-        let node = b.nodes[w % 2].clone();
+        let node = b.node(w);
         tasks.push(tokio::spawn(async move {
             let mut mine = Vec::new();
             loop {
@@ -1009,9 +1008,9 @@ pub async fn concurrent_workers_never_share_a_job(b: &Backend) {
 }
 
 pub async fn a_closed_store_fails_closed(b: &Backend) {
-    let s: Arc<SqlStore> = b.store();
+    let s = b.store();
     s.ping().await.unwrap();
-    s.close().await;
+    b.close().await;
     assert!(matches!(s.ping().await, Err(StoreError::Unavailable(_))));
     let e = entry("led_x", "acme", T0);
     assert!(matches!(

@@ -1,4 +1,5 @@
-//! The store conformance suite: every case runs against SQLite and against PostgreSQL (in a
+//! The store conformance suite: every case runs against SQLite, the in-memory store, and
+//! PostgreSQL (in a
 //! schema of its own, with two connection pools as two nodes). PostgreSQL tests are skipped
 //! with a notice when the server is unreachable, unless `WARRANT_REQUIRE_POSTGRES=1` (as in
 //! `.ci/run`), which makes an unreachable server a failure.
@@ -20,6 +21,16 @@ macro_rules! conformance {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $case() {
                     let backend = crate::support::sqlite().await;
+                    crate::cases::$case(&backend).await;
+                    backend.finish().await;
+                }
+            )*
+        }
+        mod memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    let backend = crate::support::memory().await;
                     crate::cases::$case(&backend).await;
                     backend.finish().await;
                 }

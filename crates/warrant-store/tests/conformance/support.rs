@@ -4,25 +4,47 @@
 use std::io::Write;
 use std::sync::{Arc, OnceLock};
 
-use warrant_store::{DatabaseUrl, SqlStore, StoreOptions};
+use warrant_store::{DatabaseUrl, MemoryStore, SqlStore, Store, StoreOptions};
 
-/// The stores a test runs against: `nodes[0]` and `nodes[1]` share one database (on SQLite they
-/// are the same store: one process owns a data directory).
+enum Nodes {
+    Sql([Arc<SqlStore>; 2]),
+    Memory(Arc<MemoryStore>),
+}
+
+/// The stores a test runs against: `node(0)` and `node(1)` share one database (on SQLite and in
+/// memory they are the same store: one process owns the data).
 pub struct Backend {
-    pub nodes: [Arc<SqlStore>; 2],
+    nodes: Nodes,
     cleanup: Option<(String, String)>,
     _dir: Option<tempfile::TempDir>,
 }
 
 impl Backend {
-    pub fn store(&self) -> Arc<SqlStore> {
-        self.nodes[0].clone()
+    pub fn store(&self) -> Arc<dyn Store> {
+        self.node(0)
+    }
+
+    pub fn node(&self, i: usize) -> Arc<dyn Store> {
+        match &self.nodes {
+            Nodes::Sql(nodes) => nodes[i % 2].clone(),
+            Nodes::Memory(store) => store.clone(),
+        }
+    }
+
+    /// Closes every connection: later calls must fail with `Unavailable`.
+    pub async fn close(&self) {
+        match &self.nodes {
+            Nodes::Sql(nodes) => {
+                for node in nodes {
+                    node.close().await;
+                }
+            }
+            Nodes::Memory(store) => store.close(),
+        }
     }
 
     pub async fn finish(self) {
-        for node in &self.nodes {
-            node.close().await;
-        }
+        self.close().await;
         if let Some((url, schema)) = self.cleanup {
             if let Ok(mut conn) = <sqlx::PgConnection as sqlx::Connection>::connect(&url).await {
                 let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -43,9 +65,17 @@ pub async fn sqlite() -> Backend {
             .unwrap(),
     );
     Backend {
-        nodes: [store.clone(), store],
+        nodes: Nodes::Sql([store.clone(), store]),
         cleanup: None,
         _dir: Some(dir),
+    }
+}
+
+pub async fn memory() -> Backend {
+    Backend {
+        nodes: Nodes::Memory(Arc::new(MemoryStore::new())),
+        cleanup: None,
+        _dir: None,
     }
 }
 
@@ -101,7 +131,7 @@ pub async fn postgres() -> Option<Backend> {
     let a = Arc::new(SqlStore::open(&db, &options).await.unwrap());
     let b = Arc::new(SqlStore::open(&db, &options).await.unwrap());
     Some(Backend {
-        nodes: [a, b],
+        nodes: Nodes::Sql([a, b]),
         cleanup: Some((url, schema)),
         _dir: None,
     })

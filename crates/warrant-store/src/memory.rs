@@ -1,0 +1,760 @@
+//! [`MemoryStore`]: the store port held in process memory, for offline audits
+//! (`warrant check`), benchmarks and tests. Every operation takes one mutex for its whole
+//! duration, which makes each method atomic exactly like a database transaction — but nothing
+//! survives the process, and two processes never share it: `warrant serve` uses [`crate::SqlStore`].
+//!
+//! It passes the same conformance suite as the SQL backends.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use time::OffsetDateTime;
+use warrant_core::decision::Retryable;
+use warrant_core::records::*;
+use warrant_core::store::{Store, StoreError};
+use warrant_core::{RejectCode, ToolErrorCode};
+
+#[derive(Default)]
+struct State {
+    closed: bool,
+    contracts: BTreeMap<(String, u32), StoredContract>,
+    ledger: HashMap<String, LedgerEntry>,
+    idempotency: HashMap<IdempotencyScope, IdempotencyRecord>,
+    approvals: HashMap<String, ApprovalRequest>,
+    budgets: HashMap<(String, String), (u64, OffsetDateTime)>,
+    keys: BTreeMap<String, ApiKeyRecord>,
+    jobs: BTreeMap<String, Job>,
+}
+
+/// The in-memory store (see the module documentation).
+#[derive(Default)]
+pub struct MemoryStore {
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MemoryStore")
+    }
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        MemoryStore::default()
+    }
+
+    /// Makes every later call fail with [`StoreError::Unavailable`] (as a closed pool does).
+    pub fn close(&self) {
+        if let Ok(mut s) = self.state.lock() {
+            s.closed = true;
+        }
+    }
+
+    /// Runs `f` on the state under the lock: one method, one atomic step.
+    fn with<T>(&self, f: impl FnOnce(&mut State) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let mut state = self
+            .state
+            .lock()
+            .map_err(|_| StoreError::Unavailable("in-memory store poisoned by a panic".into()))?;
+        if state.closed {
+            return Err(StoreError::Unavailable("store closed".into()));
+        }
+        f(&mut state)
+    }
+}
+
+fn ms(t: OffsetDateTime) -> i128 {
+    t.unix_timestamp_nanos() / 1_000_000
+}
+
+/// Timestamps are kept at millisecond precision, as the SQL backends store them.
+fn trunc(t: OffsetDateTime) -> OffsetDateTime {
+    OffsetDateTime::from_unix_timestamp_nanos(ms(t) * 1_000_000).unwrap_or(t)
+}
+
+fn trunc_entry(mut e: LedgerEntry) -> LedgerEntry {
+    e.created_at = trunc(e.created_at);
+    e.updated_at = trunc(e.updated_at);
+    e
+}
+
+fn reject_row(entry: &LedgerEntry, code: RejectCode, detail: String) -> LedgerEntry {
+    let mut row = entry.clone();
+    row.decision = LedgerDecision::Reject;
+    row.stage = Some(code.stage().as_str().to_owned());
+    row.error_code = Some(code.as_str().to_owned());
+    row.detail = Some(detail);
+    row.outcome = None;
+    row.attempts = 0;
+    row
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.with(|_| Ok(()))
+    }
+
+    async fn register_contract(&self, c: &StoredContract) -> Result<Registration, StoreError> {
+        self.with(|s| {
+            let key = (c.name.clone(), c.version);
+            if let Some(existing) = s.contracts.get(&key) {
+                return if existing.content_id == c.content_id {
+                    Ok(Registration::Unchanged)
+                } else {
+                    Err(StoreError::Conflict(format!(
+                        "{}@{} is already registered as {}; a changed contract needs a new version",
+                        c.name, c.version, existing.content_id
+                    )))
+                };
+            }
+            if s.contracts.values().any(|e| e.content_id == c.content_id) {
+                return Err(StoreError::Conflict(format!(
+                    "{} is already registered",
+                    c.content_id
+                )));
+            }
+            let mut stored = c.clone();
+            stored.registered_at = trunc(stored.registered_at);
+            s.contracts.insert(key, stored);
+            Ok(Registration::Registered)
+        })
+    }
+
+    async fn get_contract(&self, name: &str, version: u32) -> Result<Option<StoredContract>, StoreError> {
+        self.with(|s| Ok(s.contracts.get(&(name.to_owned(), version)).cloned()))
+    }
+
+    async fn get_contract_by_id(&self, content_id: &str) -> Result<Option<StoredContract>, StoreError> {
+        self.with(|s| Ok(s.contracts.values().find(|c| c.content_id == content_id).cloned()))
+    }
+
+    async fn list_contracts(&self) -> Result<Vec<StoredContract>, StoreError> {
+        self.with(|s| Ok(s.contracts.values().cloned().collect()))
+    }
+
+    async fn retire_contract(&self, content_id: &str, at: OffsetDateTime) -> Result<bool, StoreError> {
+        self.with(
+            |s| match s.contracts.values_mut().find(|c| c.content_id == content_id) {
+                Some(c) => {
+                    c.retired_at.get_or_insert(trunc(at));
+                    Ok(true)
+                }
+                None => Ok(false),
+            },
+        )
+    }
+
+    async fn insert_ledger(&self, entry: &LedgerEntry) -> Result<(), StoreError> {
+        self.with(|s| {
+            if s.ledger.contains_key(&entry.id) {
+                return Err(StoreError::Conflict(format!("ledger row {} exists", entry.id)));
+            }
+            s.ledger.insert(entry.id.clone(), trunc_entry(entry.clone()));
+            Ok(())
+        })
+    }
+
+    async fn get_ledger(&self, tenant: &str, id: &str) -> Result<Option<LedgerEntry>, StoreError> {
+        self.with(|s| Ok(s.ledger.get(id).filter(|e| e.tenant == tenant).cloned()))
+    }
+
+    async fn list_ledger(&self, tenant: &str, filter: &LedgerFilter) -> Result<LedgerPage, StoreError> {
+        let limit = filter.limit.clamp(1, 500) as usize;
+        let cursor = match &filter.cursor {
+            None => None,
+            Some(c) => Some(
+                c.split_once(':')
+                    .and_then(|(at, id)| Some((at.parse::<i128>().ok()?, id.to_owned())))
+                    .ok_or_else(|| StoreError::Invalid("malformed cursor".into()))?,
+            ),
+        };
+        self.with(|s| {
+            let mut rows: Vec<&LedgerEntry> = s
+                .ledger
+                .values()
+                .filter(|e| e.tenant == tenant)
+                .filter(|e| filter.tool.as_ref().is_none_or(|t| &e.tool == t))
+                .filter(|e| filter.outcome.is_none_or(|o| e.outcome == Some(o)))
+                .filter(|e| filter.principal.as_ref().is_none_or(|p| &e.principal == p))
+                .filter(|e| filter.since.is_none_or(|t| ms(e.created_at) >= ms(t)))
+                .filter(|e| filter.until.is_none_or(|t| ms(e.created_at) < ms(t)))
+                .filter(|e| {
+                    cursor
+                        .as_ref()
+                        .is_none_or(|(at, id)| (ms(e.created_at), &e.id) < (*at, id))
+                })
+                .collect();
+            rows.sort_by(|a, b| (ms(b.created_at), &b.id).cmp(&(ms(a.created_at), &a.id)));
+            let more = rows.len() > limit;
+            let entries: Vec<LedgerEntry> = rows.into_iter().take(limit).cloned().collect();
+            let next_cursor = if more {
+                entries.last().map(|e| format!("{}:{}", ms(e.created_at), e.id))
+            } else {
+                None
+            };
+            Ok(LedgerPage { entries, next_cursor })
+        })
+    }
+
+    async fn list_unresolved(
+        &self,
+        older_than: OffsetDateTime,
+        limit: u32,
+    ) -> Result<Vec<LedgerEntry>, StoreError> {
+        self.with(|s| {
+            let mut rows: Vec<LedgerEntry> = s
+                .ledger
+                .values()
+                .filter(|e| matches!(e.outcome, Some(Outcome::Attempting | Outcome::Unknown)))
+                .filter(|e| ms(e.updated_at) <= ms(older_than))
+                .cloned()
+                .collect();
+            rows.sort_by_key(|e| ms(e.updated_at));
+            rows.truncate(limit as usize);
+            Ok(rows)
+        })
+    }
+
+    async fn begin_attempt(
+        &self,
+        entry: &LedgerEntry,
+        scope: Option<&IdempotencyScope>,
+        expires_at: OffsetDateTime,
+    ) -> Result<AttemptStart, StoreError> {
+        self.with(|s| {
+            if s.ledger.contains_key(&entry.id) {
+                return Err(StoreError::Conflict(format!("ledger row {} exists", entry.id)));
+            }
+            let digest = entry.payload_digest.clone().unwrap_or_default();
+            let start = match scope {
+                None => AttemptStart::Started,
+                Some(scope) => match s.idempotency.get(scope) {
+                    Some(existing) if ms(existing.expires_at) > ms(entry.created_at) => {
+                        if existing.payload_digest != digest {
+                            AttemptStart::KeyReused
+                        } else {
+                            match existing.status {
+                                IdempotencyStatus::InFlight => AttemptStart::InFlight,
+                                IdempotencyStatus::Committed | IdempotencyStatus::Failed => {
+                                    AttemptStart::Replay(existing.clone())
+                                }
+                                IdempotencyStatus::Unknown => AttemptStart::Unknown(existing.clone()),
+                            }
+                        }
+                    }
+                    _ => {
+                        s.idempotency.insert(
+                            scope.clone(),
+                            IdempotencyRecord {
+                                scope: scope.clone(),
+                                payload_digest: digest,
+                                status: IdempotencyStatus::InFlight,
+                                result: None,
+                                error_code: None,
+                                ledger_id: entry.id.clone(),
+                                created_at: trunc(entry.created_at),
+                                expires_at: trunc(expires_at),
+                            },
+                        );
+                        AttemptStart::Started
+                    }
+                },
+            };
+            let row = match &start {
+                AttemptStart::Started => entry.clone(),
+                AttemptStart::Replay(record) => {
+                    let mut row = entry.clone();
+                    row.decision = LedgerDecision::Allow;
+                    row.outcome = Some(Outcome::Replayed);
+                    row.error_code = record.error_code.clone();
+                    row.detail = Some(format!("replay of {}", record.ledger_id));
+                    row.attempts = 0;
+                    row.cost = 0;
+                    row
+                }
+                AttemptStart::KeyReused => reject_row(
+                    entry,
+                    RejectCode::IdempotencyKeyReused,
+                    "the idempotency key was used with a different payload".into(),
+                ),
+                AttemptStart::InFlight => reject_row(
+                    entry,
+                    RejectCode::IdempotencyInFlight,
+                    "a call with this idempotency key is in flight".into(),
+                ),
+                AttemptStart::Unknown(record) => reject_row(
+                    entry,
+                    RejectCode::IdempotencyInFlight,
+                    format!(
+                        "the outcome of {} is unknown and being reconciled",
+                        record.ledger_id
+                    ),
+                ),
+            };
+            s.ledger.insert(row.id.clone(), trunc_entry(row));
+            Ok(start)
+        })
+    }
+
+    async fn finish_attempt(
+        &self,
+        tenant: &str,
+        ledger_id: &str,
+        scope: Option<&IdempotencyScope>,
+        finish: &AttemptFinish,
+        now: OffsetDateTime,
+    ) -> Result<(), StoreError> {
+        let status = match finish.outcome {
+            Outcome::Committed | Outcome::ReconciledCommitted => Some(IdempotencyStatus::Committed),
+            Outcome::Unknown => Some(IdempotencyStatus::Unknown),
+            Outcome::ReconciledNotCommitted => None,
+            Outcome::Failed => {
+                let retryable = finish
+                    .error_code
+                    .as_deref()
+                    .and_then(ToolErrorCode::parse)
+                    .is_some_and(|c| c.retryable() != Retryable::No);
+                if retryable {
+                    None
+                } else {
+                    Some(IdempotencyStatus::Failed)
+                }
+            }
+            Outcome::Attempting | Outcome::Replayed => {
+                return Err(StoreError::Invalid(format!(
+                    "`{}` does not finish an attempt",
+                    finish.outcome
+                )));
+            }
+        };
+        self.with(|s| {
+            let row = s
+                .ledger
+                .get_mut(ledger_id)
+                .filter(|e| {
+                    e.tenant == tenant && matches!(e.outcome, Some(Outcome::Attempting | Outcome::Unknown))
+                })
+                .ok_or_else(|| {
+                    StoreError::Conflict(format!("ledger row {ledger_id} is not awaiting an outcome"))
+                })?;
+            row.outcome = Some(finish.outcome);
+            row.attempts = finish.attempts;
+            row.error_code = finish.error_code.clone();
+            row.latency_ms = Some(finish.latency_ms);
+            row.cost = finish.cost;
+            row.updated_at = trunc(now);
+            if let Some(scope) = scope
+                && s.idempotency.get(scope).is_some_and(|r| r.ledger_id == ledger_id)
+            {
+                match status {
+                    Some(status) => {
+                        if let Some(record) = s.idempotency.get_mut(scope) {
+                            record.status = status;
+                            record.result = finish.result.clone();
+                            record.error_code = finish.error_code.clone();
+                        }
+                    }
+                    None => {
+                        s.idempotency.remove(scope);
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    async fn get_idempotency(
+        &self,
+        scope: &IdempotencyScope,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        self.with(|s| Ok(s.idempotency.get(scope).cloned()))
+    }
+
+    async fn create_approval(&self, a: &NewApproval) -> Result<(), StoreError> {
+        self.with(|s| {
+            if s.approvals.contains_key(&a.id) {
+                return Err(StoreError::Conflict(format!("approval {} exists", a.id)));
+            }
+            let mut request = a.clone();
+            request.created_at = trunc(request.created_at);
+            request.expires_at = trunc(request.expires_at);
+            s.approvals.insert(
+                a.id.clone(),
+                ApprovalRequest {
+                    request,
+                    status: ApprovalStatus::Pending,
+                    reviewer: None,
+                    reason: None,
+                    decided_at: None,
+                    consumed_at: None,
+                    consumed_by: None,
+                },
+            );
+            Ok(())
+        })
+    }
+
+    async fn get_approval(&self, tenant: &str, id: &str) -> Result<Option<ApprovalRequest>, StoreError> {
+        self.with(|s| {
+            Ok(s.approvals
+                .get(id)
+                .filter(|a| a.request.tenant == tenant)
+                .cloned())
+        })
+    }
+
+    async fn find_pending_approval(
+        &self,
+        tenant: &str,
+        call: &ApprovalLookup,
+    ) -> Result<Option<ApprovalRequest>, StoreError> {
+        self.with(|s| {
+            let mut found: Vec<&ApprovalRequest> = s
+                .approvals
+                .values()
+                .filter(|a| {
+                    let r = &a.request;
+                    r.tenant == tenant
+                        && a.status == ApprovalStatus::Pending
+                        && r.proposer == call.proposer
+                        && r.contract_id == call.contract_id
+                        && r.payload_digest == call.payload_digest
+                        && r.idempotency_key == call.idempotency_key
+                        && ms(r.expires_at) > ms(call.now)
+                })
+                .collect();
+            found.sort_by(|a, b| {
+                (ms(a.request.created_at), &a.request.id).cmp(&(ms(b.request.created_at), &b.request.id))
+            });
+            Ok(found.first().map(|a| (*a).clone()))
+        })
+    }
+
+    async fn list_approvals(
+        &self,
+        tenant: &str,
+        status: Option<ApprovalStatus>,
+        limit: u32,
+    ) -> Result<Vec<ApprovalRequest>, StoreError> {
+        self.with(|s| {
+            let mut rows: Vec<ApprovalRequest> = s
+                .approvals
+                .values()
+                .filter(|a| a.request.tenant == tenant && status.is_none_or(|st| a.status == st))
+                .cloned()
+                .collect();
+            rows.sort_by(|a, b| {
+                (ms(a.request.created_at), &a.request.id).cmp(&(ms(b.request.created_at), &b.request.id))
+            });
+            rows.truncate(limit.clamp(1, 1000) as usize);
+            Ok(rows)
+        })
+    }
+
+    async fn decide_approval(
+        &self,
+        tenant: &str,
+        id: &str,
+        reviewer: &str,
+        verdict: Verdict,
+        reason: Option<&str>,
+        now: OffsetDateTime,
+    ) -> Result<Result<ApprovalRequest, DecideRefusal>, StoreError> {
+        self.with(|s| {
+            let Some(a) = s.approvals.get_mut(id).filter(|a| a.request.tenant == tenant) else {
+                return Ok(Err(DecideRefusal::NotFound));
+            };
+            if a.status != ApprovalStatus::Pending {
+                return Ok(Err(DecideRefusal::NotPending(a.status)));
+            }
+            if a.request.proposer == reviewer {
+                return Ok(Err(DecideRefusal::SelfReview));
+            }
+            if ms(a.request.expires_at) <= ms(now) {
+                return Ok(Err(DecideRefusal::Expired));
+            }
+            a.status = match verdict {
+                Verdict::Approve => ApprovalStatus::Approved,
+                Verdict::Reject => ApprovalStatus::Rejected,
+            };
+            a.reviewer = Some(reviewer.to_owned());
+            a.reason = reason.map(str::to_owned);
+            a.decided_at = Some(trunc(now));
+            Ok(Ok(a.clone()))
+        })
+    }
+
+    async fn consume_approval(
+        &self,
+        tenant: &str,
+        claim: &ApprovalClaim,
+        now: OffsetDateTime,
+    ) -> Result<ConsumeOutcome, StoreError> {
+        self.with(|s| {
+            let Some(a) = s
+                .approvals
+                .get_mut(&claim.approval_id)
+                .filter(|a| a.request.tenant == tenant)
+            else {
+                return Ok(ConsumeOutcome::Refused(None));
+            };
+            let r = &a.request;
+            let bound = a.status == ApprovalStatus::Approved
+                && ms(r.expires_at) > ms(now)
+                && r.contract_id == claim.contract_id
+                && r.payload_digest == claim.payload_digest
+                && r.idempotency_key == claim.idempotency_key
+                && r.proposer == claim.principal;
+            if !bound {
+                return Ok(ConsumeOutcome::Refused(Some(a.clone())));
+            }
+            a.status = ApprovalStatus::Consumed;
+            a.consumed_at = Some(trunc(now));
+            a.consumed_by = Some(claim.ledger_id.clone());
+            Ok(ConsumeOutcome::Consumed(a.clone()))
+        })
+    }
+
+    async fn reserve_budget(
+        &self,
+        tenant: &str,
+        reservations: &[BudgetReservation],
+    ) -> Result<BudgetOutcome, StoreError> {
+        self.with(|s| {
+            for r in reservations {
+                let used = s
+                    .budgets
+                    .get(&(tenant.to_owned(), r.key.clone()))
+                    .map_or(0, |(u, _)| *u);
+                if r.amount > r.limit || used.saturating_add(r.amount) > r.limit {
+                    return Ok(BudgetOutcome::Exhausted { key: r.key.clone() });
+                }
+            }
+            for r in reservations {
+                let slot = s
+                    .budgets
+                    .entry((tenant.to_owned(), r.key.clone()))
+                    .or_insert((0, trunc(r.expires_at)));
+                slot.0 += r.amount;
+            }
+            Ok(BudgetOutcome::Granted)
+        })
+    }
+
+    async fn release_budget(
+        &self,
+        tenant: &str,
+        reservations: &[BudgetReservation],
+    ) -> Result<(), StoreError> {
+        self.with(|s| {
+            for r in reservations {
+                if let Some(slot) = s.budgets.get_mut(&(tenant.to_owned(), r.key.clone())) {
+                    slot.0 = slot.0.saturating_sub(r.amount);
+                }
+            }
+            Ok(())
+        })
+    }
+
+    async fn budget_used(&self, tenant: &str, key: &str) -> Result<u64, StoreError> {
+        self.with(|s| {
+            Ok(s.budgets
+                .get(&(tenant.to_owned(), key.to_owned()))
+                .map_or(0, |(u, _)| *u))
+        })
+    }
+
+    async fn create_api_key(&self, k: &NewApiKey) -> Result<(), StoreError> {
+        self.with(|s| {
+            if s.keys.contains_key(&k.id) || s.keys.values().any(|e| e.key.key_hash == k.key_hash) {
+                return Err(StoreError::Conflict("api key exists".into()));
+            }
+            let mut key = k.clone();
+            key.created_at = trunc(key.created_at);
+            s.keys.insert(
+                k.id.clone(),
+                ApiKeyRecord {
+                    key,
+                    revoked_at: None,
+                },
+            );
+            Ok(())
+        })
+    }
+
+    async fn find_api_key(&self, key_hash: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
+        self.with(|s| Ok(s.keys.values().find(|k| k.key.key_hash == key_hash).cloned()))
+    }
+
+    async fn list_api_keys(&self, tenant: &str) -> Result<Vec<ApiKeyRecord>, StoreError> {
+        self.with(|s| {
+            let mut keys: Vec<ApiKeyRecord> = s
+                .keys
+                .values()
+                .filter(|k| k.key.tenant == tenant)
+                .cloned()
+                .collect();
+            keys.sort_by(|a, b| (ms(a.key.created_at), &a.key.id).cmp(&(ms(b.key.created_at), &b.key.id)));
+            Ok(keys)
+        })
+    }
+
+    async fn revoke_api_key(&self, tenant: &str, id: &str, at: OffsetDateTime) -> Result<bool, StoreError> {
+        self.with(|s| {
+            match s
+                .keys
+                .get_mut(id)
+                .filter(|k| k.key.tenant == tenant && k.revoked_at.is_none())
+            {
+                Some(k) => {
+                    k.revoked_at = Some(trunc(at));
+                    Ok(true)
+                }
+                None => Ok(false),
+            }
+        })
+    }
+
+    async fn has_api_keys(&self) -> Result<bool, StoreError> {
+        self.with(|s| Ok(!s.keys.is_empty()))
+    }
+
+    async fn enqueue_job(&self, j: &NewJob) -> Result<(), StoreError> {
+        self.with(|s| {
+            if s.jobs.contains_key(&j.id) {
+                return Err(StoreError::Conflict(format!("job {} exists", j.id)));
+            }
+            let mut job = j.clone();
+            job.run_at = trunc(job.run_at);
+            job.max_attempts = job.max_attempts.max(1);
+            s.jobs.insert(
+                j.id.clone(),
+                Job {
+                    job,
+                    status: JobStatus::Pending,
+                    attempts: 0,
+                    locked_by: None,
+                    locked_until: None,
+                    last_error: None,
+                },
+            );
+            Ok(())
+        })
+    }
+
+    async fn claim_jobs(
+        &self,
+        worker: &str,
+        limit: u32,
+        lease: Duration,
+        now: OffsetDateTime,
+    ) -> Result<Vec<Job>, StoreError> {
+        let until = trunc(now + lease);
+        self.with(|s| {
+            let mut due: Vec<(i128, String)> = s
+                .jobs
+                .values()
+                .filter(|j| match j.status {
+                    JobStatus::Pending => ms(j.job.run_at) <= ms(now),
+                    JobStatus::Running => j.locked_until.is_some_and(|t| ms(t) <= ms(now)),
+                    _ => false,
+                })
+                .map(|j| (ms(j.job.run_at), j.job.id.clone()))
+                .collect();
+            due.sort();
+            due.truncate(limit.clamp(1, 1000) as usize);
+            let mut out = Vec::new();
+            for (_, id) in due {
+                if let Some(j) = s.jobs.get_mut(&id) {
+                    j.status = JobStatus::Running;
+                    j.locked_by = Some(worker.to_owned());
+                    j.locked_until = Some(until);
+                    j.attempts += 1;
+                    out.push(j.clone());
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    async fn complete_job(
+        &self,
+        id: &str,
+        worker: &str,
+        completion: &JobCompletion,
+        _now: OffsetDateTime,
+    ) -> Result<bool, StoreError> {
+        self.with(|s| {
+            let Some(j) = s
+                .jobs
+                .get_mut(id)
+                .filter(|j| j.status == JobStatus::Running && j.locked_by.as_deref() == Some(worker))
+            else {
+                return Ok(false);
+            };
+            match completion {
+                JobCompletion::Done => j.status = JobStatus::Done,
+                JobCompletion::Retry { run_at, error } => {
+                    j.status = if j.attempts >= j.job.max_attempts {
+                        JobStatus::Dead
+                    } else {
+                        JobStatus::Pending
+                    };
+                    j.job.run_at = trunc(*run_at);
+                    j.last_error = Some(error.clone());
+                }
+                JobCompletion::Dead { error } => {
+                    j.status = JobStatus::Dead;
+                    j.last_error = Some(error.clone());
+                }
+            }
+            j.locked_by = None;
+            j.locked_until = None;
+            Ok(true)
+        })
+    }
+
+    async fn list_dead_jobs(&self, tenant: &str, limit: u32) -> Result<Vec<Job>, StoreError> {
+        self.with(|s| {
+            Ok(s.jobs
+                .values()
+                .filter(|j| j.job.tenant == tenant && j.status == JobStatus::Dead)
+                .take(limit.clamp(1, 1000) as usize)
+                .cloned()
+                .collect())
+        })
+    }
+
+    async fn purge_expired(&self, now: OffsetDateTime) -> Result<PurgeCounts, StoreError> {
+        self.with(|s| {
+            let now_ms = ms(now);
+            let before = s.idempotency.len();
+            s.idempotency.retain(|_, r| {
+                !(ms(r.expires_at) <= now_ms
+                    && matches!(r.status, IdempotencyStatus::Committed | IdempotencyStatus::Failed))
+            });
+            let idempotency = (before - s.idempotency.len()) as u64;
+            let before = s.budgets.len();
+            s.budgets.retain(|_, (_, exp)| ms(*exp) > now_ms);
+            let budget_counters = (before - s.budgets.len()) as u64;
+            let mut approvals_expired = 0;
+            for a in s.approvals.values_mut() {
+                if matches!(a.status, ApprovalStatus::Pending | ApprovalStatus::Approved)
+                    && ms(a.request.expires_at) <= now_ms
+                {
+                    a.status = ApprovalStatus::Expired;
+                    approvals_expired += 1;
+                }
+            }
+            Ok(PurgeCounts {
+                idempotency,
+                budget_counters,
+                approvals_expired,
+            })
+        })
+    }
+}
