@@ -236,6 +236,24 @@ impl ApprovalRecord {
     }
 }
 
+impl ApprovalRecord {
+    /// The binding view of a stored approval request (`None` if its ids are malformed).
+    pub fn from_request(request: &crate::records::ApprovalRequest) -> Option<ApprovalRecord> {
+        let r = &request.request;
+        Some(ApprovalRecord {
+            id: r.id.clone(),
+            contract_id: ContractId::parse(&r.contract_id)?,
+            tenant: r.tenant.clone(),
+            payload_digest: Sha256Digest::parse(&r.payload_digest)?,
+            idempotency_key: r.idempotency_key.clone(),
+            expires_at: r.expires_at,
+            status: request.status,
+            proposer: Some(r.proposer.clone()),
+            reviewer: request.reviewer.clone(),
+        })
+    }
+}
+
 /// The result of binding a presented approval to a call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ApprovalBinding {

@@ -18,6 +18,7 @@ pub use schema::{CompiledSchema, DRAFT_2020_12};
 
 use crate::canon::{Sha256Digest, canonical_bytes};
 use crate::json::{self, Limits, push_pointer_segment};
+use crate::records::StoredContract;
 use crate::yaml;
 
 /// `tool-contract@sha256:<64 hex>`: the content id of a contract document.
@@ -185,6 +186,16 @@ pub struct Contract {
     output: CompiledSchema,
     adapter: Option<AdapterBinding>,
     document: Value,
+    guarded: bool,
+}
+
+/// Two contracts are equal when their content ids and adapter bindings are: the id is the
+/// digest of everything else.
+impl PartialEq for Contract {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+            && self.adapter.as_ref().map(|a| a.digest) == other.adapter.as_ref().map(|a| a.digest)
+    }
 }
 
 impl Contract {
@@ -259,6 +270,44 @@ impl Contract {
     /// The authored input schema.
     pub fn input_document(&self) -> Option<&Value> {
         self.document.get("input")
+    }
+    /// Whether any input field is marked `x-warrant-allowlist` (so guards apply).
+    pub fn has_allowlists(&self) -> bool {
+        self.guarded
+    }
+
+    /// The record the registry stores.
+    pub fn to_stored(&self, registered_at: time::OffsetDateTime) -> StoredContract {
+        StoredContract {
+            name: self.name.clone(),
+            version: self.version,
+            content_id: self.id.to_string(),
+            body: self.document.clone(),
+            binding: self.adapter.as_ref().map(|a| a.document.clone()),
+            binding_digest: self.adapter.as_ref().map(|a| a.digest.to_string()),
+            registered_at,
+            retired_at: None,
+        }
+    }
+
+    /// Rebuilds (and re-lints) a contract from its stored record, checking that the stored
+    /// content id is the one its body hashes to.
+    ///
+    /// # Errors
+    /// The lint problems, or a problem saying the record does not match its id.
+    pub fn from_stored(stored: &StoredContract) -> Result<Contract, Vec<LintProblem>> {
+        let mut document = stored.body.clone();
+        if let (Some(binding), Value::Object(map)) = (&stored.binding, &mut document) {
+            map.insert("adapter".to_owned(), binding.clone());
+        }
+        let contract = Contract::from_document(document)?;
+        if contract.id.to_string() != stored.content_id {
+            return Err(vec![LintProblem::new(
+                "",
+                "the stored contract does not hash to its content id",
+            )]);
+        }
+        Ok(contract)
     }
 
     /// Reads and lints a contract from its text; `.json` documents are parsed as strict JSON,
@@ -421,7 +470,9 @@ impl Contract {
                 Some(output),
             ) if problems.is_empty() => {
                 let id = ContractId(Sha256Digest::of_bytes(&canonical_bytes(&document)));
+                let guarded = document.get("input").is_some_and(mentions_allowlist);
                 Ok(Contract {
+                    guarded,
                     id,
                     name,
                     version,
@@ -592,6 +643,16 @@ impl<'a> Fields<'a> {
             }
             None => None,
         }
+    }
+}
+
+fn mentions_allowlist(schema: &Value) -> bool {
+    match schema {
+        Value::Object(map) => map
+            .iter()
+            .any(|(k, v)| k == "x-warrant-allowlist" || mentions_allowlist(v)),
+        Value::Array(items) => items.iter().any(mentions_allowlist),
+        _ => false,
     }
 }
 

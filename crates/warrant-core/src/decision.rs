@@ -4,8 +4,10 @@
 
 use crate::authority::DelegatedScopes;
 use crate::canon::Sha256Digest;
-use crate::contract::ContractId;
+use crate::contract::{Contract, ContractId};
 use crate::proposal::ValidatedProposal;
+use crate::records::{BudgetReservation, IdempotencyRecord, IdempotencyScope, LedgerEntry};
+use std::sync::Arc;
 
 /// The pipeline stage that refused a proposal, in pipeline order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -427,6 +429,17 @@ pub struct Allowed {
     delegated_scopes: DelegatedScopes,
     approval_id: Option<String>,
     idempotency: IdempotencyState,
+    context: AllowedContext,
+}
+
+/// What the pipeline hands the runtime with an allowed call.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct AllowedContext {
+    pub(crate) contract: Arc<Contract>,
+    pub(crate) ledger: LedgerEntry,
+    pub(crate) scope: Option<IdempotencyScope>,
+    pub(crate) reservations: Vec<BudgetReservation>,
+    pub(crate) replay: Option<IdempotencyRecord>,
 }
 
 impl Allowed {
@@ -435,13 +448,36 @@ impl Allowed {
         delegated_scopes: DelegatedScopes,
         approval_id: Option<String>,
         idempotency: IdempotencyState,
+        context: AllowedContext,
     ) -> Self {
         Allowed {
             proposal,
             delegated_scopes,
             approval_id,
             idempotency,
+            context,
         }
+    }
+
+    /// The resolved contract.
+    pub fn contract(&self) -> &Arc<Contract> {
+        &self.context.contract
+    }
+    /// The ledger row to write (outcome `attempting`) when the attempt begins.
+    pub fn ledger_entry(&self) -> &LedgerEntry {
+        &self.context.ledger
+    }
+    /// The idempotency record key, when the call carries a key.
+    pub fn idempotency_scope(&self) -> Option<&IdempotencyScope> {
+        self.context.scope.as_ref()
+    }
+    /// The budget counters reserved for this call.
+    pub fn reservations(&self) -> &[BudgetReservation] {
+        &self.context.reservations
+    }
+    /// The committed (or permanently failed) record this call replays, if it is a replay.
+    pub fn replay(&self) -> Option<&IdempotencyRecord> {
+        self.context.replay.as_ref()
     }
 
     /// The validated proposal.

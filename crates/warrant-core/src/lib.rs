@@ -5,15 +5,19 @@
 //! belong to the crates above it; time comes in as an argument.
 
 pub mod authority;
+pub mod budget;
 pub mod canon;
-pub mod check;
 pub mod contract;
 pub mod decision;
+pub mod env;
+pub mod guard;
 pub mod json;
+pub mod pipeline;
 pub mod policy;
 pub mod proposal;
 pub mod records;
 pub mod redact;
+pub mod registry;
 pub mod store;
 pub mod yaml;
 

@@ -225,6 +225,33 @@ impl Envelope {
     }
 }
 
+impl Envelope {
+    /// Supplies the approval id from the transport (MCP `_meta`, an offline audit's approval
+    /// file); an approval id in the envelope itself must agree with it.
+    ///
+    /// # Errors
+    /// An approval-stage rejection when the ids differ or the id is malformed.
+    pub fn with_transport_approval(mut self, id: &str) -> Result<Envelope, Rejection> {
+        if !is_valid_id(id) {
+            return Err(invalid(
+                "/approval",
+                "an approval id is 1-128 of A-Z a-z 0-9 _ - . :",
+            ));
+        }
+        match &self.approval {
+            Some(existing) if existing != id => Err(Rejection::new(
+                RejectCode::ApprovalMismatch,
+                "the approval id in the proposal differs from the one sent by the transport",
+            )
+            .at("/approval")),
+            _ => {
+                self.approval = Some(id.to_owned());
+                Ok(self)
+            }
+        }
+    }
+}
+
 fn invalid(pointer: &str, detail: &str) -> Rejection {
     Rejection::new(RejectCode::EnvelopeInvalid, detail).at(pointer)
 }

@@ -13,6 +13,7 @@ mod error;
 pub mod keys;
 mod memory;
 mod sql;
+pub mod testing;
 
 use time::OffsetDateTime;
 
@@ -20,6 +21,20 @@ pub use memory::MemoryStore;
 pub use sql::{DatabaseUrl, SqlStore, StoreOptions};
 pub use warrant_core::records::*;
 pub use warrant_core::store::{Store, StoreError};
+
+/// The system clock and ULID ids: the production [`warrant_core::env::Env`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemEnv;
+
+impl warrant_core::env::Env for SystemEnv {
+    fn now(&self) -> OffsetDateTime {
+        OffsetDateTime::now_utc()
+    }
+
+    fn new_id(&self, prefix: &str) -> String {
+        format!("{prefix}_{}", ulid::Ulid::new().to_string().to_lowercase())
+    }
+}
 
 /// Runs [`Store::purge_expired`] every `interval` until the returned handle is aborted.
 pub fn spawn_sweeper<S: Store + ?Sized>(

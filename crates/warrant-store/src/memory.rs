@@ -53,6 +53,24 @@ impl MemoryStore {
         }
     }
 
+    /// Inserts an approval in whatever state it is in (to seed an offline audit with an
+    /// approval record from a file; the store interface only creates pending requests).
+    ///
+    /// # Errors
+    /// [`StoreError::Conflict`] when the id exists.
+    pub fn insert_approval(&self, approval: ApprovalRequest) -> Result<(), StoreError> {
+        self.with(|s| {
+            if s.approvals.contains_key(&approval.request.id) {
+                return Err(StoreError::Conflict(format!(
+                    "approval {} exists",
+                    approval.request.id
+                )));
+            }
+            s.approvals.insert(approval.request.id.clone(), approval);
+            Ok(())
+        })
+    }
+
     /// Runs `f` on the state under the lock: one method, one atomic step.
     fn with<T>(&self, f: impl FnOnce(&mut State) -> Result<T, StoreError>) -> Result<T, StoreError> {
         let mut state = self

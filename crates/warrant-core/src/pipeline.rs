@@ -1,0 +1,729 @@
+//! `decide`: the single entry point every lane calls (PRODUCT §1).
+//!
+//! ```text
+//! parse → contract (registry) → schema → canonical digest → identity → policy → scopes
+//!   → guards → idempotency key rule → budget → approval → idempotency record → Decision
+//! ```
+//!
+//! Every refusal is a typed `reject(stage, code, detail)` and every refused or held call
+//! writes its ledger row here; an allowed call's row is written by the runtime's write-ahead
+//! `begin_attempt`, from the template the [`Allowed`] carries. A store failure is returned as
+//! an error and nothing is allowed (fail closed).
+//!
+//! Two details of ordering are deliberate:
+//! - the idempotency-key rule runs before budget and approval, because an approval binds to
+//!   the key;
+//! - the idempotency record is read before the budget is reserved: an idempotent replay of a
+//!   committed call needs neither budget nor a second approval (no new effect happens), while
+//!   a conflicting record is reported at the idempotency stage, after the stages before it.
+//!   Budget reservations of a call that does not end in `allow` are released.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use time::{Duration, OffsetDateTime};
+
+use crate::authority::{
+    ApprovalBinding, ApprovalRecord, Principal, attenuate, bind_approval, idempotency_requirement,
+};
+use crate::budget::{BudgetConfig, plan};
+use crate::contract::{ApprovalMode, Contract};
+use crate::decision::{
+    Allowed, ApprovalNeeded, ApprovalState, Decision, IdempotencyState, RejectCode, Rejection, Stage,
+};
+use crate::env::Env;
+use crate::guard::Guards;
+use crate::json::Limits;
+use crate::policy::{PolicyAction, PolicyEngine, PolicyRequest, PolicyVerdict};
+use crate::proposal::{Envelope, ValidatedProposal};
+use crate::records::*;
+use crate::redact::{RedactionKey, redact};
+use crate::registry::Registry;
+use crate::store::{Store, StoreError};
+
+/// Pipeline settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Size and nesting limits for proposals.
+    pub limits: Limits,
+    /// How long an approval request stays valid (default 15 minutes).
+    pub approval_ttl: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            limits: Limits::PROPOSAL,
+            approval_ttl: Duration::minutes(15),
+        }
+    }
+}
+
+/// Everything `decide` needs; built once at start and shared by every lane.
+pub struct Authority {
+    store: Arc<dyn Store>,
+    registry: Arc<Registry>,
+    policy: Arc<dyn PolicyEngine>,
+    guards: Arc<Guards>,
+    budgets: BudgetConfig,
+    redaction: RedactionKey,
+    env: Arc<dyn Env>,
+    settings: Settings,
+}
+
+impl std::fmt::Debug for Authority {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authority")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One call as a lane received it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Call<'a> {
+    /// The untrusted proposal bytes.
+    pub bytes: &'a [u8],
+    /// An idempotency key carried by the transport (`Idempotency-Key` header, MCP `_meta`).
+    pub idempotency_key: Option<&'a str>,
+    /// An approval id carried by the transport.
+    pub approval_id: Option<&'a str>,
+    /// The trace id of this proposal.
+    pub trace_id: &'a str,
+    /// The workflow run, if the call is a workflow step.
+    pub run_id: Option<&'a str>,
+    /// The workflow step.
+    pub step_id: Option<&'a str>,
+}
+
+/// What the stages established, for reports (`warrant check`) and responses.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Facts {
+    /// The resolved contract.
+    pub contract: Option<Arc<Contract>>,
+    /// The schema verdict, once reached.
+    pub schema: Option<bool>,
+    /// The payload digest, once the arguments validated.
+    pub payload_digest: Option<crate::canon::Sha256Digest>,
+    /// The policy verdict, once reached.
+    pub policy: Option<PolicyVerdict>,
+    /// `grant ∩ contract.scopes`, once attenuated.
+    pub delegated_scopes: Option<Vec<String>>,
+    /// The idempotency state, once checked.
+    pub idempotency: Option<IdempotencyState>,
+    /// The approval state, once checked.
+    pub approval: Option<ApprovalState>,
+}
+
+/// The decision with its ledger id and facts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decided {
+    /// The decision.
+    pub decision: Decision,
+    /// The ledger row of this proposal (written here unless the decision is `allow`).
+    pub ledger_id: String,
+    /// What the stages established.
+    pub facts: Facts,
+}
+
+/// Why a review was not recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReviewRefusal {
+    /// No such approval in the reviewer's tenant.
+    NotFound,
+    /// Policy does not let this principal review this tool (ids of deciding policies).
+    Forbidden(Vec<String>),
+    /// The reviewer proposed the call.
+    SelfReview,
+    /// Already decided or consumed.
+    NotPending(ApprovalStatus),
+    /// The request expired.
+    Expired,
+}
+
+/// One proposal in progress: the ledger row being built and the facts so far.
+struct Progress {
+    row: LedgerEntry,
+    facts: Facts,
+}
+
+mod metric {
+    pub const DECISIONS: &str = "warrant_decisions_total";
+    pub const REJECTIONS: &str = "warrant_rejections_total";
+    pub const SCHEMA: &str = "warrant_schema_rejections_total";
+    pub const POLICY: &str = "warrant_policy_denials_total";
+    pub const GUARD: &str = "warrant_guard_refusals_total";
+    pub const APPROVAL_REQUESTS: &str = "warrant_approval_requests_total";
+    pub const APPROVAL_EXPIRIES: &str = "warrant_approval_expiries_total";
+    pub const BUDGET: &str = "warrant_budget_exhausted_total";
+    pub const IDEMPOTENCY: &str = "warrant_idempotency_conflicts_total";
+    pub const REVIEWS: &str = "warrant_reviews_total";
+}
+
+fn count_rejection(rejection: &Rejection) {
+    let stage = rejection.stage();
+    metrics::counter!(metric::REJECTIONS, "stage" => stage.as_str(), "code" => rejection.code().as_str())
+        .increment(1);
+    let specific = match (stage, rejection.code()) {
+        (Stage::Schema, _) => Some(metric::SCHEMA),
+        (Stage::Policy, _) => Some(metric::POLICY),
+        (Stage::Guard, _) => Some(metric::GUARD),
+        (Stage::Budget, _) => Some(metric::BUDGET),
+        (_, RejectCode::ApprovalExpired) => Some(metric::APPROVAL_EXPIRIES),
+        (_, RejectCode::IdempotencyKeyReused | RejectCode::IdempotencyInFlight) => Some(metric::IDEMPOTENCY),
+        _ => None,
+    };
+    if let Some(name) = specific {
+        metrics::counter!(name).increment(1);
+    }
+}
+
+impl Authority {
+    /// Assembles the pipeline.
+    #[allow(clippy::too_many_arguments, reason = "a constructor wiring every port once")]
+    pub fn new(
+        store: Arc<dyn Store>,
+        registry: Arc<Registry>,
+        policy: Arc<dyn PolicyEngine>,
+        guards: Arc<Guards>,
+        budgets: BudgetConfig,
+        redaction: RedactionKey,
+        env: Arc<dyn Env>,
+        settings: Settings,
+    ) -> Self {
+        Authority {
+            store,
+            registry,
+            policy,
+            guards,
+            budgets,
+            redaction,
+            env,
+            settings,
+        }
+    }
+
+    /// The store this pipeline writes to.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// The contract registry.
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// The environment (clock and ids).
+    pub fn env(&self) -> &Arc<dyn Env> {
+        &self.env
+    }
+
+    /// Decides one proposal for an authenticated principal.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the store cannot record or answer; nothing is allowed then.
+    pub async fn decide(&self, principal: &Principal, call: &Call<'_>) -> Result<Decided, StoreError> {
+        let now = self.env.now();
+        let ledger_id = self.env.new_id("led");
+        let mut p = Progress {
+            row: LedgerEntry::new(
+                ledger_id.clone(),
+                principal.tenant(),
+                principal.id(),
+                call.trace_id,
+                "",
+                now,
+            ),
+            facts: Facts::default(),
+        };
+        p.row.run_id = call.run_id.map(str::to_owned);
+        p.row.step_id = call.step_id.map(str::to_owned);
+        let decision = match self.stages(principal, call, now, &mut p).await? {
+            Ok(decision) => decision,
+            Err(rejection) => Decision::Reject(rejection),
+        };
+        metrics::counter!(metric::DECISIONS, "decision" => decision.as_str()).increment(1);
+        match &decision {
+            Decision::Reject(rejection) => {
+                count_rejection(rejection);
+                p.row.decision = LedgerDecision::Reject;
+                p.row.stage = Some(rejection.stage().as_str().to_owned());
+                p.row.error_code = Some(rejection.code().as_str().to_owned());
+                p.row.detail = Some(rejection.detail().to_owned());
+                self.store.insert_ledger(&p.row).await?;
+            }
+            Decision::NeedsApproval(needed) => {
+                p.row.decision = LedgerDecision::NeedsApproval;
+                p.row.approval_id = needed.request_id.clone();
+                self.store.insert_ledger(&p.row).await?;
+            }
+            // Written by the runtime's `begin_attempt`, atomically with the idempotency claim.
+            Decision::Allow(_) => {}
+        }
+        Ok(Decided {
+            decision,
+            ledger_id,
+            facts: p.facts,
+        })
+    }
+
+    /// The stages in order. `Ok(Err(rejection))` is a refusal; `Err` a store failure.
+    async fn stages(
+        &self,
+        principal: &Principal,
+        call: &Call<'_>,
+        now: OffsetDateTime,
+        p: &mut Progress,
+    ) -> Result<Result<Decision, Rejection>, StoreError> {
+        macro_rules! reject {
+            ($r:expr) => {
+                return Ok(Err($r))
+            };
+        }
+        // parse (+ identity: the envelope refuses identity fields)
+        let mut envelope = match Envelope::parse(call.bytes, self.settings.limits) {
+            Ok(e) => e,
+            Err(r) => reject!(r),
+        };
+        p.row.tool = envelope.tool().chars().take(64).collect();
+        if let Some(key) = call.idempotency_key {
+            envelope = match envelope.with_transport_key(key) {
+                Ok(e) => e,
+                Err(r) => reject!(r),
+            };
+        }
+        if let Some(id) = call.approval_id {
+            envelope = match envelope.with_transport_approval(id) {
+                Ok(e) => e,
+                Err(r) => reject!(r),
+            };
+        }
+        p.row.idempotency_key = envelope.idempotency_key().map(str::to_owned);
+
+        // contract
+        let contract = match self.registry.resolve(&envelope, now).await? {
+            Ok(c) => c,
+            Err(r) => reject!(r),
+        };
+        p.row.contract_id = Some(contract.id().to_string());
+        p.row.binding_digest = contract.adapter().map(|a| a.digest().to_string());
+        p.facts.contract = Some(contract.clone());
+
+        // schema + canonical digest
+        let proposal = match ValidatedProposal::validate(envelope, &contract) {
+            Ok(v) => v,
+            Err(r) => {
+                p.facts.schema = Some(r.stage() != Stage::Schema);
+                reject!(r)
+            }
+        };
+        p.facts.schema = Some(true);
+        p.facts.payload_digest = Some(proposal.payload_digest());
+        p.row.payload_digest = Some(proposal.payload_digest().to_string());
+        let arguments = Value::Object(proposal.arguments().clone());
+        if let Some(schema) = contract.input_document() {
+            p.row.arguments = Some(redact(schema, &arguments, &self.redaction));
+        }
+
+        // identity: the principal comes from authentication; the tenant of every record
+        // written below is the principal's.
+
+        // policy
+        let verdict = self.policy.authorize(&PolicyRequest {
+            principal,
+            action: PolicyAction::Invoke,
+            contract: &contract,
+            arguments: proposal.arguments(),
+        });
+        p.facts.policy = Some(verdict.clone());
+        if let PolicyVerdict::Deny { policies, errors } = &verdict {
+            reject!(policy_denial(policies, errors))
+        }
+
+        // scope attenuation
+        let scopes = match attenuate(principal, &contract) {
+            Ok(s) => s,
+            Err(r) => reject!(r),
+        };
+        p.facts.delegated_scopes = Some(scopes.iter().map(str::to_owned).collect());
+
+        // guards
+        if contract.has_allowlists()
+            && let Some(schema) = contract.input_document()
+            && let Err(r) = self
+                .guards
+                .check(principal.tenant(), schema, proposal.arguments())
+        {
+            reject!(r)
+        }
+
+        // idempotency key rule (before any approval is requested: the approval binds to it)
+        let idempotency = match idempotency_requirement(&contract, &proposal) {
+            Ok(state) => state,
+            Err(r) => {
+                p.facts.idempotency = Some(IdempotencyState::RequiredMissing);
+                reject!(r)
+            }
+        };
+        p.facts.idempotency = Some(idempotency);
+        let scope = proposal.idempotency_key().map(|key| IdempotencyScope {
+            tenant: principal.tenant().to_owned(),
+            principal: principal.id().to_owned(),
+            contract_id: contract.id().to_string(),
+            key: key.to_owned(),
+        });
+
+        // idempotency record, read now (see the module documentation)
+        let existing = match &scope {
+            Some(scope) => self
+                .store
+                .get_idempotency(scope)
+                .await?
+                .filter(|r| r.expires_at > now),
+            None => None,
+        };
+        let digest = proposal.payload_digest().to_string();
+        let conflict = match &existing {
+            Some(r) if r.payload_digest != digest => Some(
+                Rejection::new(
+                    RejectCode::IdempotencyKeyReused,
+                    "the idempotency key was used with a different payload",
+                )
+                .at("/idempotency_key"),
+            ),
+            Some(r) if matches!(r.status, IdempotencyStatus::InFlight | IdempotencyStatus::Unknown) => Some(
+                Rejection::new(
+                    RejectCode::IdempotencyInFlight,
+                    "a call with this idempotency key is in flight",
+                )
+                .at("/idempotency_key"),
+            ),
+            _ => None,
+        };
+        if let Some(record) = existing.filter(|_| conflict.is_none()) {
+            // A replay of a call that already ran: no new effect, so no budget or approval.
+            p.facts.approval = Some(match contract.approval() {
+                ApprovalMode::None => ApprovalState::NotRequired,
+                ApprovalMode::PerCall => ApprovalState::BoundToCall,
+            });
+            return Ok(Ok(self.allow(
+                contract,
+                proposal,
+                scopes,
+                idempotency,
+                scope,
+                Vec::new(),
+                Some(record),
+                p,
+            )));
+        }
+
+        // budget
+        let reservations = plan(&self.budgets, &contract, principal, call.run_id, now);
+        if !reservations.is_empty() {
+            if let BudgetOutcome::Exhausted { key } = self
+                .store
+                .reserve_budget(principal.tenant(), &reservations)
+                .await?
+            {
+                let which = key.split(':').next().unwrap_or("budget").to_owned();
+                reject!(Rejection::new(
+                    RejectCode::BudgetExhausted,
+                    format!("the `{which}` budget is exhausted")
+                ))
+            }
+        }
+        // From here on, anything but `allow` gives the reservations back.
+        let outcome = self
+            .approve_and_finish(principal, &contract, &proposal, conflict, now, p)
+            .await;
+        match outcome {
+            Ok(Ok(None)) => Ok(Ok(self.allow(
+                contract,
+                proposal,
+                scopes,
+                idempotency,
+                scope,
+                reservations,
+                None,
+                p,
+            ))),
+            other => {
+                if !reservations.is_empty() {
+                    self.store
+                        .release_budget(principal.tenant(), &reservations)
+                        .await?;
+                }
+                match other {
+                    Ok(Ok(Some(decision))) => Ok(Ok(decision)),
+                    Ok(Err(rejection)) => Ok(Err(rejection)),
+                    Err(e) => Err(e),
+                    Ok(Ok(None)) => Err(StoreError::Invalid("unreachable".into())),
+                }
+            }
+        }
+    }
+
+    /// The approval stage, the idempotency conflict, and the approval's consumption.
+    /// `Ok(Ok(None))` means the call may proceed; `Ok(Ok(Some(decision)))` is a hold.
+    async fn approve_and_finish(
+        &self,
+        principal: &Principal,
+        contract: &Contract,
+        proposal: &ValidatedProposal,
+        conflict: Option<Rejection>,
+        now: OffsetDateTime,
+        p: &mut Progress,
+    ) -> Result<Result<Option<Decision>, Rejection>, StoreError> {
+        let tenant = principal.tenant();
+        let presented = match contract.approval() {
+            ApprovalMode::None => {
+                p.facts.approval = Some(ApprovalState::NotRequired);
+                None
+            }
+            ApprovalMode::PerCall => match proposal.approval() {
+                None => {
+                    p.facts.approval = Some(ApprovalState::RequiredMissing);
+                    return Ok(Ok(Some(
+                        self.request_approval(principal, contract, proposal, now, p)
+                            .await?,
+                    )));
+                }
+                Some(id) => {
+                    let Some(request) = self.store.get_approval(tenant, id).await? else {
+                        p.facts.approval = Some(ApprovalState::Mismatch);
+                        return Ok(Err(Rejection::new(
+                            RejectCode::ApprovalNotFound,
+                            "no such approval in this tenant",
+                        )
+                        .at("/approval")));
+                    };
+                    p.row.approval_id = Some(id.to_owned());
+                    match bind(&request, proposal, principal, now) {
+                        ApprovalBinding::Bound => Some(request),
+                        ApprovalBinding::Pending => {
+                            p.facts.approval = Some(ApprovalState::RequiredMissing);
+                            return Ok(Ok(Some(needed(contract, proposal, &request))));
+                        }
+                        ApprovalBinding::Refused(state, rejection) => {
+                            p.facts.approval = Some(state);
+                            return Ok(Err(rejection.at("/approval")));
+                        }
+                    }
+                }
+            },
+        };
+        if let Some(rejection) = conflict {
+            return Ok(Err(rejection));
+        }
+        if let Some(request) = presented {
+            let claim = ApprovalClaim {
+                approval_id: request.request.id.clone(),
+                contract_id: contract.id().to_string(),
+                payload_digest: proposal.payload_digest().to_string(),
+                idempotency_key: proposal.idempotency_key().map(str::to_owned),
+                principal: principal.id().to_owned(),
+                ledger_id: p.row.id.clone(),
+            };
+            match self.store.consume_approval(tenant, &claim, now).await? {
+                ConsumeOutcome::Consumed(_) => p.facts.approval = Some(ApprovalState::BoundToCall),
+                ConsumeOutcome::Refused(current) => {
+                    // Lost a race (consumed or expired meanwhile): say exactly why.
+                    let binding = current.as_ref().map(|r| bind(r, proposal, principal, now));
+                    let (state, rejection) = match binding {
+                        Some(ApprovalBinding::Refused(state, rejection)) => (state, rejection),
+                        _ => (
+                            ApprovalState::Mismatch,
+                            Rejection::new(RejectCode::ApprovalConsumed, "the approval was already used"),
+                        ),
+                    };
+                    p.facts.approval = Some(state);
+                    return Ok(Err(rejection.at("/approval")));
+                }
+            }
+        }
+        Ok(Ok(None))
+    }
+
+    /// Creates (or finds the pending) approval request for this exact call.
+    async fn request_approval(
+        &self,
+        principal: &Principal,
+        contract: &Contract,
+        proposal: &ValidatedProposal,
+        now: OffsetDateTime,
+        p: &mut Progress,
+    ) -> Result<Decision, StoreError> {
+        let lookup = ApprovalLookup {
+            proposer: principal.id().to_owned(),
+            contract_id: contract.id().to_string(),
+            payload_digest: proposal.payload_digest().to_string(),
+            idempotency_key: proposal.idempotency_key().map(str::to_owned),
+            now,
+        };
+        let request = match self
+            .store
+            .find_pending_approval(principal.tenant(), &lookup)
+            .await?
+        {
+            Some(existing) => existing,
+            None => {
+                let new = NewApproval {
+                    id: self.env.new_id("apr"),
+                    tenant: principal.tenant().to_owned(),
+                    contract_id: lookup.contract_id.clone(),
+                    tool: contract.name().to_owned(),
+                    proposer: lookup.proposer.clone(),
+                    payload_digest: lookup.payload_digest.clone(),
+                    idempotency_key: lookup.idempotency_key.clone(),
+                    arguments: Value::Object(proposal.arguments().clone()),
+                    created_at: now,
+                    expires_at: now + self.settings.approval_ttl,
+                };
+                self.store.create_approval(&new).await?;
+                metrics::counter!(metric::APPROVAL_REQUESTS).increment(1);
+                ApprovalRequest {
+                    request: new,
+                    status: ApprovalStatus::Pending,
+                    reviewer: None,
+                    reason: None,
+                    decided_at: None,
+                    consumed_at: None,
+                    consumed_by: None,
+                }
+            }
+        };
+        p.row.approval_id = Some(request.request.id.clone());
+        Ok(needed(contract, proposal, &request))
+    }
+
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "assembles the one value that proves every stage passed"
+    )]
+    fn allow(
+        &self,
+        contract: Arc<Contract>,
+        proposal: ValidatedProposal,
+        scopes: crate::authority::DelegatedScopes,
+        idempotency: IdempotencyState,
+        scope: Option<IdempotencyScope>,
+        reservations: Vec<BudgetReservation>,
+        replay: Option<IdempotencyRecord>,
+        p: &mut Progress,
+    ) -> Decision {
+        let mut row = p.row.clone();
+        row.decision = LedgerDecision::Allow;
+        row.outcome = Some(Outcome::Attempting);
+        let approval_id = proposal
+            .approval()
+            .map(str::to_owned)
+            .filter(|_| replay.is_none());
+        Decision::Allow(Allowed::new(
+            proposal,
+            scopes,
+            approval_id,
+            idempotency,
+            crate::decision::AllowedContext {
+                contract,
+                ledger: row,
+                scope,
+                reservations,
+                replay,
+            },
+        ))
+    }
+
+    /// Records a reviewer's verdict on an approval request of the reviewer's tenant, if
+    /// policy lets the reviewer review that tool and the reviewer did not propose the call.
+    ///
+    /// # Errors
+    /// The store's errors.
+    pub async fn review(
+        &self,
+        reviewer: &Principal,
+        approval_id: &str,
+        verdict: Verdict,
+        reason: Option<&str>,
+    ) -> Result<Result<ApprovalRequest, ReviewRefusal>, StoreError> {
+        let now = self.env.now();
+        let tenant = reviewer.tenant();
+        let Some(request) = self.store.get_approval(tenant, approval_id).await? else {
+            return Ok(Err(ReviewRefusal::NotFound));
+        };
+        let Some(contract) = self.registry.by_id(&request.request.contract_id, now).await? else {
+            return Ok(Err(ReviewRefusal::NotFound));
+        };
+        let empty = serde_json::Map::new();
+        let arguments = request.request.arguments.as_object().unwrap_or(&empty);
+        let allowed = self.policy.authorize(&PolicyRequest {
+            principal: reviewer,
+            action: PolicyAction::Review,
+            contract: &contract,
+            arguments,
+        });
+        if let PolicyVerdict::Deny { policies, .. } = allowed {
+            return Ok(Err(ReviewRefusal::Forbidden(policies)));
+        }
+        let result = self
+            .store
+            .decide_approval(tenant, approval_id, reviewer.id(), verdict, reason, now)
+            .await?;
+        let label = match (&result, verdict) {
+            (Ok(_), Verdict::Approve) => "approved",
+            (Ok(_), Verdict::Reject) => "rejected",
+            (Err(_), _) => "refused",
+        };
+        metrics::counter!(metric::REVIEWS, "result" => label).increment(1);
+        Ok(result.map_err(|refusal| match refusal {
+            DecideRefusal::NotFound => ReviewRefusal::NotFound,
+            DecideRefusal::SelfReview => ReviewRefusal::SelfReview,
+            DecideRefusal::NotPending(status) => ReviewRefusal::NotPending(status),
+            DecideRefusal::Expired => {
+                metrics::counter!(metric::APPROVAL_EXPIRIES).increment(1);
+                ReviewRefusal::Expired
+            }
+        }))
+    }
+}
+
+fn bind(
+    request: &ApprovalRequest,
+    proposal: &ValidatedProposal,
+    principal: &Principal,
+    now: OffsetDateTime,
+) -> ApprovalBinding {
+    match ApprovalRecord::from_request(request) {
+        Some(record) => bind_approval(&record, proposal, principal, now),
+        None => ApprovalBinding::Refused(
+            ApprovalState::Mismatch,
+            Rejection::new(
+                RejectCode::ApprovalMismatch,
+                "the approval is bound to another call",
+            ),
+        ),
+    }
+}
+
+fn needed(contract: &Contract, proposal: &ValidatedProposal, request: &ApprovalRequest) -> Decision {
+    Decision::NeedsApproval(ApprovalNeeded {
+        request_id: Some(request.request.id.clone()),
+        contract_id: contract.id(),
+        payload_digest: proposal.payload_digest(),
+        idempotency_key: proposal.idempotency_key().map(str::to_owned),
+        expires_at: Some(request.request.expires_at),
+    })
+}
+
+fn policy_denial(policies: &[String], errors: &[String]) -> Rejection {
+    let detail = if policies.is_empty() {
+        if errors.is_empty() {
+            "no policy permits this call".to_owned()
+        } else {
+            format!("no policy permits this call ({} policy error(s))", errors.len())
+        }
+    } else {
+        format!("forbidden by policy {}", policies.join(", "))
+    };
+    Rejection::new(RejectCode::PolicyDenied, detail)
+}

@@ -1,0 +1,251 @@
+//! The contract registry: compiled contracts resolved by exact version or content id, cached
+//! in process and backed by the store, so contracts registered on another node are found on
+//! first use. Cached entries are re-read after a short time-to-live, so a retirement made on
+//! another node takes effect within that time.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use time::{Duration, OffsetDateTime};
+
+use crate::contract::Contract;
+use crate::decision::{RejectCode, Rejection};
+use crate::proposal::{Envelope, check_selector};
+use crate::records::{Registration, StoredContract};
+use crate::store::{Store, StoreError};
+
+#[derive(Clone)]
+struct Entry {
+    contract: Arc<Contract>,
+    retired_at: Option<OffsetDateTime>,
+    fetched_at: OffsetDateTime,
+}
+
+/// The registry (see the module documentation).
+pub struct Registry {
+    store: Arc<dyn Store>,
+    by_version: RwLock<HashMap<(String, u32), Entry>>,
+    by_id: RwLock<HashMap<String, (String, u32)>>,
+    ttl: Duration,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry").field("ttl", &self.ttl).finish()
+    }
+}
+
+impl Registry {
+    /// A registry over `store`; cached entries are re-read after `ttl`.
+    pub fn new(store: Arc<dyn Store>, ttl: Duration) -> Self {
+        Registry {
+            store,
+            by_version: RwLock::default(),
+            by_id: RwLock::default(),
+            ttl,
+        }
+    }
+
+    /// Registers a linted contract (a no-op for the same body; a conflict for another body
+    /// under the same name@version) and caches it.
+    ///
+    /// # Errors
+    /// [`StoreError::Conflict`] and the store's other errors.
+    pub async fn register(
+        &self,
+        contract: Contract,
+        now: OffsetDateTime,
+    ) -> Result<Registration, StoreError> {
+        let outcome = self.store.register_contract(&contract.to_stored(now)).await?;
+        let stored = self
+            .store
+            .get_contract(contract.name(), contract.version())
+            .await?;
+        self.insert(Arc::new(contract), stored.and_then(|s| s.retired_at), now);
+        Ok(outcome)
+    }
+
+    /// Loads every registered contract into the cache; returns them (for policy schemas).
+    ///
+    /// # Errors
+    /// The store's errors, or [`StoreError::Corrupt`] for a stored contract that no longer lints.
+    pub async fn load_all(&self, now: OffsetDateTime) -> Result<Vec<Arc<Contract>>, StoreError> {
+        let mut out = Vec::new();
+        for stored in self.store.list_contracts().await? {
+            let contract = Arc::new(compile(&stored)?);
+            self.insert(contract.clone(), stored.retired_at, now);
+            out.push(contract);
+        }
+        Ok(out)
+    }
+
+    /// Retires a contract: new calls are refused from now on.
+    ///
+    /// # Errors
+    /// The store's errors.
+    pub async fn retire(&self, content_id: &str, now: OffsetDateTime) -> Result<bool, StoreError> {
+        let done = self.store.retire_contract(content_id, now).await?;
+        let key = self.by_id.read().ok().and_then(|m| m.get(content_id).cloned());
+        if let (Some(key), Ok(mut map)) = (key, self.by_version.write()) {
+            if let Some(entry) = map.get_mut(&key) {
+                entry.retired_at.get_or_insert(now);
+            }
+        }
+        Ok(done)
+    }
+
+    /// Resolves the contract an envelope names, by exact version or content id.
+    ///
+    /// # Errors
+    /// `Ok(Err(rejection))` for contract-stage refusals (unknown, mismatched, retired);
+    /// `Err` when the store cannot answer.
+    pub async fn resolve(
+        &self,
+        envelope: &Envelope,
+        now: OffsetDateTime,
+    ) -> Result<Result<Arc<Contract>, Rejection>, StoreError> {
+        let entry = match (envelope.version(), envelope.contract()) {
+            (Some(version), _) => self.by_version(envelope.tool(), version, now).await?,
+            (None, Some(id)) => self.by_content_id(&id.to_string(), now).await?,
+            (None, None) => None,
+        };
+        let Some(entry) = entry else {
+            if let Some(version) = envelope.version()
+                && let Some(known) = self.known_versions(envelope.tool())
+            {
+                return Ok(Err(Rejection::new(
+                    RejectCode::ContractVersionMismatch,
+                    format!(
+                        "no version {version} of `{}`; registered: {known}",
+                        envelope.tool()
+                    ),
+                )
+                .at("/version")));
+            }
+            return Ok(Err(not_found(envelope)));
+        };
+        if let Err(rejection) = check_selector(envelope, &entry.contract) {
+            return Ok(Err(rejection));
+        }
+        if entry.retired_at.is_some_and(|at| at <= now) {
+            return Ok(Err(Rejection::new(
+                RejectCode::ContractRetired,
+                format!(
+                    "{}@{} is retired and refuses new calls",
+                    entry.contract.name(),
+                    entry.contract.version()
+                ),
+            )
+            .at("/tool")));
+        }
+        Ok(Ok(entry.contract))
+    }
+
+    /// A cached contract by content id, loading it if needed (for reviews of stored approvals).
+    ///
+    /// # Errors
+    /// The store's errors.
+    pub async fn by_id(
+        &self,
+        content_id: &str,
+        now: OffsetDateTime,
+    ) -> Result<Option<Arc<Contract>>, StoreError> {
+        Ok(self.by_content_id(content_id, now).await?.map(|e| e.contract))
+    }
+
+    async fn by_version(
+        &self,
+        name: &str,
+        version: u32,
+        now: OffsetDateTime,
+    ) -> Result<Option<Entry>, StoreError> {
+        let key = (name.to_owned(), version);
+        if let Some(entry) = self.cached(&key, now) {
+            return Ok(Some(entry));
+        }
+        match self.store.get_contract(name, version).await? {
+            Some(stored) => Ok(Some(self.insert(
+                Arc::new(compile(&stored)?),
+                stored.retired_at,
+                now,
+            ))),
+            None => Ok(None),
+        }
+    }
+
+    async fn by_content_id(&self, id: &str, now: OffsetDateTime) -> Result<Option<Entry>, StoreError> {
+        let key = self.by_id.read().ok().and_then(|m| m.get(id).cloned());
+        if let Some(entry) = key.and_then(|k| self.cached(&k, now)) {
+            return Ok(Some(entry));
+        }
+        match self.store.get_contract_by_id(id).await? {
+            Some(stored) => Ok(Some(self.insert(
+                Arc::new(compile(&stored)?),
+                stored.retired_at,
+                now,
+            ))),
+            None => Ok(None),
+        }
+    }
+
+    /// The versions of `name` this registry has seen, e.g. `1, 2`.
+    fn known_versions(&self, name: &str) -> Option<String> {
+        let map = self.by_version.read().ok()?;
+        let mut versions: Vec<u32> = map.keys().filter(|(n, _)| n == name).map(|(_, v)| *v).collect();
+        versions.sort_unstable();
+        (!versions.is_empty()).then(|| versions.iter().map(u32::to_string).collect::<Vec<_>>().join(", "))
+    }
+
+    fn cached(&self, key: &(String, u32), now: OffsetDateTime) -> Option<Entry> {
+        let map = self.by_version.read().ok()?;
+        map.get(key).filter(|e| now - e.fetched_at < self.ttl).cloned()
+    }
+
+    fn insert(
+        &self,
+        contract: Arc<Contract>,
+        retired_at: Option<OffsetDateTime>,
+        now: OffsetDateTime,
+    ) -> Entry {
+        let key = (contract.name().to_owned(), contract.version());
+        let entry = Entry {
+            contract: contract.clone(),
+            retired_at,
+            fetched_at: now,
+        };
+        if let Ok(mut map) = self.by_version.write() {
+            map.insert(key.clone(), entry.clone());
+        }
+        if let Ok(mut map) = self.by_id.write() {
+            map.insert(contract.id().to_string(), key);
+        }
+        entry
+    }
+}
+
+fn compile(stored: &StoredContract) -> Result<Contract, StoreError> {
+    Contract::from_stored(stored).map_err(|problems| {
+        let first = problems.first().map(ToString::to_string).unwrap_or_default();
+        StoreError::Corrupt(format!(
+            "stored contract {} fails to load: {first}",
+            stored.content_id
+        ))
+    })
+}
+
+fn not_found(envelope: &Envelope) -> Rejection {
+    let name: String = envelope.tool().chars().take(64).collect();
+    match (envelope.version(), envelope.contract()) {
+        (Some(v), _) => {
+            Rejection::new(RejectCode::ContractNotFound, format!("no contract {name}@{v}")).at("/tool")
+        }
+        (None, Some(id)) => {
+            Rejection::new(RejectCode::ContractNotFound, format!("no contract with id {id}")).at("/contract")
+        }
+        (None, None) => Rejection::new(
+            RejectCode::ContractNotFound,
+            format!("no contract named `{name}`"),
+        )
+        .at("/tool"),
+    }
+}
