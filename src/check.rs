@@ -1,14 +1,28 @@
-//! `warrant check`: the offline audit of one proposal.
+//! `warrant check`: the offline audit of one proposal, through the same `decide` every lane
+//! calls, over an in-memory store holding just the given contract (and approval record).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
-use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
+use time::{Duration, OffsetDateTime};
+use warrant_core::Contract;
 use warrant_core::authority::{ApprovalRecord, Principal};
-use warrant_core::check::{CheckInput, Report, evaluate};
+use warrant_core::budget::BudgetConfig;
 use warrant_core::decision::Decision;
+use warrant_core::env::Env;
+use warrant_core::guard::{AllowList, Guards};
 use warrant_core::json::{self, Limits};
+use warrant_core::pipeline::{Authority, Call, Decided, Settings};
+use warrant_core::policy::{NoPolicy, PolicyEngine, PolicyVerdict};
+use warrant_core::records::{ApprovalRequest, NewApproval};
+use warrant_core::redact::RedactionKey;
+use warrant_core::registry::Registry;
+use warrant_policy::{CedarEngine, PolicySource};
+use warrant_store::MemoryStore;
 
 use crate::Exit;
 use crate::io::{load_contract, read_input};
@@ -31,13 +45,24 @@ pub struct CheckArgs {
     /// The principal's granted scopes, comma-separated.
     #[arg(long, value_delimiter = ',', value_name = "SCOPE,...")]
     grants: Vec<String>,
+    /// The principal's roles, comma-separated (used by policies).
+    #[arg(long, value_delimiter = ',', value_name = "ROLE,...")]
+    roles: Vec<String>,
+    /// A Cedar policy file, or a directory of them (`*.cedar`), validated against the contract;
+    /// without it the policy stage is not evaluated.
+    #[arg(long, value_name = "FILE|DIR")]
+    policy: Option<String>,
+    /// A tenant allow-list for guarded fields, `NAME=ENTRY,ENTRY` (e.g.
+    /// `email_recipients=alice@x.example,*@y.example`); repeatable.
+    #[arg(long = "allowlist", value_name = "NAME=ENTRIES")]
+    allowlists: Vec<String>,
     /// An approval record (JSON) presented with the call.
     #[arg(long, value_name = "FILE")]
     approval: Option<String>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
-    /// Evaluate approval expiry at this RFC 3339 time instead of now.
+    /// Evaluate at this RFC 3339 time instead of now (approval expiry, daily budgets).
     #[arg(long, value_name = "RFC3339")]
     now: Option<String>,
 }
@@ -51,105 +76,245 @@ pub enum Format {
     Json,
 }
 
+/// A fixed clock and sequential ids: an audit is reproducible.
+struct AuditEnv {
+    now: OffsetDateTime,
+    next: AtomicU64,
+}
+
+impl Env for AuditEnv {
+    fn now(&self) -> OffsetDateTime {
+        self.now
+    }
+
+    fn new_id(&self, prefix: &str) -> String {
+        format!("{prefix}_check{:06}", self.next.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
 /// Runs `warrant check`.
 pub fn run(args: &CheckArgs) -> Result<Exit> {
     let contract = load_contract(&args.contract)?;
     let proposal = read_input(&args.proposal)?;
-    let grants = args
-        .grants
-        .iter()
-        .map(|g| g.trim())
-        .filter(|g| !g.is_empty())
-        .map(str::to_owned);
-    let principal = Principal::new(&args.principal, &args.tenant, grants)?;
-    let approval = match &args.approval {
-        None => None,
-        Some(path) => {
-            let bytes = read_input(path)?;
-            let value = json::parse(&bytes, Limits::DOCUMENT)
-                .with_context(|| format!("{path} is not strict JSON"))?;
-            match ApprovalRecord::from_value(&value) {
-                Ok(record) => Some(record),
-                Err(message) => bail!("{path}: {message}"),
-            }
-        }
+    let clean = |items: &[String]| -> Vec<String> {
+        items
+            .iter()
+            .map(|g| g.trim())
+            .filter(|g| !g.is_empty())
+            .map(str::to_owned)
+            .collect()
     };
+    let principal =
+        Principal::new(&args.principal, &args.tenant, clean(&args.grants))?.with_roles(clean(&args.roles))?;
     let now = match &args.now {
         None => OffsetDateTime::now_utc(),
         Some(text) => OffsetDateTime::parse(text, &Rfc3339).context("--now must be an RFC 3339 timestamp")?,
     };
-    let report = evaluate(&CheckInput {
-        contract: &contract,
-        proposal: &proposal,
-        principal: &principal,
-        approval: approval.as_ref(),
-        now,
-        limits: Limits::PROPOSAL,
-    });
-    match args.format {
-        Format::Text => print!("{}", render_text(&report)),
-        Format::Json => println!("{}", render_json(&report)),
+    let approval = args.approval.as_deref().map(read_approval).transpose()?;
+    let mut guards = Guards::new();
+    for spec in &args.allowlists {
+        let (name, entries) = spec
+            .split_once('=')
+            .context("--allowlist takes NAME=ENTRY,ENTRY")?;
+        let list = AllowList::new(entries.split(',').map(str::trim).filter(|e| !e.is_empty()))
+            .map_err(anyhow::Error::msg)
+            .with_context(|| format!("--allowlist {name}"))?;
+        guards.set(principal.tenant(), name, list);
     }
-    Ok(match report.decision {
+    let contract = Arc::new(contract);
+    let policy: Arc<dyn PolicyEngine> = match &args.policy {
+        Some(path) => Arc::new(load_policy(&contract, path)?),
+        None => Arc::new(NoPolicy),
+    };
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let decided = runtime.block_on(async {
+        let store = Arc::new(MemoryStore::new());
+        let registry = Arc::new(Registry::new(store.clone(), Duration::days(1)));
+        registry.register((*contract).clone(), now).await?;
+        if let Some(record) = &approval {
+            store.insert_approval(approval_request(record, &contract, &principal))?;
+        }
+        let env = Arc::new(AuditEnv {
+            now,
+            next: AtomicU64::new(1),
+        });
+        // The key only tokenizes sensitive values in the throwaway in-memory ledger.
+        let redaction = RedactionKey::new(vec![0x5a; 32]).context("redaction key")?;
+        let authority = Authority::new(
+            store,
+            registry,
+            policy,
+            Arc::new(guards),
+            BudgetConfig::default(),
+            redaction,
+            env,
+            Settings {
+                limits: Limits::PROPOSAL,
+                ..Settings::default()
+            },
+        );
+        let call = Call {
+            bytes: &proposal,
+            approval_id: approval.as_ref().map(|a| a.id.as_str()),
+            trace_id: "check",
+            ..Call::default()
+        };
+        anyhow::Ok(authority.decide(&principal, &call).await?)
+    })?;
+    let report = Report {
+        contract: &contract,
+        decided: &decided,
+        policy_configured: args.policy.is_some(),
+    };
+    match args.format {
+        Format::Text => print!("{}", report.text()),
+        Format::Json => println!("{}", report.json()),
+    }
+    Ok(match decided.decision {
         Decision::Allow(_) => Exit::Ok,
         Decision::NeedsApproval(_) => Exit::NeedsApproval,
         Decision::Reject(_) => Exit::Reject,
     })
 }
 
-/// The report's facts as ordered `(key, value)` pairs; absent facts were not reached.
-fn facts(report: &Report) -> Vec<(&'static str, Option<String>)> {
-    let f = &report.facts;
-    let mut out = vec![
-        ("contract_id", Some(report.contract_id.to_string())),
-        ("tool", Some(report.tool.clone())),
-        ("version", Some(report.version.to_string())),
-        ("effect", Some(report.effect.as_str().to_owned())),
-        ("schema", f.schema.map(|s| s.as_str().to_owned())),
-        ("payload_digest", f.payload_digest.map(|d| d.to_string())),
-        (
-            "delegated_scopes",
-            f.delegated_scopes.as_ref().map(|s| s.join(",")),
-        ),
-        ("approval", f.approval.map(|a| a.as_str().to_owned())),
-        ("idempotency", f.idempotency.map(|i| i.as_str().to_owned())),
-        ("decision", Some(report.decision.as_str().to_owned())),
-    ];
-    if let Decision::Reject(rejection) = &report.decision {
-        out.push(("stage", Some(rejection.stage().as_str().to_owned())));
-        out.push(("code", Some(rejection.code().as_str().to_owned())));
-        out.push(("detail", Some(rejection.detail().to_owned())));
-        out.push(("pointer", rejection.pointer().map(str::to_owned)));
-    }
-    out
+/// Loads one policy file, or every `*.cedar` file of a directory, validated against the schema
+/// generated from `contract`.
+fn load_policy(contract: &Arc<Contract>, path: &str) -> Result<CedarEngine> {
+    let contracts = std::slice::from_ref(contract);
+    let location = std::path::Path::new(path);
+    let engine = if location.is_dir() {
+        CedarEngine::load_dir(contracts, location)
+    } else {
+        let text = std::fs::read_to_string(location).with_context(|| format!("cannot read {path}"))?;
+        let name = location
+            .file_name()
+            .map_or(path.into(), |n| n.to_string_lossy().into_owned());
+        CedarEngine::new(contracts, &[PolicySource::new(name, text)])
+    };
+    engine
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .with_context(|| format!("cannot load the policies in {path}"))
 }
 
-fn render_text(report: &Report) -> String {
-    let mut out = String::new();
-    for (key, value) in facts(report) {
-        if let Some(value) = value {
-            out.push_str(key);
-            out.push('=');
-            // One line per key: details come from untrusted input and must not forge lines.
-            out.extend(value.chars().map(|c| if c.is_control() { ' ' } else { c }));
-            out.push('\n');
-        }
+fn read_approval(path: &str) -> Result<ApprovalRecord> {
+    let bytes = read_input(path)?;
+    let value =
+        json::parse(&bytes, Limits::DOCUMENT).with_context(|| format!("{path} is not strict JSON"))?;
+    match ApprovalRecord::from_value(&value) {
+        Ok(record) => Ok(record),
+        Err(message) => bail!("{path}: {message}"),
     }
-    out
 }
 
-fn render_json(report: &Report) -> Value {
-    let mut map = serde_json::Map::new();
-    for (key, value) in facts(report) {
-        let value = match (key, value) {
-            (_, None) => Value::Null,
-            ("version", Some(v)) => v.parse::<u64>().map_or(Value::String(v), Value::from),
-            ("delegated_scopes", Some(v)) => {
-                Value::Array(v.split(',').filter(|s| !s.is_empty()).map(|s| json!(s)).collect())
-            }
-            (_, Some(v)) => Value::String(v),
+/// The stored form of an approval record read from a file.
+fn approval_request(record: &ApprovalRecord, contract: &Contract, principal: &Principal) -> ApprovalRequest {
+    ApprovalRequest {
+        request: NewApproval {
+            id: record.id.clone(),
+            tenant: record.tenant.clone(),
+            contract_id: record.contract_id.to_string(),
+            tool: contract.name().to_owned(),
+            proposer: record
+                .proposer
+                .clone()
+                .unwrap_or_else(|| principal.id().to_owned()),
+            payload_digest: record.payload_digest.to_string(),
+            idempotency_key: record.idempotency_key.clone(),
+            arguments: Value::Null,
+            created_at: record.expires_at - Duration::minutes(15),
+            expires_at: record.expires_at,
+        },
+        status: record.status,
+        reviewer: record.reviewer.clone(),
+        reason: None,
+        decided_at: None,
+        consumed_at: None,
+        consumed_by: None,
+    }
+}
+
+struct Report<'a> {
+    contract: &'a Contract,
+    decided: &'a Decided,
+    policy_configured: bool,
+}
+
+impl Report<'_> {
+    /// The facts as ordered `(key, value)` pairs; absent facts were not reached.
+    fn facts(&self) -> Vec<(&'static str, Option<String>)> {
+        let f = &self.decided.facts;
+        let c = self.contract;
+        let policy = match (&f.policy, self.policy_configured) {
+            (None, _) => None,
+            (Some(_), false) => Some("NOT_CONFIGURED".to_owned()),
+            (Some(PolicyVerdict::Allow), true) => Some("ALLOW".to_owned()),
+            (Some(PolicyVerdict::Deny { .. }), true) => Some("DENY".to_owned()),
         };
-        map.insert(key.to_owned(), value);
+        let mut out = vec![
+            ("contract_id", Some(c.id().to_string())),
+            ("tool", Some(c.name().to_owned())),
+            ("version", Some(c.version().to_string())),
+            ("effect", Some(c.effect().as_str().to_owned())),
+            (
+                "schema",
+                f.schema
+                    .map(|valid| if valid { "VALID" } else { "INVALID" }.to_owned()),
+            ),
+            ("payload_digest", f.payload_digest.map(|d| d.to_string())),
+            ("policy", policy),
+            (
+                "delegated_scopes",
+                f.delegated_scopes.as_ref().map(|s| s.join(",")),
+            ),
+            ("approval", f.approval.map(|a| a.as_str().to_owned())),
+            ("idempotency", f.idempotency.map(|i| i.as_str().to_owned())),
+            ("decision", Some(self.decided.decision.as_str().to_owned())),
+        ];
+        match &self.decided.decision {
+            Decision::Reject(rejection) => {
+                out.push(("stage", Some(rejection.stage().as_str().to_owned())));
+                out.push(("code", Some(rejection.code().as_str().to_owned())));
+                out.push(("detail", Some(rejection.detail().to_owned())));
+                out.push(("pointer", rejection.pointer().map(str::to_owned)));
+            }
+            Decision::NeedsApproval(needed) => {
+                out.push(("approval_request", needed.request_id.clone()));
+            }
+            Decision::Allow(_) => {}
+        }
+        out
     }
-    Value::Object(map)
+
+    fn text(&self) -> String {
+        let mut out = String::new();
+        for (key, value) in self.facts() {
+            if let Some(value) = value {
+                out.push_str(key);
+                out.push('=');
+                // One line per key: details come from untrusted input and must not forge lines.
+                out.extend(value.chars().map(|c| if c.is_control() { ' ' } else { c }));
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    fn json(&self) -> Value {
+        let mut map = serde_json::Map::new();
+        for (key, value) in self.facts() {
+            let value = match (key, value) {
+                (_, None) => Value::Null,
+                ("version", Some(v)) => v.parse::<u64>().map_or(Value::String(v), Value::from),
+                ("delegated_scopes", Some(v)) => {
+                    Value::Array(v.split(',').filter(|s| !s.is_empty()).map(|s| json!(s)).collect())
+                }
+                (_, Some(v)) => Value::String(v),
+            };
+            map.insert(key.to_owned(), value);
+        }
+        Value::Object(map)
+    }
 }

@@ -53,7 +53,19 @@ fn check(extra: &[&str], stdin: Option<&[u8]>) -> Output {
 
 #[test]
 fn readme_demo_allows_the_approved_call() {
-    let out = check(&["--proposal", CREDIT_PROPOSAL, "--approval", APPROVAL], None);
+    let out = check(
+        &[
+            "--proposal",
+            CREDIT_PROPOSAL,
+            "--approval",
+            APPROVAL,
+            "--policy",
+            "examples/policies/support.cedar",
+            "--roles",
+            "operator",
+        ],
+        None,
+    );
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -68,12 +80,72 @@ version=1
 effect=write
 schema=VALID
 payload_digest=sha256:91406b572fdbcee294194f3fd4c34392bb744224e8528da14f0e40873bc0bff3
+policy=ALLOW
 delegated_scopes=support:credits:write
 approval=BOUND_TO_CALL
 idempotency=REQUIRED_PRESENT
 decision=ALLOW
 "
     );
+    // Without --policy the policy stage is reported as not configured and the rest is equal.
+    let out = check(&["--proposal", CREDIT_PROPOSAL, "--approval", APPROVAL], None);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(stdout(&out).contains("policy=NOT_CONFIGURED\n"));
+}
+
+#[test]
+fn policies_decide_with_roles() {
+    let big = br#"{"tool":"create_support_credit","version":1,"idempotency_key":"k",
+        "arguments":{"customer_id":"cus_8f3k2m9q","amount_cents":60000,"reason":"goodwill"}}"#;
+    let policy = ["--proposal", "-", "--policy", "examples/policies/support.cedar"];
+    let out = check(&[&policy[..], &["--roles", "operator"]].concat(), Some(big));
+    assert_eq!(out.status.code(), Some(3));
+    let text = stdout(&out);
+    assert!(
+        text.contains("policy=DENY\n") && text.contains("code=POLICY_DENIED\n"),
+        "{text}"
+    );
+    let out = check(&[&policy[..], &["--roles", "supervisor"]].concat(), Some(big));
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "a supervisor may, pending the per-call approval"
+    );
+    assert!(stdout(&out).contains("approval_request="));
+    let out = check(
+        &["--proposal", CREDIT_PROPOSAL, "--policy", "does/not/exist"],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn allowlists_guard_recipients() {
+    let args = [
+        "check",
+        "--contract",
+        "examples/contracts/send_email.v1.yaml",
+        "--proposal",
+        "examples/proposals/send_email.json",
+        "--principal",
+        "agent-7",
+        "--tenant",
+        "acme",
+        "--grants",
+        "email:send",
+    ];
+    let out = warrant(&args, None);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "no allow-list configured: every recipient is refused"
+    );
+    assert!(stdout(&out).contains("code=RECIPIENT_NOT_ALLOWED\n"));
+    let out = warrant(
+        &[&args[..], &["--allowlist", "email_recipients=*@customer.example"]].concat(),
+        None,
+    );
+    assert_eq!(out.status.code(), Some(4), "{}", stdout(&out));
 }
 
 #[test]

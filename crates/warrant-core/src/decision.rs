@@ -401,7 +401,7 @@ pub struct ApprovalNeeded {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decision {
     /// The call has authority to cross the side-effect boundary.
-    Allow(Allowed),
+    Allow(Box<Allowed>),
     /// The call needs a human approval bound to its exact payload.
     NeedsApproval(ApprovalNeeded),
     /// The call is refused.

@@ -295,7 +295,10 @@ impl Authority {
         if let Some(id) = call.approval_id {
             envelope = match envelope.with_transport_approval(id) {
                 Ok(e) => e,
-                Err(r) => reject!(r),
+                Err(r) => {
+                    p.facts.approval = Some(ApprovalState::Mismatch);
+                    reject!(r)
+                }
             };
         }
         p.row.idempotency_key = envelope.idempotency_key().map(str::to_owned);
@@ -619,7 +622,7 @@ impl Authority {
             .approval()
             .map(str::to_owned)
             .filter(|_| replay.is_none());
-        Decision::Allow(Allowed::new(
+        Decision::Allow(Box::new(Allowed::new(
             proposal,
             scopes,
             approval_id,
@@ -631,7 +634,7 @@ impl Authority {
                 reservations,
                 replay,
             },
-        ))
+        )))
     }
 
     /// Records a reviewer's verdict on an approval request of the reviewer's tenant, if

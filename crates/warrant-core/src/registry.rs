@@ -110,17 +110,22 @@ impl Registry {
             (None, None) => None,
         };
         let Some(entry) = entry else {
-            if let Some(version) = envelope.version()
-                && let Some(known) = self.known_versions(envelope.tool())
-            {
-                return Ok(Err(Rejection::new(
-                    RejectCode::ContractVersionMismatch,
-                    format!(
-                        "no version {version} of `{}`; registered: {known}",
-                        envelope.tool()
-                    ),
-                )
-                .at("/version")));
+            // The tool exists but not as pinned: say which pin is wrong.
+            if let Some(known) = self.known_versions(envelope.tool()) {
+                let name: String = envelope.tool().chars().take(64).collect();
+                let rejection = match envelope.version() {
+                    Some(version) => Rejection::new(
+                        RejectCode::ContractVersionMismatch,
+                        format!("no version {version} of `{name}`; registered: {known}"),
+                    )
+                    .at("/version"),
+                    None => Rejection::new(
+                        RejectCode::ContractIdMismatch,
+                        format!("no version of `{name}` has the pinned content id; registered: {known}"),
+                    )
+                    .at("/contract"),
+                };
+                return Ok(Err(rejection));
             }
             return Ok(Err(not_found(envelope)));
         };

@@ -10,14 +10,10 @@
 
 use proptest::prelude::*;
 use serde_json::{Map, Number, Value, json};
-use time::macros::datetime;
-use warrant_core::authority::Principal;
 use warrant_core::canon::{canonical_bytes, digest};
-use warrant_core::check::{CheckInput, evaluate};
 use warrant_core::contract::DocumentFormat;
-use warrant_core::decision::Decision;
 use warrant_core::json::{self, JsonErrorKind, Limits};
-use warrant_core::proposal::Envelope;
+use warrant_core::proposal::{Envelope, ValidatedProposal};
 use warrant_core::{Contract, RejectCode, Stage, yaml};
 
 const CREDIT: &str = include_str!("../../../examples/contracts/create_support_credit.v1.yaml");
@@ -138,33 +134,19 @@ proptest! {
     #[test]
     fn hostile_arguments_stop_at_the_first_refusing_stage(args in value(), key in prop::option::of("[ -~]{0,300}")) {
         let contract = Contract::from_text(CREDIT, DocumentFormat::Yaml).unwrap();
-        let principal = Principal::new("agent-7", "acme", ["support:credits:write".to_owned()]).unwrap();
         let mut envelope = json!({"tool": "create_support_credit", "version": 1, "arguments": args});
         if let Some(key) = key {
             envelope["idempotency_key"] = Value::String(key);
         }
         let bytes = serde_json::to_vec(&envelope).unwrap();
-        let report = evaluate(&CheckInput {
-            contract: &contract,
-            proposal: &bytes,
-            principal: &principal,
-            approval: None,
-            now: datetime!(2026-11-29 12:00 UTC),
-            limits: Limits::PROPOSAL,
-        });
-        match &report.decision {
-            Decision::Reject(r) if r.stage() <= Stage::Schema || r.code() == RejectCode::IdempotencyKeyInvalid => {
-                prop_assert!(report.facts.payload_digest.is_none());
-            }
-            Decision::Reject(r) => {
-                prop_assert_eq!(r.code(), RejectCode::IdempotencyKeyRequired);
+        let validated = Envelope::parse(&bytes, Limits::PROPOSAL)
+            .and_then(|e| ValidatedProposal::validate(e, &contract));
+        match validated {
+            Err(r) => prop_assert!(r.stage() <= Stage::Schema || r.code() == RejectCode::IdempotencyKeyInvalid),
+            Ok(p) => {
                 prop_assert!(contract.input_schema().is_valid(&envelope["arguments"]));
+                prop_assert_eq!(p.payload_digest(), digest(&envelope["arguments"]));
             }
-            Decision::NeedsApproval(needed) => {
-                prop_assert!(contract.input_schema().is_valid(&envelope["arguments"]));
-                prop_assert_eq!(needed.payload_digest, digest(&envelope["arguments"]));
-            }
-            Decision::Allow(_) => prop_assert!(false, "approval is required, so nothing is allowed"),
         }
     }
 }

@@ -1,5 +1,5 @@
-//! The storage-free pipeline: every probe of PRODUCT §3 as a typed rejection, scope
-//! attenuation, the idempotency-key rule and approval binding.
+//! Every probe of PRODUCT §3 as a typed rejection through `decide`, scope attenuation, the
+//! idempotency-key rule and approval binding, over an in-memory store.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -8,18 +8,29 @@
     reason = "tests"
 )]
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 use time::macros::datetime;
 use warrant_core::authority::{ApprovalRecord, ApprovalStatus, Principal};
-use warrant_core::check::{CheckInput, Report, SchemaState, evaluate};
+use warrant_core::budget::BudgetConfig;
+use warrant_core::canon::Sha256Digest;
 use warrant_core::contract::DocumentFormat;
 use warrant_core::decision::{ApprovalState, Decision, IdempotencyState};
-use warrant_core::json::Limits;
-use warrant_core::{Contract, RejectCode, Stage};
+use warrant_core::env::Env;
+use warrant_core::guard::Guards;
+use warrant_core::pipeline::{Authority, Call, Settings};
+use warrant_core::policy::NoPolicy;
+use warrant_core::records::{ApprovalRequest, NewApproval};
+use warrant_core::redact::RedactionKey;
+use warrant_core::registry::Registry;
+use warrant_core::{Contract, ContractId, RejectCode, Stage};
+use warrant_store::MemoryStore;
 
-const CREDIT: &str = include_str!("../../../examples/contracts/create_support_credit.v1.yaml");
-const LOOKUP: &str = include_str!("../../../examples/contracts/lookup_order.v1.yaml");
+const CREDIT: &str = include_str!("../examples/contracts/create_support_credit.v1.yaml");
+const LOOKUP: &str = include_str!("../examples/contracts/lookup_order.v1.yaml");
 const NOW: OffsetDateTime = datetime!(2026-11-29 12:00 UTC);
 
 fn credit() -> Contract {
@@ -30,19 +41,112 @@ fn agent() -> Principal {
     Principal::new("agent-7", "acme", ["support:credits:write".to_owned()]).unwrap()
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SchemaState {
+    Valid,
+    Invalid,
+}
+
+/// The facts of one decision, as the offline audit reports them.
+struct Facts {
+    schema: Option<SchemaState>,
+    payload_digest: Option<Sha256Digest>,
+    delegated_scopes: Option<Vec<String>>,
+    idempotency: Option<IdempotencyState>,
+    approval: Option<ApprovalState>,
+}
+
+struct Report {
+    contract_id: ContractId,
+    facts: Facts,
+    decision: Decision,
+}
+
+struct FixedEnv(AtomicU64);
+
+impl Env for FixedEnv {
+    fn now(&self) -> OffsetDateTime {
+        NOW
+    }
+    fn new_id(&self, prefix: &str) -> String {
+        format!("{prefix}_{}", self.0.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// Runs `decide` (the one pipeline) over an in-memory store holding `contract` and, if given,
+/// the approval record.
 fn run_with(
     contract: &Contract,
     proposal: &[u8],
     principal: &Principal,
     approval: Option<&ApprovalRecord>,
 ) -> Report {
-    evaluate(&CheckInput {
-        contract,
-        proposal,
-        principal,
-        approval,
-        now: NOW,
-        limits: Limits::PROPOSAL,
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let store = Arc::new(MemoryStore::new());
+        let registry = Arc::new(Registry::new(store.clone(), time::Duration::days(1)));
+        registry.register(contract.clone(), NOW).await.unwrap();
+        if let Some(r) = approval {
+            store
+                .insert_approval(ApprovalRequest {
+                    request: NewApproval {
+                        id: r.id.clone(),
+                        tenant: r.tenant.clone(),
+                        contract_id: r.contract_id.to_string(),
+                        tool: contract.name().to_owned(),
+                        proposer: r.proposer.clone().unwrap_or_else(|| principal.id().to_owned()),
+                        payload_digest: r.payload_digest.to_string(),
+                        idempotency_key: r.idempotency_key.clone(),
+                        arguments: Value::Null,
+                        created_at: NOW - time::Duration::minutes(1),
+                        expires_at: r.expires_at,
+                    },
+                    status: r.status,
+                    reviewer: r.reviewer.clone(),
+                    reason: None,
+                    decided_at: None,
+                    consumed_at: None,
+                    consumed_by: None,
+                })
+                .unwrap();
+        }
+        let authority = Authority::new(
+            store,
+            registry,
+            Arc::new(NoPolicy),
+            Arc::new(Guards::new()),
+            BudgetConfig::default(),
+            RedactionKey::new(vec![1; 32]).unwrap(),
+            Arc::new(FixedEnv(AtomicU64::new(1))),
+            Settings::default(),
+        );
+        let call = Call {
+            bytes: proposal,
+            approval_id: approval.map(|a| a.id.as_str()),
+            trace_id: "t",
+            ..Call::default()
+        };
+        let d = authority.decide(principal, &call).await.unwrap();
+        Report {
+            contract_id: contract.id(),
+            facts: Facts {
+                schema: d.facts.schema.map(|v| {
+                    if v {
+                        SchemaState::Valid
+                    } else {
+                        SchemaState::Invalid
+                    }
+                }),
+                payload_digest: d.facts.payload_digest,
+                delegated_scopes: d.facts.delegated_scopes,
+                idempotency: d.facts.idempotency,
+                approval: d.facts.approval,
+            },
+            decision: d.decision,
+        }
     })
 }
 
@@ -349,7 +453,7 @@ fn approval_binds_to_the_exact_call() {
                 ..base.clone()
             },
             ApprovalState::Mismatch,
-            Some(RejectCode::ApprovalMismatch),
+            Some(RejectCode::ApprovalNotFound),
         ),
         (
             ApprovalRecord {
@@ -430,7 +534,7 @@ fn approval_binds_to_the_exact_call() {
     }
     let mut other_contract = base.clone();
     other_contract.contract_id =
-        warrant_core::ContractId::parse(&format!("tool-contract@sha256:{}", "1".repeat(64))).unwrap();
+        ContractId::parse(&format!("tool-contract@sha256:{}", "1".repeat(64))).unwrap();
     assert_eq!(check(&other_contract, &proposal).0, ApprovalState::Mismatch);
 
     // The proposal may name the approval it presents; it must be this one.
@@ -480,7 +584,7 @@ fn payload_digest_is_canonical() {
 /// docs/proposals.md documents every code; this fails when a code is added without docs.
 #[test]
 fn every_code_is_documented() {
-    let docs = include_str!("../../../docs/proposals.md");
+    let docs = include_str!("../docs/proposals.md");
     for code in RejectCode::ALL {
         assert!(
             docs.contains(&format!("`{}`", code.as_str())),

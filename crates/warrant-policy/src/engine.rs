@@ -1,0 +1,557 @@
+//! `CedarEngine`: loading (parse, id assignment, strict validation against the generated
+//! schema) and answering one request from pre-built parts.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use cedar_policy::{
+    ActionConstraint, AuthorizationError, Authorizer, Decision, Entities, Entity, EntityId, EntityTypeName,
+    EntityUid, EvaluationError, Policy, PolicyId, PolicySet, Request, RequestValidationError,
+    RestrictedExpression, Schema, ValidationMode, Validator,
+};
+use serde_json::Value;
+use warrant_core::policy::{PolicyAction, PolicyEngine, PolicyRequest, PolicyVerdict};
+use warrant_core::{Contract, ContractId};
+
+use crate::mapping::{self, Attribute};
+use crate::schema::{self, NAMESPACE, ToolShape};
+
+/// The text of one policy file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicySource {
+    /// The file name, used in default policy ids (`<name>#<index>`) and in messages.
+    pub name: String,
+    /// The policies, in Cedar's text syntax.
+    pub text: String,
+}
+
+impl PolicySource {
+    /// A named policy text.
+    pub fn new(name: impl Into<String>, text: impl Into<String>) -> Self {
+        PolicySource {
+            name: name.into(),
+            text: text.into(),
+        }
+    }
+}
+
+/// One reason a set of policies was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyProblem {
+    /// The policy file at fault; `None` for problems of the contracts or the generated schema.
+    pub file: Option<String>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl std::fmt::Display for PolicyProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.file {
+            Some(file) => write!(f, "{file}: {}", self.message),
+            None => write!(f, "schema: {}", self.message),
+        }
+    }
+}
+
+/// Why policies could not be loaded. Nothing is half-loaded: any problem refuses the set.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyLoadError {
+    /// The policy directory or one of its files could not be read.
+    #[error("cannot read {path}: {message}")]
+    Io {
+        /// The path that could not be read.
+        path: String,
+        /// The operating system's reason.
+        message: String,
+    },
+    /// Problems in the policies or in the schema generated from the contracts, every one.
+    #[error("{} problem(s) in the policies: {}", .0.len(), join(.0))]
+    Invalid(Vec<PolicyProblem>),
+}
+
+fn join(problems: &[PolicyProblem]) -> String {
+    problems
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Cedar policies validated against the schema generated from a set of contracts, ready to
+/// answer [`PolicyRequest`]s. Cheap to clone (one `Arc`); everything a request needs besides
+/// the principal, the tenant and the arguments is built at load.
+#[derive(Clone)]
+pub struct CedarEngine {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    schema: Schema,
+    authorizer: Authorizer,
+    principal_type: EntityTypeName,
+    role_type: EntityTypeName,
+    /// name → version → tool.
+    tools: HashMap<String, HashMap<u32, Tool>>,
+    policy_ids: Vec<String>,
+}
+
+/// Everything about one contract that does not depend on the request.
+struct Tool {
+    id: ContractId,
+    label: String,
+    uid: EntityUid,
+    /// `name`, `version`, `effect`, `owner` (the `tenant` is the caller's).
+    attributes: Vec<(String, RestrictedExpression)>,
+    context: Vec<Attribute>,
+    invoke: Action,
+    review: Action,
+}
+
+/// One action of one contract.
+struct Action {
+    uid: EntityUid,
+    /// The action and its groups with their hierarchy closed, so `action in` works; each
+    /// request adds its principal and tool to a clone (only those two get their closure
+    /// computed, which is cheaper than building the store from scratch).
+    entities: Entities,
+    /// The policies whose action scope can match this action (the others cannot apply).
+    policies: PolicySet,
+}
+
+/// The entity type names, parsed once.
+struct Types {
+    principal: EntityTypeName,
+    role: EntityTypeName,
+    tool: EntityTypeName,
+    action: EntityTypeName,
+}
+
+impl Types {
+    fn new() -> Result<Types, String> {
+        let parse = |name: &str| {
+            EntityTypeName::from_str(&format!("{NAMESPACE}::{name}"))
+                .map_err(|e| format!("cannot name the entity type {name}: {e}"))
+        };
+        Ok(Types {
+            principal: parse("Principal")?,
+            role: parse("Role")?,
+            tool: parse("Tool")?,
+            action: parse("Action")?,
+        })
+    }
+}
+
+impl std::fmt::Debug for CedarEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut tools: Vec<String> = self
+            .inner
+            .tools
+            .values()
+            .flat_map(|versions| versions.values().map(|t| t.label.clone()))
+            .collect();
+        tools.sort();
+        f.debug_struct("CedarEngine")
+            .field("tools", &tools)
+            .field("policies", &self.inner.policy_ids)
+            .finish()
+    }
+}
+
+impl CedarEngine {
+    /// Generates the schema from `contracts`, parses every policy (Cedar text syntax) and
+    /// validates the set in strict mode. Policy ids are the `@id("...")` annotation, else
+    /// `<file name>#<index>` (the index counts policies from 0 within the file).
+    ///
+    /// # Errors
+    /// [`PolicyLoadError::Invalid`] listing every problem, each with its file name: syntax
+    /// errors, templates, duplicate ids, validation errors and warnings, and contracts that
+    /// cannot be represented (a name taken by an action group).
+    pub fn new(contracts: &[Arc<Contract>], sources: &[PolicySource]) -> Result<Self, PolicyLoadError> {
+        let types = Types::new()
+            .map_err(|message| PolicyLoadError::Invalid(vec![PolicyProblem { file: None, message }]))?;
+        let (tools, contract_problems) = schema::collect(contracts);
+        // Without a sound schema there is nothing to validate against; otherwise the policies
+        // that parsed are validated even when another file did not, so every problem is listed.
+        let schema_is_sound = contract_problems.is_empty();
+        let mut problems: Vec<PolicyProblem> = contract_problems
+            .into_iter()
+            .map(|message| PolicyProblem { file: None, message })
+            .collect();
+        let (policies, files) = parse_sources(sources, &mut problems);
+        let mut schema = None;
+        if schema_is_sound {
+            match Schema::from_json_value(schema::schema_json(&tools)) {
+                Ok(generated) => {
+                    match PolicySet::from_policies(policies.iter().cloned()) {
+                        Ok(set) => problems.extend(validate(&generated, &set, &files)),
+                        Err(e) => problems.push(set_problem(&e)),
+                    }
+                    schema = Some(generated);
+                }
+                Err(e) => problems.push(PolicyProblem {
+                    file: None,
+                    message: format!("the generated schema is invalid: {e}"),
+                }),
+            }
+        }
+        let Some(schema) = schema.filter(|_| problems.is_empty()) else {
+            return Err(PolicyLoadError::Invalid(problems));
+        };
+        let mut by_name: HashMap<String, HashMap<u32, Tool>> = HashMap::new();
+        for shape in tools {
+            let name = shape.contract.name().to_owned();
+            let version = shape.contract.version();
+            let tool = build_tool(shape, &types, &policies)?;
+            by_name.entry(name).or_default().insert(version, tool);
+        }
+        Ok(CedarEngine {
+            inner: Arc::new(Inner {
+                schema,
+                authorizer: Authorizer::new(),
+                principal_type: types.principal,
+                role_type: types.role,
+                tools: by_name,
+                policy_ids: policies.iter().map(|p| p.id().to_string()).collect(),
+            }),
+        })
+    }
+
+    /// Reads every `*.cedar` file of `dir`, sorted by file name, and loads them with
+    /// [`CedarEngine::new`]. The only I/O of the crate. An empty directory loads no policy
+    /// (every request is then denied by default).
+    ///
+    /// # Errors
+    /// [`PolicyLoadError::Io`] when the directory or a file cannot be read, otherwise as
+    /// [`CedarEngine::new`].
+    pub fn load_dir(contracts: &[Arc<Contract>], dir: &Path) -> Result<Self, PolicyLoadError> {
+        let io = |path: &Path, e: std::io::Error| PolicyLoadError::Io {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        };
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(|e| io(dir, e))? {
+            let entry = entry.map_err(|e| io(dir, e))?;
+            let path = entry.path();
+            if path.extension().is_some_and(|ext| ext == "cedar") && path.is_file() {
+                files.push((entry.file_name().to_string_lossy().into_owned(), path));
+            }
+        }
+        files.sort();
+        let mut sources = Vec::with_capacity(files.len());
+        for (name, path) in files {
+            let text = std::fs::read_to_string(&path).map_err(|e| io(&path, e))?;
+            sources.push(PolicySource { name, text });
+        }
+        CedarEngine::new(contracts, &sources)
+    }
+
+    /// The Cedar schema generated for `contracts`, in Cedar's JSON schema format (for `docs`
+    /// and debugging). Policies are validated against exactly this schema.
+    pub fn schema_json(contracts: &[Arc<Contract>]) -> Value {
+        schema::schema_json(&schema::collect(contracts).0)
+    }
+
+    /// The ids of the loaded policies, in load order (sources as given — by file name for
+    /// [`CedarEngine::load_dir`] — and policies by position).
+    pub fn policy_ids(&self) -> &[String] {
+        &self.inner.policy_ids
+    }
+}
+
+/// Parses every source, assigns the policy ids and records syntax problems, templates and
+/// duplicate ids. Returns the policies and the file of each id.
+fn parse_sources(
+    sources: &[PolicySource],
+    problems: &mut Vec<PolicyProblem>,
+) -> (Vec<Policy>, HashMap<String, String>) {
+    let mut policies = Vec::new();
+    let mut files: HashMap<String, String> = HashMap::new();
+    for source in sources {
+        let problem = |message: String| PolicyProblem {
+            file: Some(source.name.clone()),
+            message,
+        };
+        let set = match PolicySet::from_str(&source.text) {
+            Ok(set) => set,
+            Err(errors) => {
+                problems.extend(errors.iter().map(|e| problem(format!("syntax error: {e}"))));
+                continue;
+            }
+        };
+        if set.templates().next().is_some() {
+            problems.push(problem(
+                "templates (policies with `?principal` or `?resource` slots) are not supported".into(),
+            ));
+        }
+        let mut parsed: Vec<(usize, &Policy)> = set
+            .policies()
+            .enumerate()
+            .map(|(i, p)| (parser_index(p.id()).unwrap_or(i), p))
+            .collect();
+        parsed.sort_by_key(|(index, _)| *index);
+        for (index, policy) in parsed {
+            let id = match policy.annotation("id") {
+                Some("") => {
+                    problems.push(problem(format!("policy #{index} has an empty `@id`")));
+                    continue;
+                }
+                Some(id) => id.to_owned(),
+                None => format!("{}#{index}", source.name),
+            };
+            if let Some(other) = files.get(&id) {
+                problems.push(problem(format!("policy id `{id}` is also used in {other}")));
+                continue;
+            }
+            files.insert(id.clone(), source.name.clone());
+            policies.push(policy.new_id(PolicyId::new(&id)));
+        }
+    }
+    (policies, files)
+}
+
+/// The position of a policy in its file, from the id the parser gives it (`policy<N>`).
+fn parser_index(id: &PolicyId) -> Option<usize> {
+    id.to_string().strip_prefix("policy")?.parse().ok()
+}
+
+/// Strict validation; warnings (a policy that can never apply, confusable text) refuse the
+/// set too, because a policy that silently never matches is a mistake.
+fn validate(schema: &Schema, set: &PolicySet, files: &HashMap<String, String>) -> Vec<PolicyProblem> {
+    let result = Validator::new(schema.clone()).validate(set, ValidationMode::Strict);
+    let problem = |id: &PolicyId, message: String| {
+        // Cedar prefixes most (not all) messages with the policy; say it once, the same way.
+        let prefix = format!("for policy `{id}`, ");
+        let message = message.strip_prefix(&prefix).unwrap_or(&message);
+        PolicyProblem {
+            file: files.get(AsRef::<str>::as_ref(id)).cloned(),
+            message: format!("policy `{id}`: {message}"),
+        }
+    };
+    let mut problems: Vec<PolicyProblem> = result
+        .validation_errors()
+        .map(|e| problem(e.policy_id(), e.to_string()))
+        .chain(
+            result
+                .validation_warnings()
+                .map(|w| problem(w.policy_id(), w.to_string())),
+        )
+        .collect();
+    problems.sort_by(|a, b| (&a.file, &a.message).cmp(&(&b.file, &b.message)));
+    problems
+}
+
+fn build_tool(shape: ToolShape, types: &Types, policies: &[Policy]) -> Result<Tool, PolicyLoadError> {
+    let contract = shape.contract;
+    let label = schema::label(&contract);
+    let uid = EntityUid::from_type_name_and_id(types.tool.clone(), EntityId::new(&label));
+    let attributes = vec![
+        (
+            "name".to_owned(),
+            RestrictedExpression::new_string(contract.name().to_owned()),
+        ),
+        (
+            "version".to_owned(),
+            RestrictedExpression::new_long(i64::from(contract.version())),
+        ),
+        (
+            "effect".to_owned(),
+            RestrictedExpression::new_string(contract.effect().as_str().to_owned()),
+        ),
+        (
+            "owner".to_owned(),
+            RestrictedExpression::new_string(contract.owner().to_owned()),
+        ),
+    ];
+    let invoke = build_action(schema::invoke_chain(&contract), types, policies)?;
+    let review = build_action(schema::review_chain(&contract), types, policies)?;
+    Ok(Tool {
+        id: contract.id(),
+        label,
+        uid,
+        attributes,
+        context: shape.context,
+        invoke,
+        review,
+    })
+}
+
+/// The action `chain[0]` with its groups `chain[1]` ⊂ `chain[2]`, and the policies whose
+/// action scope can match it.
+fn build_action(chain: [String; 3], types: &Types, policies: &[Policy]) -> Result<Action, PolicyLoadError> {
+    let [uid, group, root] =
+        chain.map(|id| EntityUid::from_type_name_and_id(types.action.clone(), EntityId::new(id)));
+    let entities = Entities::from_entities(
+        [
+            Entity::new_no_attrs(uid.clone(), HashSet::from([group.clone(), root.clone()])),
+            Entity::new_no_attrs(group.clone(), HashSet::from([root.clone()])),
+            Entity::new_no_attrs(root.clone(), HashSet::new()),
+        ],
+        None,
+    )
+    .map_err(|e| {
+        PolicyLoadError::Invalid(vec![PolicyProblem {
+            file: None,
+            message: format!("cannot build the action entities: {e}"),
+        }])
+    })?;
+    let ancestors = [&uid, &group, &root];
+    let applicable = policies.iter().filter(|p| match p.action_constraint() {
+        ActionConstraint::Any => true,
+        ActionConstraint::Eq(action) => action == uid,
+        ActionConstraint::In(groups) => groups.iter().any(|g| ancestors.contains(&g)),
+    });
+    let policies = PolicySet::from_policies(applicable.cloned())
+        .map_err(|e| PolicyLoadError::Invalid(vec![set_problem(&e)]))?;
+    Ok(Action {
+        uid,
+        entities,
+        policies,
+    })
+}
+
+fn set_problem(error: &cedar_policy::PolicySetError) -> PolicyProblem {
+    PolicyProblem {
+        file: None,
+        message: error.to_string(),
+    }
+}
+
+fn deny(errors: Vec<String>) -> PolicyVerdict {
+    PolicyVerdict::Deny {
+        policies: Vec::new(),
+        errors,
+    }
+}
+
+impl Inner {
+    fn principal(
+        &self,
+        principal: &warrant_core::authority::Principal,
+    ) -> Result<(EntityUid, Entity), String> {
+        let uid = EntityUid::from_type_name_and_id(
+            self.principal_type.clone(),
+            EntityId::new(format!("{}/{}", principal.tenant(), principal.id())),
+        );
+        let roles = principal.roles();
+        let attributes = [
+            (
+                "id".to_owned(),
+                RestrictedExpression::new_string(principal.id().to_owned()),
+            ),
+            (
+                "tenant".to_owned(),
+                RestrictedExpression::new_string(principal.tenant().to_owned()),
+            ),
+            (
+                "roles".to_owned(),
+                RestrictedExpression::new_set(
+                    roles.iter().map(|r| RestrictedExpression::new_string(r.clone())),
+                ),
+            ),
+        ];
+        let parents = roles
+            .iter()
+            .map(|r| EntityUid::from_type_name_and_id(self.role_type.clone(), EntityId::new(r)));
+        let entity = Entity::new_with_tags(uid.clone(), attributes, parents, [])
+            .map_err(|e| format!("cannot build the principal entity: {e}"))?;
+        Ok((uid, entity))
+    }
+
+    fn authorize(&self, request: &PolicyRequest<'_>) -> Result<PolicyVerdict, String> {
+        let contract = request.contract;
+        let Some(tool) = self
+            .tools
+            .get(contract.name())
+            .and_then(|versions| versions.get(&contract.version()))
+        else {
+            return Err(format!(
+                "contract {} is not in the policy schema; reload policies",
+                schema::label(contract)
+            ));
+        };
+        if tool.id != contract.id() {
+            return Err(format!(
+                "contract {} is not the one the policies were loaded with; reload policies",
+                tool.label
+            ));
+        }
+        let action = match request.action {
+            PolicyAction::Invoke => &tool.invoke,
+            PolicyAction::Review => &tool.review,
+        };
+        let (principal_uid, principal) = self.principal(request.principal)?;
+        let tenant = (
+            "tenant".to_owned(),
+            RestrictedExpression::new_string(request.principal.tenant().to_owned()),
+        );
+        let resource = Entity::new_with_tags(
+            tool.uid.clone(),
+            tool.attributes.iter().cloned().chain([tenant]),
+            [],
+            [],
+        )
+        .map_err(|e| format!("cannot build the tool entity: {e}"))?;
+        let context = mapping::context(&tool.context, request.arguments).map_err(|e| e.0)?;
+        let entities = action
+            .entities
+            .clone()
+            .add_entities([principal, resource], None)
+            .map_err(|e| format!("cannot build the entities: {e}"))?;
+        let cedar_request = Request::new(
+            principal_uid,
+            action.uid.clone(),
+            tool.uid.clone(),
+            context,
+            Some(&self.schema),
+        )
+        .map_err(|e| request_error(&e, &tool.label))?;
+        let response = self
+            .authorizer
+            .is_authorized(&cedar_request, &action.policies, &entities);
+        if response.decision() == Decision::Allow {
+            return Ok(PolicyVerdict::Allow);
+        }
+        let diagnostics = response.diagnostics();
+        let mut policies: Vec<String> = diagnostics.reason().map(ToString::to_string).collect();
+        policies.sort();
+        let mut errors: Vec<String> = diagnostics.errors().map(evaluation_error).collect();
+        errors.sort();
+        Ok(PolicyVerdict::Deny { policies, errors })
+    }
+}
+
+/// A request the schema refuses. The context error is reworded: Cedar's message prints the
+/// context, and details never echo argument values.
+fn request_error(error: &RequestValidationError, label: &str) -> String {
+    match error {
+        RequestValidationError::InvalidContext(_) => {
+            format!("the arguments of {label} do not match its policy context type")
+        }
+        other => format!("the request does not match the policy schema: {other}"),
+    }
+}
+
+/// An evaluation error by policy id and kind only (Cedar's messages can quote values).
+fn evaluation_error(error: &AuthorizationError) -> String {
+    let AuthorizationError::PolicyEvaluationError(error) = error;
+    let kind = match error.inner() {
+        EvaluationError::EntityDoesNotExist(_) => "an entity does not exist",
+        EvaluationError::EntityAttrDoesNotExist(_) => "an entity attribute does not exist",
+        EvaluationError::RecordAttrDoesNotExist(_) => "a record attribute does not exist",
+        EvaluationError::TypeError(_) => "type error",
+        EvaluationError::IntegerOverflow(_) => "integer overflow",
+        EvaluationError::RecursionLimit(_) => "recursion limit reached",
+        _ => "evaluation error",
+    };
+    format!("policy `{}` could not be evaluated: {kind}", error.policy_id())
+}
+
+impl PolicyEngine for CedarEngine {
+    fn authorize(&self, request: &PolicyRequest<'_>) -> PolicyVerdict {
+        self.inner
+            .authorize(request)
+            .unwrap_or_else(|error| deny(vec![error]))
+    }
+}

@@ -1,0 +1,512 @@
+//! The JSON Schema → Cedar type mapping of a contract's input, and the conversion of validated
+//! arguments into a Cedar context that follows exactly the same mapping.
+//!
+//! Both directions are driven by one [`CedarType`] tree computed once per contract, so the
+//! context type in the Cedar schema and the context value of a request cannot disagree: a
+//! field the mapping leaves out of the type is also left out of the value.
+
+use cedar_policy::{Context, RestrictedExpression};
+use serde_json::{Map, Value, json};
+
+/// How deep a schema (nested objects, arrays and `$ref` chains together) may go before the
+/// node is treated as unmappable; the contract lint bounds documents already, this only keeps
+/// the recursion bounded on its own.
+const MAX_DEPTH: usize = 32;
+
+/// A Cedar type that a JSON Schema node maps onto.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum CedarType {
+    /// `String`.
+    String,
+    /// `Long` (a JSON Schema `integer`).
+    Long,
+    /// `Boolean`.
+    Boolean,
+    /// `Set<T>` (a JSON Schema `array`).
+    Set(Box<CedarType>),
+    /// A record (a JSON Schema `object` with `properties`).
+    Record(Vec<Attribute>),
+}
+
+/// One attribute of a record type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Attribute {
+    /// The property name.
+    pub(crate) name: String,
+    /// Its type.
+    pub(crate) ty: CedarType,
+    /// Required in Cedar: listed in `required` and not nullable.
+    pub(crate) required: bool,
+}
+
+impl CedarType {
+    /// The type in Cedar's JSON schema format.
+    pub(crate) fn to_schema_json(&self) -> Value {
+        match self {
+            CedarType::String => json!({ "type": "String" }),
+            CedarType::Long => json!({ "type": "Long" }),
+            CedarType::Boolean => json!({ "type": "Boolean" }),
+            CedarType::Set(item) => json!({ "type": "Set", "element": item.to_schema_json() }),
+            CedarType::Record(attributes) => record_schema_json(attributes),
+        }
+    }
+}
+
+/// A record type in Cedar's JSON schema format.
+pub(crate) fn record_schema_json(attributes: &[Attribute]) -> Value {
+    let mut out = Map::new();
+    for attribute in attributes {
+        let mut ty = attribute.ty.to_schema_json();
+        if let Value::Object(map) = &mut ty {
+            map.insert("required".into(), Value::Bool(attribute.required));
+        }
+        out.insert(attribute.name.clone(), ty);
+    }
+    json!({ "type": "Record", "attributes": out })
+}
+
+/// The context attributes of a contract: its input schema's properties, each mapped, the
+/// unmappable ones left out.
+pub(crate) fn context_attributes(input: Option<&Value>) -> Vec<Attribute> {
+    let Some(root) = input else {
+        return Vec::new();
+    };
+    let mapper = Mapper { root };
+    match mapper.node(root, 0, &mut Vec::new()) {
+        Some(Shape::Typed(CedarType::Record(attributes), _)) => attributes,
+        _ => Vec::new(),
+    }
+}
+
+/// What a schema node admits, as far as Cedar is concerned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Shape {
+    /// Only `null`.
+    Null,
+    /// Values of one Cedar type; `true` when `null` is admitted too.
+    Typed(CedarType, bool),
+}
+
+struct Mapper<'a> {
+    root: &'a Value,
+}
+
+impl<'a> Mapper<'a> {
+    /// Maps one schema node; `None` when it is not representable in Cedar. `refs` holds the
+    /// references being expanded, so a recursive schema is unmappable rather than endless.
+    fn node(&self, node: &'a Value, depth: usize, refs: &mut Vec<&'a str>) -> Option<Shape> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        let map = node.as_object()?;
+        let mut shapes = Vec::new();
+        if let Some(reference) = map.get("$ref") {
+            let reference = reference.as_str()?;
+            if refs.contains(&reference) {
+                return None;
+            }
+            let target = resolve(self.root, reference)?;
+            refs.push(reference);
+            let shape = self.node(target, depth + 1, refs);
+            refs.pop();
+            shapes.push(shape?);
+        }
+        if let Some(own) = self.own(map, depth, refs)? {
+            shapes.push(own);
+        }
+        if let Some(all) = map.get("allOf") {
+            for member in all.as_array()? {
+                shapes.push(self.node(member, depth + 1, refs)?);
+            }
+        }
+        for key in ["anyOf", "oneOf"] {
+            if let Some(members) = map.get(key) {
+                let mut union: Option<Shape> = None;
+                for member in members.as_array()? {
+                    let shape = self.node(member, depth + 1, refs)?;
+                    union = Some(match union {
+                        None => shape,
+                        Some(acc) => either(acc, shape)?,
+                    });
+                }
+                shapes.push(union?);
+            }
+        }
+        let mut shapes = shapes.into_iter();
+        let first = shapes.next()?;
+        shapes.try_fold(first, both)
+    }
+
+    /// What the node's own `type`, `enum` and `const` admit: `Some(None)` when it declares none
+    /// of them, `None` when they are not representable.
+    fn own(
+        &self,
+        map: &'a Map<String, Value>,
+        depth: usize,
+        refs: &mut Vec<&'a str>,
+    ) -> Option<Option<Shape>> {
+        let mut shapes = Vec::new();
+        if let Some(value) = map.get("const") {
+            shapes.push(literals(std::slice::from_ref(value))?);
+        }
+        if let Some(values) = map.get("enum") {
+            shapes.push(literals(values.as_array()?)?);
+        }
+        if let Some(declared) = map.get("type") {
+            let names: Vec<&str> = match declared {
+                Value::String(name) => vec![name.as_str()],
+                Value::Array(names) => names.iter().map(Value::as_str).collect::<Option<_>>()?,
+                _ => return None,
+            };
+            let nullable = names.contains(&"null");
+            let mut others = names.iter().filter(|n| **n != "null");
+            let shape = match (others.next(), others.next()) {
+                (None, _) => Shape::Null,
+                (Some(name), None) => Shape::Typed(self.typed(name, map, depth, refs)?, nullable),
+                (Some(_), Some(_)) => return None,
+            };
+            shapes.push(shape);
+        }
+        let mut shapes = shapes.into_iter();
+        let Some(first) = shapes.next() else {
+            return Some(None);
+        };
+        Some(Some(shapes.try_fold(first, both)?))
+    }
+
+    /// The Cedar type of one JSON Schema type name on this node.
+    fn typed(
+        &self,
+        name: &str,
+        map: &'a Map<String, Value>,
+        depth: usize,
+        refs: &mut Vec<&'a str>,
+    ) -> Option<CedarType> {
+        match name {
+            "string" => Some(CedarType::String),
+            "integer" => Some(CedarType::Long),
+            "boolean" => Some(CedarType::Boolean),
+            "array" => {
+                if map.contains_key("prefixItems") {
+                    return None;
+                }
+                match self.node(map.get("items")?, depth + 1, refs)? {
+                    Shape::Typed(item, false) => Some(CedarType::Set(Box::new(item))),
+                    _ => None,
+                }
+            }
+            "object" => {
+                let required: Vec<&str> = map
+                    .get("required")
+                    .and_then(Value::as_array)
+                    .map(|names| names.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                let mut attributes = Vec::new();
+                if let Some(properties) = map.get("properties").and_then(Value::as_object) {
+                    for (property, schema) in properties {
+                        if let Some(Shape::Typed(ty, nullable)) = self.node(schema, depth + 1, refs) {
+                            attributes.push(Attribute {
+                                name: property.clone(),
+                                ty,
+                                required: !nullable && required.contains(&property.as_str()),
+                            });
+                        }
+                    }
+                }
+                // Sorted, so the schema and the documentation do not depend on key order.
+                attributes.sort_by(|a, b| a.name.cmp(&b.name));
+                Some(CedarType::Record(attributes))
+            }
+            // `number` (floats have no Cedar type), `null` is handled by the caller, and any
+            // other name is not a JSON Schema type.
+            _ => None,
+        }
+    }
+}
+
+/// The shape of an `enum`/`const` list: all strings, all integers or all booleans, possibly
+/// with `null`.
+fn literals(values: &[Value]) -> Option<Shape> {
+    let mut nullable = false;
+    let mut ty: Option<CedarType> = None;
+    for value in values {
+        let this = match value {
+            Value::Null => {
+                nullable = true;
+                continue;
+            }
+            Value::String(_) => CedarType::String,
+            Value::Bool(_) => CedarType::Boolean,
+            Value::Number(n) if n.as_i64().is_some() => CedarType::Long,
+            _ => return None,
+        };
+        match &ty {
+            None => ty = Some(this),
+            Some(seen) if *seen == this => {}
+            Some(_) => return None,
+        }
+    }
+    match ty {
+        Some(ty) => Some(Shape::Typed(ty, nullable)),
+        None if nullable => Some(Shape::Null),
+        None => None,
+    }
+}
+
+/// Both shapes hold (`allOf`, `$ref` beside `type`): the types must agree; `null` only when
+/// both admit it.
+fn both(a: Shape, b: Shape) -> Option<Shape> {
+    match (a, b) {
+        (Shape::Null, Shape::Null)
+        | (Shape::Null, Shape::Typed(_, true))
+        | (Shape::Typed(_, true), Shape::Null) => Some(Shape::Null),
+        (Shape::Typed(x, nx), Shape::Typed(y, ny)) if x == y => Some(Shape::Typed(x, nx && ny)),
+        _ => None,
+    }
+}
+
+/// Either shape holds (`anyOf`, `oneOf`): the types must agree; `null` when either admits it.
+fn either(a: Shape, b: Shape) -> Option<Shape> {
+    match (a, b) {
+        (Shape::Null, Shape::Null) => Some(Shape::Null),
+        (Shape::Null, Shape::Typed(t, _)) | (Shape::Typed(t, _), Shape::Null) => Some(Shape::Typed(t, true)),
+        (Shape::Typed(x, nx), Shape::Typed(y, ny)) if x == y => Some(Shape::Typed(x, nx || ny)),
+        _ => None,
+    }
+}
+
+/// Resolves a local reference (`#`, `#/$defs/name`, any RFC 6901 pointer into the schema).
+fn resolve<'a>(root: &'a Value, reference: &str) -> Option<&'a Value> {
+    let fragment = reference.strip_prefix('#')?;
+    let pointer = percent_decode(fragment)?;
+    root.pointer(&pointer)
+}
+
+/// Decodes the `%XX` escapes a URI fragment may carry (a pointer segment with a space or `%`).
+fn percent_decode(text: &str) -> Option<String> {
+    if !text.contains('%') {
+        return Some(text.to_owned());
+    }
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        if b == b'%' {
+            let hex = text.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Why the arguments could not be turned into a context. Never carries argument values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ConversionError(pub(crate) String);
+
+/// Builds the Cedar context of a call from its validated arguments, following the mapping:
+/// unmapped fields and `null`s are left out, arrays become sets, integers `Long`s.
+pub(crate) fn context(
+    attributes: &[Attribute],
+    arguments: &Map<String, Value>,
+) -> Result<Context, ConversionError> {
+    let pairs = record_pairs(attributes, arguments, "")?;
+    Context::from_pairs(pairs).map_err(|_| ConversionError("the arguments do not form a context".into()))
+}
+
+fn record_pairs(
+    attributes: &[Attribute],
+    object: &Map<String, Value>,
+    path: &str,
+) -> Result<Vec<(String, RestrictedExpression)>, ConversionError> {
+    let mut pairs = Vec::with_capacity(attributes.len());
+    for attribute in attributes {
+        if let Some(value) = object.get(&attribute.name) {
+            let here = format_path(path, &attribute.name);
+            if let Some(expression) = expression(&attribute.ty, value, &here)? {
+                pairs.push((attribute.name.clone(), expression));
+            }
+        }
+    }
+    Ok(pairs)
+}
+
+fn format_path(path: &str, name: &str) -> String {
+    if path.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{path}.{name}")
+    }
+}
+
+/// One value as a Cedar expression; `None` for `null` (the attribute is then absent).
+fn expression(
+    ty: &CedarType,
+    value: &Value,
+    path: &str,
+) -> Result<Option<RestrictedExpression>, ConversionError> {
+    let mismatch = || ConversionError(format!("argument `{path}` does not fit its policy type"));
+    let expression = match (ty, value) {
+        (_, Value::Null) => return Ok(None),
+        (CedarType::String, Value::String(s)) => RestrictedExpression::new_string(s.clone()),
+        (CedarType::Boolean, Value::Bool(b)) => RestrictedExpression::new_bool(*b),
+        (CedarType::Long, Value::Number(n)) => {
+            let n = n.as_i64().ok_or_else(|| {
+                ConversionError(format!("argument `{path}` is outside Cedar's 64-bit range"))
+            })?;
+            RestrictedExpression::new_long(n)
+        }
+        (CedarType::Set(item), Value::Array(values)) => {
+            let mut elements = Vec::with_capacity(values.len());
+            for element in values {
+                elements.push(expression(item, element, path)?.ok_or_else(mismatch)?);
+            }
+            RestrictedExpression::new_set(elements)
+        }
+        (CedarType::Record(attributes), Value::Object(object)) => {
+            RestrictedExpression::new_record(record_pairs(attributes, object, path)?)
+                .map_err(|_| mismatch())?
+        }
+        _ => return Err(mismatch()),
+    };
+    Ok(Some(expression))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attrs(schema: Value) -> Vec<Attribute> {
+        context_attributes(Some(&schema))
+    }
+
+    fn attr(name: &str, ty: CedarType, required: bool) -> Attribute {
+        Attribute {
+            name: name.into(),
+            ty,
+            required,
+        }
+    }
+
+    #[test]
+    fn primitives_and_required() {
+        let got = attrs(json!({
+            "type": "object", "additionalProperties": false, "required": ["a", "b"],
+            "properties": {
+                "a": { "type": "string", "maxLength": 3 },
+                "b": { "type": "integer", "minimum": 0, "maximum": 9 },
+                "c": { "type": "boolean" },
+                "d": { "type": "number", "minimum": 0, "maximum": 1 },
+            }
+        }));
+        assert_eq!(
+            got,
+            vec![
+                attr("a", CedarType::String, true),
+                attr("b", CedarType::Long, true),
+                attr("c", CedarType::Boolean, false),
+            ]
+        );
+    }
+
+    #[test]
+    fn enums_consts_and_nullables() {
+        let got = attrs(json!({
+            "type": "object", "additionalProperties": false, "required": ["e", "n", "k"],
+            "properties": {
+                "e": { "enum": ["x", "y"] },
+                "n": { "type": ["string", "null"], "maxLength": 3 },
+                "k": { "const": 3 },
+                "mixed": { "enum": ["x", 1] },
+                "float": { "enum": [1.5] },
+                "en": { "enum": [true, null] },
+                "two": { "type": ["string", "integer"] },
+                "onlynull": { "type": "null" },
+            }
+        }));
+        assert_eq!(
+            got,
+            vec![
+                attr("e", CedarType::String, true),
+                attr("en", CedarType::Boolean, false),
+                attr("k", CedarType::Long, true),
+                attr("n", CedarType::String, false),
+            ]
+        );
+    }
+
+    #[test]
+    fn arrays_objects_and_refs() {
+        let got = attrs(json!({
+            "type": "object", "additionalProperties": false,
+            "$defs": { "item": { "type": "object", "additionalProperties": false, "required": ["sku"],
+                                 "properties": { "sku": { "type": "string", "maxLength": 9 } } } },
+            "required": ["items"],
+            "properties": {
+                "items": { "type": "array", "maxItems": 3, "items": { "$ref": "#/$defs/item" } },
+                "tags": { "type": "array", "maxItems": 3, "items": { "type": "string", "maxLength": 3 } },
+                "nullable_items": { "type": "array", "maxItems": 3, "items": { "type": ["string", "null"] } },
+                "tuple": { "type": "array", "maxItems": 3, "prefixItems": [{ "type": "string" }],
+                           "items": { "type": "string" } },
+                "one": { "oneOf": [{ "type": "string", "maxLength": 1 }, { "type": "null" }] },
+                "any": { "anyOf": [{ "type": "string", "maxLength": 1 }, { "type": "integer" }] },
+                "all": { "allOf": [{ "$ref": "#/$defs/item" }, { "type": "object" }] },
+            }
+        }));
+        let item = CedarType::Record(vec![attr("sku", CedarType::String, true)]);
+        assert_eq!(
+            got,
+            vec![
+                attr("items", CedarType::Set(Box::new(item)), true),
+                attr("one", CedarType::String, false),
+                attr("tags", CedarType::Set(Box::new(CedarType::String)), false),
+            ]
+        );
+    }
+
+    #[test]
+    fn recursive_refs_are_unmappable() {
+        let got = attrs(json!({
+            "type": "object", "additionalProperties": false,
+            "$defs": { "node": { "type": "object", "additionalProperties": false,
+                                 "properties": { "next": { "$ref": "#/$defs/node" },
+                                                 "v": { "type": "integer" } } } },
+            "properties": { "head": { "$ref": "#/$defs/node" } }
+        }));
+        // The recursive `next` is left out of the record; the rest maps.
+        assert_eq!(
+            got,
+            vec![attr(
+                "head",
+                CedarType::Record(vec![attr("v", CedarType::Long, false)]),
+                false
+            )]
+        );
+    }
+
+    #[test]
+    fn percent_decoding() {
+        assert_eq!(percent_decode("/$defs/a%20b").as_deref(), Some("/$defs/a b"));
+        assert_eq!(percent_decode("/x%2"), None);
+    }
+
+    #[test]
+    fn conversion_follows_the_mapping() {
+        let attributes = vec![
+            attr("s", CedarType::String, true),
+            attr("set", CedarType::Set(Box::new(CedarType::Long)), false),
+            attr("opt", CedarType::Boolean, false),
+        ];
+        let args = json!({ "s": "x", "set": [1, 2], "opt": null, "unmapped": 1.5 });
+        let ctx = context(&attributes, args.as_object().unwrap()).unwrap();
+        assert_eq!(ctx.to_json_value().unwrap(), json!({ "s": "x", "set": [1, 2] }));
+        let wrong = json!({ "s": 1 });
+        let err = context(&attributes, wrong.as_object().unwrap()).unwrap_err();
+        assert_eq!(err.0, "argument `s` does not fit its policy type");
+        let big = json!({ "set": [u64::MAX] });
+        assert!(context(&attributes, big.as_object().unwrap()).is_err());
+    }
+}

@@ -1,0 +1,144 @@
+//! The Cedar schema generated from the registered contracts: the `Warrant` namespace with its
+//! principal, role and tool entity types, and two actions per contract with the contract's
+//! input as their context type.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+use warrant_core::Contract;
+
+use crate::mapping::{self, Attribute};
+
+/// The namespace of every generated type and action.
+pub(crate) const NAMESPACE: &str = "Warrant";
+/// The action group every invoke action belongs to.
+pub(crate) const INVOKE_GROUP: &str = "invoke";
+/// The action group every review action belongs to.
+pub(crate) const REVIEW_GROUP: &str = "review";
+
+/// One contract as the schema sees it.
+pub(crate) struct ToolShape {
+    /// The contract.
+    pub(crate) contract: Arc<Contract>,
+    /// Its context attributes (the mapped input schema).
+    pub(crate) context: Vec<Attribute>,
+}
+
+/// `N@V` of a contract.
+pub(crate) fn label(contract: &Contract) -> String {
+    format!("{}@{}", contract.name(), contract.version())
+}
+
+/// The invoke action ids from the most to the least specific: `N@V`, `N`, `invoke`.
+pub(crate) fn invoke_chain(contract: &Contract) -> [String; 3] {
+    [
+        label(contract),
+        contract.name().to_owned(),
+        INVOKE_GROUP.to_owned(),
+    ]
+}
+
+/// The review action ids from the most to the least specific: `review:N@V`, `review:N`,
+/// `review`.
+pub(crate) fn review_chain(contract: &Contract) -> [String; 3] {
+    [
+        format!("{REVIEW_GROUP}:{}", label(contract)),
+        format!("{REVIEW_GROUP}:{}", contract.name()),
+        REVIEW_GROUP.to_owned(),
+    ]
+}
+
+/// The contracts to put in the schema, one per `name@version`, sorted, and the problems that
+/// keep a set of contracts out of Cedar (a name taken by an action group, two different
+/// contracts under one `name@version`).
+pub(crate) fn collect(contracts: &[Arc<Contract>]) -> (Vec<ToolShape>, Vec<String>) {
+    let mut problems = Vec::new();
+    let mut unique: BTreeMap<(&str, u32), &Arc<Contract>> = BTreeMap::new();
+    for contract in contracts {
+        let key = (contract.name(), contract.version());
+        if let Some(seen) = unique.get(&key) {
+            if seen.id() != contract.id() {
+                problems.push(format!(
+                    "two different contracts are named {} ({} and {})",
+                    label(contract),
+                    seen.id(),
+                    contract.id()
+                ));
+            }
+            continue;
+        }
+        if [INVOKE_GROUP, REVIEW_GROUP].contains(&contract.name()) {
+            problems.push(format!(
+                "contract {} cannot be named in policies: `{}` is the name of an action group",
+                label(contract),
+                contract.name()
+            ));
+        }
+        unique.insert(key, contract);
+    }
+    let tools = unique
+        .into_values()
+        .map(|contract| ToolShape {
+            contract: Arc::clone(contract),
+            context: mapping::context_attributes(contract.input_document()),
+        })
+        .collect();
+    (tools, problems)
+}
+
+/// The Cedar schema, in Cedar's JSON schema format.
+pub(crate) fn schema_json(tools: &[ToolShape]) -> Value {
+    let string = json!({ "type": "String", "required": true });
+    let principal = json!({
+        "memberOfTypes": ["Role"],
+        "shape": {
+            "type": "Record",
+            "attributes": {
+                "id": string,
+                "tenant": string,
+                "roles": { "type": "Set", "element": { "type": "String" }, "required": true },
+            },
+        },
+    });
+    let tool = json!({
+        "shape": {
+            "type": "Record",
+            "attributes": {
+                "name": string,
+                "version": { "type": "Long", "required": true },
+                "effect": string,
+                "owner": string,
+                "tenant": string,
+            },
+        },
+    });
+    let mut actions = Map::new();
+    actions.insert(INVOKE_GROUP.into(), json!({}));
+    actions.insert(REVIEW_GROUP.into(), json!({}));
+    for shape in tools {
+        let context = mapping::record_schema_json(&shape.context);
+        for chain in [invoke_chain(&shape.contract), review_chain(&shape.contract)] {
+            let [action, group, root] = chain;
+            let applies_to = json!({
+                "principalTypes": ["Principal"],
+                "resourceTypes": ["Tool"],
+                "context": context,
+            });
+            actions.insert(
+                action,
+                json!({
+                    "memberOf": [{ "id": group }, { "id": root }],
+                    "appliesTo": applies_to,
+                }),
+            );
+            actions.insert(group, json!({ "memberOf": [{ "id": root }] }));
+        }
+    }
+    json!({
+        NAMESPACE: {
+            "entityTypes": { "Principal": principal, "Role": {}, "Tool": tool },
+            "actions": actions,
+        }
+    })
+}
