@@ -67,6 +67,10 @@ allow if {
 }
 "#;
 
+// The allocator the `warrant` binary runs with (see src/main.rs).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 struct BenchEnv(AtomicU64);
 
 impl Env for BenchEnv {

@@ -3,8 +3,8 @@
 //! Every digest Warrant binds anything to — contract ids, adapter-binding digests, payload
 //! digests that approvals and idempotency records hold — is SHA-256 over the canonical bytes
 //! produced here, so any conforming JCS implementation in another language computes the same
-//! value from the same document. Canonicalization itself is delegated to
-//! `serde_json_canonicalizer`, which passes the RFC's test vectors (kept as tests below).
+//! value from the same document. The serializer is checked against the RFC's test vectors
+//! and, as an oracle, against `serde_json_canonicalizer` (tests below and property tests).
 
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
@@ -43,24 +43,126 @@ impl Sha256Digest {
 
 impl std::fmt::Display for Sha256Digest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "sha256:{}", self.hex())
+        let mut text = [0u8; 64];
+        // Encoding into a stack buffer: digests are formatted several times per call.
+        match hex::encode_to_slice(self.0, &mut text) {
+            Ok(()) => {
+                f.write_str("sha256:")?;
+                f.write_str(std::str::from_utf8(&text).map_err(|_| std::fmt::Error)?)
+            }
+            Err(_) => Err(std::fmt::Error),
+        }
     }
 }
 
 /// The RFC 8785 canonical form of a JSON value.
 ///
-/// A [`Value`] cannot hold NaN or infinities, the only inputs JCS refuses, so this cannot fail.
+/// Written by hand (rather than calling `serde_json_canonicalizer`, which stays the test
+/// oracle below) because it sits on every call's hot path: the crate re-parses every object
+/// key to sort it, which made canonicalization the largest share of the offline decision. The
+/// rules are short: object members sorted by the UTF-16 code units of their names, strings
+/// escaped as ECMAScript's `JSON.stringify` does, numbers formatted as ECMAScript's
+/// `Number.prototype.toString` (via `ryu-js`), no whitespace.
 pub fn canonical_bytes(value: &Value) -> Vec<u8> {
     let mut out = Vec::with_capacity(128);
-    // INVARIANT: serde_json_canonicalizer only errors on non-finite floats and on I/O errors
-    // of the writer; a `Value` has no non-finite floats and a `Vec` writer cannot fail.
-    match serde_json_canonicalizer::to_writer(value, &mut out) {
-        Ok(()) => out,
-        Err(_) => {
-            // Unreachable by the invariant above; fall back to an encoding that can never
-            // collide with a canonical document (canonical JSON never starts with a NUL byte).
-            vec![0]
+    write_value(&mut out, value);
+    out
+}
+
+/// The canonical form of an object given as a map (no `Value` wrapper needed).
+pub fn canonical_bytes_of_map(map: &serde_json::Map<String, Value>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(128);
+    write_object(&mut out, map);
+    out
+}
+
+fn write_value(out: &mut Vec<u8>, value: &Value) {
+    match value {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(true) => out.extend_from_slice(b"true"),
+        Value::Bool(false) => out.extend_from_slice(b"false"),
+        Value::Number(n) => write_number(out, n),
+        Value::String(s) => write_string(out, s),
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_value(out, item);
+            }
+            out.push(b']');
         }
+        Value::Object(map) => write_object(out, map),
+    }
+}
+
+fn write_object(out: &mut Vec<u8>, map: &serde_json::Map<String, Value>) {
+    let mut members: Vec<(&String, &Value)> = map.iter().collect();
+    // UTF-16 code unit order (RFC 8785 §3.2.3). For ASCII names it equals byte order, which
+    // is the common case and cheaper to compare.
+    members.sort_by(|(a, _), (b, _)| {
+        if a.is_ascii() && b.is_ascii() {
+            a.as_bytes().cmp(b.as_bytes())
+        } else {
+            a.encode_utf16().cmp(b.encode_utf16())
+        }
+    });
+    out.push(b'{');
+    for (i, (key, value)) in members.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_string(out, key);
+        out.push(b':');
+        write_value(out, value);
+    }
+    out.push(b'}');
+}
+
+fn write_string(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    let mut start = 0;
+    let bytes = s.as_bytes();
+    for (i, &b) in bytes.iter().enumerate() {
+        let escape: Option<&[u8]> = match b {
+            b'"' => Some(b"\\\""),
+            b'\\' => Some(b"\\\\"),
+            0x08 => Some(b"\\b"),
+            0x0c => Some(b"\\f"),
+            b'\n' => Some(b"\\n"),
+            b'\r' => Some(b"\\r"),
+            b'\t' => Some(b"\\t"),
+            0x00..=0x1f => None,
+            _ => continue,
+        };
+        out.extend_from_slice(bytes.get(start..i).unwrap_or_default());
+        match escape {
+            Some(e) => out.extend_from_slice(e),
+            None => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                out.extend_from_slice(b"\\u00");
+                out.push(HEX.get(usize::from(b >> 4)).copied().unwrap_or(b'0'));
+                out.push(HEX.get(usize::from(b & 0xf)).copied().unwrap_or(b'0'));
+            }
+        }
+        start = i + 1;
+    }
+    out.extend_from_slice(bytes.get(start..).unwrap_or_default());
+    out.push(b'"');
+}
+
+fn write_number(out: &mut Vec<u8>, n: &serde_json::Number) {
+    const SAFE: u64 = 1 << 53;
+    if let Some(i) = n.as_i64().filter(|i| i.unsigned_abs() <= SAFE) {
+        out.extend_from_slice(i.to_string().as_bytes());
+    } else if let Some(u) = n.as_u64().filter(|u| *u <= SAFE) {
+        out.extend_from_slice(u.to_string().as_bytes());
+    } else {
+        // Beyond 2^53 an integer is what every other implementation sees: the nearest double.
+        let f = n.as_f64().unwrap_or(0.0);
+        let mut buffer = ryu_js::Buffer::new();
+        out.extend_from_slice(buffer.format_finite(f).as_bytes());
     }
 }
 
@@ -139,6 +241,28 @@ mod tests {
             let value = Value::from(f64::from_bits(bits));
             assert_eq!(canonical_string(&value), expected, "bits {bits:#x}");
         }
+    }
+
+    /// The hand-written serializer agrees with `serde_json_canonicalizer` (the oracle).
+    #[test]
+    fn agrees_with_the_reference_canonicalizer() {
+        let samples = [
+            r#"{"b":[1,2.5,-0.0,1e21,1e-7,123456789012345680000],"a":{"\u00e9":"\u0000\u001f\u007f\u2028","\ud83d\ude00":true,"\ue000":null},"":""}"#,
+            r#"["\"\\\b\f\n\r\t/", 9007199254740991, -9007199254740991, 0.1, 5e-324, 1.7976931348623157e308]"#,
+        ];
+        for sample in samples {
+            let v = parse(sample.as_bytes(), Limits::DOCUMENT).unwrap();
+            assert_eq!(
+                canonical_bytes(&v),
+                serde_json_canonicalizer::to_vec(&v).unwrap(),
+                "{sample}"
+            );
+        }
+        let big = serde_json::json!([u64::MAX, i64::MIN, 9007199254740993u64]);
+        assert_eq!(
+            canonical_bytes(&big),
+            serde_json_canonicalizer::to_vec(&big).unwrap()
+        );
     }
 
     #[test]

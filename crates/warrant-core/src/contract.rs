@@ -187,6 +187,7 @@ pub struct Contract {
     adapter: Option<AdapterBinding>,
     document: Value,
     guarded: bool,
+    id_text: String,
 }
 
 /// Two contracts are equal when their content ids and adapter bindings are: the id is the
@@ -202,6 +203,10 @@ impl Contract {
     /// The content id.
     pub fn id(&self) -> ContractId {
         self.id
+    }
+    /// The content id as text (`tool-contract@sha256:…`), formatted once.
+    pub fn id_str(&self) -> &str {
+        &self.id_text
     }
     /// The tool name.
     pub fn name(&self) -> &str {
@@ -472,6 +477,7 @@ impl Contract {
                 let id = ContractId(Sha256Digest::of_bytes(&canonical_bytes(&document)));
                 let guarded = document.get("input").is_some_and(mentions_allowlist);
                 Ok(Contract {
+                    id_text: id.to_string(),
                     guarded,
                     id,
                     name,

@@ -37,7 +37,7 @@ use crate::json::Limits;
 use crate::policy::{PolicyAction, PolicyEngine, PolicyRequest, PolicyVerdict};
 use crate::proposal::{Envelope, ValidatedProposal};
 use crate::records::*;
-use crate::redact::{RedactionKey, redact};
+use crate::redact::{RedactionKey, redact_map};
 use crate::registry::Registry;
 use crate::store::{Store, StoreError};
 
@@ -308,7 +308,7 @@ impl Authority {
             Ok(c) => c,
             Err(r) => reject!(r),
         };
-        p.row.contract_id = Some(contract.id().to_string());
+        p.row.contract_id = Some(contract.id_str().to_owned());
         p.row.binding_digest = contract.adapter().map(|a| a.digest().to_string());
         p.facts.contract = Some(contract.clone());
 
@@ -323,9 +323,8 @@ impl Authority {
         p.facts.schema = Some(true);
         p.facts.payload_digest = Some(proposal.payload_digest());
         p.row.payload_digest = Some(proposal.payload_digest().to_string());
-        let arguments = Value::Object(proposal.arguments().clone());
         if let Some(schema) = contract.input_document() {
-            p.row.arguments = Some(redact(schema, &arguments, &self.redaction));
+            p.row.arguments = Some(redact_map(schema, proposal.arguments(), &self.redaction));
         }
 
         // identity: the principal comes from authentication; the tenant of every record
@@ -372,7 +371,7 @@ impl Authority {
         let scope = proposal.idempotency_key().map(|key| IdempotencyScope {
             tenant: principal.tenant().to_owned(),
             principal: principal.id().to_owned(),
-            contract_id: contract.id().to_string(),
+            contract_id: contract.id_str().to_owned(),
             key: key.to_owned(),
         });
 
@@ -522,7 +521,7 @@ impl Authority {
         if let Some(request) = presented {
             let claim = ApprovalClaim {
                 approval_id: request.request.id.clone(),
-                contract_id: contract.id().to_string(),
+                contract_id: contract.id_str().to_owned(),
                 payload_digest: proposal.payload_digest().to_string(),
                 idempotency_key: proposal.idempotency_key().map(str::to_owned),
                 principal: principal.id().to_owned(),
@@ -559,7 +558,7 @@ impl Authority {
     ) -> Result<Decision, StoreError> {
         let lookup = ApprovalLookup {
             proposer: principal.id().to_owned(),
-            contract_id: contract.id().to_string(),
+            contract_id: contract.id_str().to_owned(),
             payload_digest: proposal.payload_digest().to_string(),
             idempotency_key: proposal.idempotency_key().map(str::to_owned),
             now,
@@ -615,7 +614,8 @@ impl Authority {
         replay: Option<IdempotencyRecord>,
         p: &mut Progress,
     ) -> Decision {
-        let mut row = p.row.clone();
+        // The row is not needed after an `allow` (only refusals and holds are written here).
+        let mut row = std::mem::take(&mut p.row);
         row.decision = LedgerDecision::Allow;
         row.outcome = Some(Outcome::Attempting);
         let approval_id = proposal

@@ -7,7 +7,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::canon::{Sha256Digest, canonical_bytes};
+use crate::canon::{Sha256Digest, canonical_bytes_of_map};
 use crate::contract::{Contract, ContractId};
 use crate::decision::{RejectCode, Rejection};
 use crate::json::{self, JsonErrorKind, Limits};
@@ -401,15 +401,6 @@ impl ValidatedProposal {
     /// The approval id the proposal presents, if any.
     pub fn approval(&self) -> Option<&str> {
         self.approval.as_deref()
-    }
-}
-
-fn canonical_bytes_of_map(map: &Map<String, Value>) -> Vec<u8> {
-    // Serialising a borrowed map directly avoids cloning the arguments into a `Value`.
-    let mut out = Vec::with_capacity(128);
-    match serde_json_canonicalizer::to_writer(map, &mut out) {
-        Ok(()) => out,
-        Err(_) => canonical_bytes(&Value::Object(map.clone())),
     }
 }
 

@@ -122,6 +122,12 @@ pub struct LedgerEntry {
     pub arguments: Option<Value>,
 }
 
+impl Default for LedgerEntry {
+    fn default() -> Self {
+        LedgerEntry::new(String::new(), "", "", "", "", OffsetDateTime::UNIX_EPOCH)
+    }
+}
+
 impl LedgerEntry {
     /// A minimal entry; callers fill in what their stage established.
     pub fn new(

@@ -52,6 +52,23 @@ pub fn redact(input_schema: &Value, arguments: &Value, key: &RedactionKey) -> Va
     redact_at(input_schema, input_schema, arguments, key, 0)
 }
 
+/// [`redact`] for an arguments object.
+pub fn redact_map(input_schema: &Value, arguments: &Map<String, Value>, key: &RedactionKey) -> Value {
+    let Value::Object(node) = input_schema else {
+        return Value::Object(arguments.clone());
+    };
+    if node.get("x-warrant-sensitive") == Some(&Value::Bool(true))
+        || !subschemas(input_schema, node).is_empty()
+    {
+        return redact(input_schema, &Value::Object(arguments.clone()), key);
+    }
+    let mut members = arguments.clone();
+    if let Some(Value::Object(properties)) = node.get("properties") {
+        redact_members(input_schema, properties, &mut members, key, 0);
+    }
+    Value::Object(members)
+}
+
 /// Bounds `$ref` chasing (schemas may be recursive).
 const MAX_DEPTH: usize = 64;
 

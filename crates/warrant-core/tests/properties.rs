@@ -97,7 +97,9 @@ proptest! {
         prop_assert_eq!(canonical_bytes(&reparsed), canonical.clone());
         // And it is plain JSON any parser reads back to the same value.
         let via_serde: Value = serde_json::from_slice(&canonical).unwrap();
-        prop_assert_eq!(canonical_bytes(&via_serde), canonical);
+        prop_assert_eq!(canonical_bytes(&via_serde), canonical.clone());
+        // And it is exactly what the reference implementation produces.
+        prop_assert_eq!(serde_json_canonicalizer::to_vec(&v).unwrap(), canonical);
     }
 
     #[test]

@@ -4,12 +4,12 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use cedar_policy::{
     ActionConstraint, AuthorizationError, Authorizer, Decision, Entities, Entity, EntityId, EntityTypeName,
-    EntityUid, EvaluationError, Policy, PolicyId, PolicySet, Request, RequestValidationError,
-    RestrictedExpression, Schema, ValidationMode, Validator,
+    EntityUid, EvaluationError, Policy, PolicyId, PolicySet, PrincipalConstraint, Request,
+    RequestValidationError, RestrictedExpression, Schema, ValidationMode, Validator,
 };
 use serde_json::Value;
 use warrant_core::policy::{PolicyAction, PolicyEngine, PolicyRequest, PolicyVerdict};
@@ -95,7 +95,55 @@ struct Inner {
     /// name → version → tool.
     tools: HashMap<String, HashMap<u32, Tool>>,
     policy_ids: Vec<String>,
+    /// Entity stores per (contract, action, principal): building one costs more than the
+    /// evaluation itself, and a principal calls the same tools over and over.
+    /// Keyed by a hash of [`EntitiesKey`]; entries keep their key and are compared on a hit,
+    /// so a lookup allocates nothing and a hash collision can never return another's store.
+    entities: RwLock<HashMap<u64, Bucket>>,
 }
+
+/// Per (contract, action, principal): the principal's uid, the entity store, and the
+/// policies whose principal scope can match.
+type Prepared = (EntityUid, Entities, PolicySet);
+
+/// The prepared entries whose keys share one hash.
+type Bucket = Vec<(EntitiesKey, Arc<Prepared>)>;
+
+/// What an entity store depends on: the action's hierarchy, the tool, and the principal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct EntitiesKey {
+    contract: ContractId,
+    review: bool,
+    tenant: String,
+    principal: String,
+    roles: Vec<String>,
+}
+
+impl EntitiesKey {
+    fn matches(&self, contract: ContractId, review: bool, p: &warrant_core::authority::Principal) -> bool {
+        self.contract == contract
+            && self.review == review
+            && self.tenant == p.tenant()
+            && self.principal == p.id()
+            && self.roles.iter().eq(p.roles().iter())
+    }
+}
+
+fn entities_hash(contract: ContractId, review: bool, p: &warrant_core::authority::Principal) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    contract.hash(&mut h);
+    review.hash(&mut h);
+    p.tenant().hash(&mut h);
+    p.id().hash(&mut h);
+    for role in p.roles() {
+        role.hash(&mut h);
+    }
+    h.finish()
+}
+
+/// Bound on cached entity stores; the cache starts over when it is full.
+const ENTITIES_CACHE: usize = 4096;
 
 /// Everything about one contract that does not depend on the request.
 struct Tool {
@@ -214,6 +262,7 @@ impl CedarEngine {
                 role_type: types.role,
                 tools: by_name,
                 policy_ids: policies.iter().map(|p| p.id().to_string()).collect(),
+                entities: RwLock::default(),
             }),
         })
     }
@@ -426,6 +475,94 @@ fn deny(errors: Vec<String>) -> PolicyVerdict {
 }
 
 impl Inner {
+    /// The entity store of one request: the action hierarchy, the tool (with the caller's
+    /// tenant) and the principal with its roles; cached.
+    fn entities(
+        &self,
+        tool: &Tool,
+        action: &Action,
+        request: &PolicyRequest<'_>,
+    ) -> Result<Arc<Prepared>, String> {
+        let p = request.principal;
+        let review = request.action == PolicyAction::Review;
+        let hash = entities_hash(tool.id, review, p);
+        let hit = self.entities.read().ok().and_then(|m| {
+            m.get(&hash)?
+                .iter()
+                .find(|(k, _)| k.matches(tool.id, review, p))
+                .map(|(_, e)| e.clone())
+        });
+        if let Some(hit) = hit {
+            return Ok(hit);
+        }
+        let (principal_uid, principal) = self.principal(p)?;
+        let tenant = (
+            "tenant".to_owned(),
+            RestrictedExpression::new_string(p.tenant().to_owned()),
+        );
+        let resource = Entity::new_with_tags(
+            tool.uid.clone(),
+            tool.attributes.iter().cloned().chain([tenant]),
+            [],
+            [],
+        )
+        .map_err(|e| format!("cannot build the tool entity: {e}"))?;
+        let entities = action
+            .entities
+            .clone()
+            .add_entities([principal, resource], None)
+            .map_err(|e| format!("cannot build the entities: {e}"))?;
+        let policies = self.policies_for(&action.policies, &principal_uid, p)?;
+        let built = Arc::new((principal_uid, entities, policies));
+        let key = EntitiesKey {
+            contract: tool.id,
+            review,
+            tenant: p.tenant().to_owned(),
+            principal: p.id().to_owned(),
+            roles: p.roles().iter().cloned().collect(),
+        };
+        if let Ok(mut map) = self.entities.write() {
+            if map.len() >= ENTITIES_CACHE {
+                map.clear();
+            }
+            map.entry(hash).or_default().push((key, built.clone()));
+        }
+        Ok(built)
+    }
+
+    /// The policies of an action whose principal scope can match this principal. Exact, not a
+    /// heuristic: a principal's only ancestors are its roles, so `principal in Role::"x"` can
+    /// only hold for a holder of role x, and `principal == …` only for that principal; every
+    /// other policy is kept. Evaluation cost grows with the policies evaluated.
+    fn policies_for(
+        &self,
+        all: &PolicySet,
+        uid: &EntityUid,
+        principal: &warrant_core::authority::Principal,
+    ) -> Result<PolicySet, String> {
+        let roles: HashSet<EntityUid> = principal
+            .roles()
+            .iter()
+            .map(|r| EntityUid::from_type_name_and_id(self.role_type.clone(), EntityId::new(r)))
+            .collect();
+        let member = |u: &EntityUid| u == uid || roles.contains(u);
+        let mut out = PolicySet::new();
+        for policy in all.policies() {
+            let applies = match policy.principal_constraint() {
+                PrincipalConstraint::Any => true,
+                PrincipalConstraint::Eq(u) => &u == uid,
+                PrincipalConstraint::In(u) => member(&u),
+                PrincipalConstraint::Is(t) => t == self.principal_type,
+                PrincipalConstraint::IsIn(t, u) => t == self.principal_type && member(&u),
+            };
+            if applies {
+                out.add(policy.clone())
+                    .map_err(|e| format!("cannot prepare the policies: {e}"))?;
+            }
+        }
+        Ok(out)
+    }
+
     fn principal(
         &self,
         principal: &warrant_core::authority::Principal,
@@ -481,35 +618,26 @@ impl Inner {
             PolicyAction::Invoke => &tool.invoke,
             PolicyAction::Review => &tool.review,
         };
-        let (principal_uid, principal) = self.principal(request.principal)?;
-        let tenant = (
-            "tenant".to_owned(),
-            RestrictedExpression::new_string(request.principal.tenant().to_owned()),
-        );
-        let resource = Entity::new_with_tags(
-            tool.uid.clone(),
-            tool.attributes.iter().cloned().chain([tenant]),
-            [],
-            [],
-        )
-        .map_err(|e| format!("cannot build the tool entity: {e}"))?;
         let context = mapping::context(&tool.context, request.arguments).map_err(|e| e.0)?;
-        let entities = action
-            .entities
-            .clone()
-            .add_entities([principal, resource], None)
-            .map_err(|e| format!("cannot build the entities: {e}"))?;
+        let stored = self.entities(tool, action, request)?;
+        let (principal_uid, entities, policies) = &*stored;
+        // The context is built from the same typed tree that generated its schema type, from
+        // arguments that passed the contract's schema, so validating it against the schema on
+        // every call would check a guarantee twice; debug builds (and so every test) still do.
+        let schema = if cfg!(debug_assertions) {
+            Some(&self.schema)
+        } else {
+            None
+        };
         let cedar_request = Request::new(
-            principal_uid,
+            principal_uid.clone(),
             action.uid.clone(),
             tool.uid.clone(),
             context,
-            Some(&self.schema),
+            schema,
         )
         .map_err(|e| request_error(&e, &tool.label))?;
-        let response = self
-            .authorizer
-            .is_authorized(&cedar_request, &action.policies, &entities);
+        let response = self.authorizer.is_authorized(&cedar_request, policies, entities);
         if response.decision() == Decision::Allow {
             return Ok(PolicyVerdict::Allow);
         }

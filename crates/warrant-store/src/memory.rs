@@ -23,7 +23,8 @@ struct State {
     ledger: HashMap<String, LedgerEntry>,
     idempotency: HashMap<IdempotencyScope, IdempotencyRecord>,
     approvals: HashMap<String, ApprovalRequest>,
-    budgets: HashMap<(String, String), (u64, OffsetDateTime)>,
+    /// tenant → counter key → (used, expiry); nested so lookups borrow instead of allocating.
+    budgets: HashMap<String, HashMap<String, (u64, OffsetDateTime)>>,
     keys: BTreeMap<String, ApiKeyRecord>,
     jobs: BTreeMap<String, Job>,
 }
@@ -546,18 +547,24 @@ impl Store for MemoryStore {
             for r in reservations {
                 let used = s
                     .budgets
-                    .get(&(tenant.to_owned(), r.key.clone()))
+                    .get(tenant)
+                    .and_then(|t| t.get(&r.key))
                     .map_or(0, |(u, _)| *u);
                 if r.amount > r.limit || used.saturating_add(r.amount) > r.limit {
                     return Ok(BudgetOutcome::Exhausted { key: r.key.clone() });
                 }
             }
+            let counters = match s.budgets.get_mut(tenant) {
+                Some(counters) => counters,
+                None => s.budgets.entry(tenant.to_owned()).or_default(),
+            };
             for r in reservations {
-                let slot = s
-                    .budgets
-                    .entry((tenant.to_owned(), r.key.clone()))
-                    .or_insert((0, trunc(r.expires_at)));
-                slot.0 += r.amount;
+                match counters.get_mut(&r.key) {
+                    Some(slot) => slot.0 += r.amount,
+                    None => {
+                        counters.insert(r.key.clone(), (r.amount, trunc(r.expires_at)));
+                    }
+                }
             }
             Ok(BudgetOutcome::Granted)
         })
@@ -570,7 +577,7 @@ impl Store for MemoryStore {
     ) -> Result<(), StoreError> {
         self.with(|s| {
             for r in reservations {
-                if let Some(slot) = s.budgets.get_mut(&(tenant.to_owned(), r.key.clone())) {
+                if let Some(slot) = s.budgets.get_mut(tenant).and_then(|t| t.get_mut(&r.key)) {
                     slot.0 = slot.0.saturating_sub(r.amount);
                 }
             }
@@ -581,7 +588,8 @@ impl Store for MemoryStore {
     async fn budget_used(&self, tenant: &str, key: &str) -> Result<u64, StoreError> {
         self.with(|s| {
             Ok(s.budgets
-                .get(&(tenant.to_owned(), key.to_owned()))
+                .get(tenant)
+                .and_then(|t| t.get(key))
                 .map_or(0, |(u, _)| *u))
         })
     }
@@ -756,9 +764,12 @@ impl Store for MemoryStore {
                     && matches!(r.status, IdempotencyStatus::Committed | IdempotencyStatus::Failed))
             });
             let idempotency = (before - s.idempotency.len()) as u64;
-            let before = s.budgets.len();
-            s.budgets.retain(|_, (_, exp)| ms(*exp) > now_ms);
-            let budget_counters = (before - s.budgets.len()) as u64;
+            let mut budget_counters = 0;
+            for counters in s.budgets.values_mut() {
+                let before = counters.len();
+                counters.retain(|_, (_, exp)| ms(*exp) > now_ms);
+                budget_counters += (before - counters.len()) as u64;
+            }
             let mut approvals_expired = 0;
             for a in s.approvals.values_mut() {
                 if matches!(a.status, ApprovalStatus::Pending | ApprovalStatus::Approved)
