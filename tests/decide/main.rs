@@ -9,6 +9,7 @@
 )]
 
 mod cases;
+mod metrics;
 mod support;
 
 macro_rules! on_every_backend {
