@@ -14,7 +14,10 @@ fn every_refusal_kind_is_counted_separately() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     metrics::with_local_recorder(&recorder, || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         rt.block_on(async {
             let h = Harness::new(Kind::Memory).await.unwrap();
             let op = operator("acme");
@@ -30,19 +33,36 @@ fn every_refusal_kind_is_counted_separately() {
                 h.decide(&op, &ping).await;
             }
             let held = h.decide(&op, &credit(100, "k-held")).await;
-            let Decision::NeedsApproval(needed) = held.decision else { panic!() };
+            let Decision::NeedsApproval(needed) = held.decision else {
+                panic!()
+            };
             let id = needed.request_id.unwrap();
-            h.authority.review(&supervisor("acme"), &id, Verdict::Approve, None).await.unwrap().unwrap();
+            h.authority
+                .review(&supervisor("acme"), &id, Verdict::Approve, None)
+                .await
+                .unwrap()
+                .unwrap();
             h.env.advance(time::Duration::minutes(30));
             let mut late = credit(100, "k-held");
             late["approval"] = json!(id);
             h.decide(&op, &late).await;
-            let lookup = |order: &str| json!({"tool": "lookup_order", "version": 1, "idempotency_key": "same",
-                "arguments": {"order_id": order}});
+            let lookup = |order: &str| {
+                json!({"tool": "lookup_order", "version": 1, "idempotency_key": "same",
+                "arguments": {"order_id": order}})
+            };
             let first = h.decide(&op, &lookup("ord_AAAAAAAAAA")).await;
-            let Decision::Allow(allowed) = &first.decision else { panic!() };
+            let Decision::Allow(allowed) = &first.decision else {
+                panic!()
+            };
             let entry = allowed.ledger_entry();
-            h.store.begin_attempt(entry, allowed.idempotency_scope(), entry.created_at + time::Duration::hours(1)).await.unwrap();
+            h.store
+                .begin_attempt(
+                    entry,
+                    allowed.idempotency_scope(),
+                    entry.created_at + time::Duration::hours(1),
+                )
+                .await
+                .unwrap();
             h.decide(&op, &lookup("ord_BBBBBBBBBB")).await;
         });
     });
@@ -67,7 +87,11 @@ fn every_refusal_kind_is_counted_separately() {
         ("warrant_approval_expiries_total", 1),
         ("warrant_idempotency_conflicts_total", 1),
     ] {
-        assert_eq!(counters.get(name).copied(), Some(expected), "{name}: {counters:?}");
+        assert_eq!(
+            counters.get(name).copied(),
+            Some(expected),
+            "{name}: {counters:?}"
+        );
     }
     assert!(counters.get("warrant_decisions_total").copied().unwrap_or(0) >= 9);
 }
