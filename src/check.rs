@@ -18,7 +18,6 @@ use warrant_core::guard::{AllowList, Guards};
 use warrant_core::json::{self, Limits};
 use warrant_core::pipeline::{Authority, Call, Decided, Settings};
 use warrant_core::policy::{NoPolicy, PolicyEngine, PolicyVerdict};
-use warrant_core::records::{ApprovalRequest, NewApproval};
 use warrant_core::redact::RedactionKey;
 use warrant_core::registry::Registry;
 use warrant_policy::{CedarEngine, PolicySource};
@@ -135,7 +134,7 @@ pub fn run(args: &CheckArgs) -> Result<Exit> {
         let registry = Arc::new(Registry::new(store.clone(), Duration::days(1)));
         registry.register((*contract).clone(), now).await?;
         if let Some(record) = &approval {
-            store.insert_approval(approval_request(record, &contract, &principal))?;
+            store.insert_approval(record.to_request(contract.name(), principal.id()))?;
         }
         let env = Arc::new(AuditEnv {
             now,
@@ -206,33 +205,6 @@ fn read_approval(path: &str) -> Result<ApprovalRecord> {
     match ApprovalRecord::from_value(&value) {
         Ok(record) => Ok(record),
         Err(message) => bail!("{path}: {message}"),
-    }
-}
-
-/// The stored form of an approval record read from a file.
-fn approval_request(record: &ApprovalRecord, contract: &Contract, principal: &Principal) -> ApprovalRequest {
-    ApprovalRequest {
-        request: NewApproval {
-            id: record.id.clone(),
-            tenant: record.tenant.clone(),
-            contract_id: record.contract_id.to_string(),
-            tool: contract.name().to_owned(),
-            proposer: record
-                .proposer
-                .clone()
-                .unwrap_or_else(|| principal.id().to_owned()),
-            payload_digest: record.payload_digest.to_string(),
-            idempotency_key: record.idempotency_key.clone(),
-            arguments: Value::Null,
-            created_at: record.expires_at - Duration::minutes(15),
-            expires_at: record.expires_at,
-        },
-        status: record.status,
-        reviewer: record.reviewer.clone(),
-        reason: None,
-        decided_at: None,
-        consumed_at: None,
-        consumed_by: None,
     }
 }
 

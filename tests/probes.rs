@@ -23,7 +23,6 @@ use warrant_core::env::Env;
 use warrant_core::guard::Guards;
 use warrant_core::pipeline::{Authority, Call, Settings};
 use warrant_core::policy::NoPolicy;
-use warrant_core::records::{ApprovalRequest, NewApproval};
 use warrant_core::redact::RedactionKey;
 use warrant_core::registry::Registry;
 use warrant_core::{Contract, ContractId, RejectCode, Stage};
@@ -91,26 +90,7 @@ fn run_with(
         registry.register(contract.clone(), NOW).await.unwrap();
         if let Some(r) = approval {
             store
-                .insert_approval(ApprovalRequest {
-                    request: NewApproval {
-                        id: r.id.clone(),
-                        tenant: r.tenant.clone(),
-                        contract_id: r.contract_id.to_string(),
-                        tool: contract.name().to_owned(),
-                        proposer: r.proposer.clone().unwrap_or_else(|| principal.id().to_owned()),
-                        payload_digest: r.payload_digest.to_string(),
-                        idempotency_key: r.idempotency_key.clone(),
-                        arguments: Value::Null,
-                        created_at: NOW - time::Duration::minutes(1),
-                        expires_at: r.expires_at,
-                    },
-                    status: r.status,
-                    reviewer: r.reviewer.clone(),
-                    reason: None,
-                    decided_at: None,
-                    consumed_at: None,
-                    consumed_by: None,
-                })
+                .insert_approval(r.to_request(contract.name(), principal.id()))
                 .unwrap();
         }
         let authority = Authority::new(

@@ -237,6 +237,34 @@ impl ApprovalRecord {
 }
 
 impl ApprovalRecord {
+    /// The stored form of a record read from a file (an offline audit seeds its in-memory store
+    /// with it): `tool` names the contract, an absent proposer is `default_proposer`.
+    pub fn to_request(&self, tool: &str, default_proposer: &str) -> crate::records::ApprovalRequest {
+        crate::records::ApprovalRequest {
+            request: crate::records::NewApproval {
+                id: self.id.clone(),
+                tenant: self.tenant.clone(),
+                contract_id: self.contract_id.to_string(),
+                tool: tool.to_owned(),
+                proposer: self
+                    .proposer
+                    .clone()
+                    .unwrap_or_else(|| default_proposer.to_owned()),
+                payload_digest: self.payload_digest.to_string(),
+                idempotency_key: self.idempotency_key.clone(),
+                arguments: Value::Null,
+                created_at: self.expires_at - time::Duration::minutes(15),
+                expires_at: self.expires_at,
+            },
+            status: self.status,
+            reviewer: self.reviewer.clone(),
+            reason: None,
+            decided_at: None,
+            consumed_at: None,
+            consumed_by: None,
+        }
+    }
+
     /// The binding view of a stored approval request (`None` if its ids are malformed).
     pub fn from_request(request: &crate::records::ApprovalRequest) -> Option<ApprovalRecord> {
         let r = &request.request;

@@ -584,15 +584,7 @@ impl Authority {
                 };
                 self.store.create_approval(&new).await?;
                 metrics::counter!(metric::APPROVAL_REQUESTS).increment(1);
-                ApprovalRequest {
-                    request: new,
-                    status: ApprovalStatus::Pending,
-                    reviewer: None,
-                    reason: None,
-                    decided_at: None,
-                    consumed_at: None,
-                    consumed_by: None,
-                }
+                ApprovalRequest::pending(new)
             }
         };
         p.row.approval_id = Some(request.request.id.clone());

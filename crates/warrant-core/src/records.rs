@@ -337,6 +337,21 @@ pub struct ApprovalRequest {
     pub consumed_by: Option<String>,
 }
 
+impl ApprovalRequest {
+    /// A new request, pending review.
+    pub fn pending(request: NewApproval) -> Self {
+        ApprovalRequest {
+            request,
+            status: ApprovalStatus::Pending,
+            reviewer: None,
+            reason: None,
+            decided_at: None,
+            consumed_at: None,
+            consumed_by: None,
+        }
+    }
+}
+
 /// A reviewer's verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {

@@ -8,7 +8,9 @@
 use async_trait::async_trait;
 use time::OffsetDateTime;
 
+use crate::decision::Retryable;
 use crate::records::*;
+use crate::{RejectCode, ToolErrorCode};
 
 /// Why a store operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -198,4 +200,94 @@ pub trait Store: Send + Sync + 'static {
 
     /// Purges expired idempotency records and budget counters and expires stale approvals.
     async fn purge_expired(&self, now: OffsetDateTime) -> Result<PurgeCounts, StoreError>;
+}
+
+/// The ledger row `begin_attempt` records for `entry` given what it found: the entry itself
+/// when the attempt starts, a `replayed` row for a replay, a rejection otherwise. Shared by
+/// every store implementation so they record exactly the same rows.
+pub fn attempt_row(entry: &LedgerEntry, start: &AttemptStart) -> LedgerEntry {
+    let mut row = entry.clone();
+    let reject = |row: &mut LedgerEntry, code: RejectCode, detail: &str| {
+        row.decision = LedgerDecision::Reject;
+        row.stage = Some(code.stage().as_str().to_owned());
+        row.error_code = Some(code.as_str().to_owned());
+        row.detail = Some(detail.to_owned());
+        row.outcome = None;
+        row.attempts = 0;
+    };
+    match start {
+        AttemptStart::Started => {}
+        AttemptStart::Replay(record) => {
+            row.decision = LedgerDecision::Allow;
+            row.outcome = Some(Outcome::Replayed);
+            row.error_code = record.error_code.clone();
+            row.detail = Some(format!("replay of {}", record.ledger_id));
+            row.attempts = 0;
+            row.cost = 0;
+        }
+        AttemptStart::KeyReused => reject(
+            &mut row,
+            RejectCode::IdempotencyKeyReused,
+            "the idempotency key was used with a different payload",
+        ),
+        AttemptStart::InFlight => reject(
+            &mut row,
+            RejectCode::IdempotencyInFlight,
+            "a call with this idempotency key is in flight",
+        ),
+        AttemptStart::Unknown(record) => reject(
+            &mut row,
+            RejectCode::IdempotencyInFlight,
+            &format!(
+                "the outcome of {} is unknown and being reconciled",
+                record.ledger_id
+            ),
+        ),
+    }
+    row
+}
+
+/// The idempotency status an attempt's outcome leaves behind; `None` releases the key (no
+/// effect happened and a retry may run again). Shared by every store implementation.
+///
+/// # Errors
+/// [`StoreError::Invalid`] for outcomes that do not end an attempt.
+pub fn status_after(finish: &AttemptFinish) -> Result<Option<IdempotencyStatus>, StoreError> {
+    Ok(match finish.outcome {
+        Outcome::Committed | Outcome::ReconciledCommitted => Some(IdempotencyStatus::Committed),
+        Outcome::Unknown => Some(IdempotencyStatus::Unknown),
+        Outcome::ReconciledNotCommitted => None,
+        Outcome::Failed => {
+            let retryable = finish
+                .error_code
+                .as_deref()
+                .and_then(ToolErrorCode::parse)
+                .is_some_and(|c| c.retryable() != Retryable::No);
+            // A failure a later retry could fix releases the key; a permanent one is replayed.
+            if retryable {
+                None
+            } else {
+                Some(IdempotencyStatus::Failed)
+            }
+        }
+        Outcome::Attempting | Outcome::Replayed => {
+            return Err(StoreError::Invalid(format!(
+                "`{}` does not finish an attempt",
+                finish.outcome
+            )));
+        }
+    })
+}
+
+/// What `begin_attempt` answers when an unexpired record holds the key. Shared by every
+/// store implementation.
+pub fn classify_existing(existing: IdempotencyRecord, payload_digest: Option<&str>) -> AttemptStart {
+    if Some(existing.payload_digest.as_str()) != payload_digest {
+        return AttemptStart::KeyReused;
+    }
+    match existing.status {
+        IdempotencyStatus::InFlight => AttemptStart::InFlight,
+        IdempotencyStatus::Committed | IdempotencyStatus::Failed => AttemptStart::Replay(existing),
+        IdempotencyStatus::Unknown => AttemptStart::Unknown(existing),
+    }
 }

@@ -11,10 +11,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use time::OffsetDateTime;
-use warrant_core::decision::Retryable;
 use warrant_core::records::*;
-use warrant_core::store::{Store, StoreError};
-use warrant_core::{RejectCode, ToolErrorCode};
+use warrant_core::store::{Store, StoreError, attempt_row, classify_existing, status_after};
 
 #[derive(Default)]
 struct State {
@@ -98,17 +96,6 @@ fn trunc_entry(mut e: LedgerEntry) -> LedgerEntry {
     e.created_at = trunc(e.created_at);
     e.updated_at = trunc(e.updated_at);
     e
-}
-
-fn reject_row(entry: &LedgerEntry, code: RejectCode, detail: String) -> LedgerEntry {
-    let mut row = entry.clone();
-    row.decision = LedgerDecision::Reject;
-    row.stage = Some(code.stage().as_str().to_owned());
-    row.error_code = Some(code.as_str().to_owned());
-    row.detail = Some(detail);
-    row.outcome = None;
-    row.attempts = 0;
-    row
 }
 
 #[async_trait]
@@ -253,17 +240,7 @@ impl Store for MemoryStore {
                 None => AttemptStart::Started,
                 Some(scope) => match s.idempotency.get(scope) {
                     Some(existing) if ms(existing.expires_at) > ms(entry.created_at) => {
-                        if existing.payload_digest != digest {
-                            AttemptStart::KeyReused
-                        } else {
-                            match existing.status {
-                                IdempotencyStatus::InFlight => AttemptStart::InFlight,
-                                IdempotencyStatus::Committed | IdempotencyStatus::Failed => {
-                                    AttemptStart::Replay(existing.clone())
-                                }
-                                IdempotencyStatus::Unknown => AttemptStart::Unknown(existing.clone()),
-                            }
-                        }
+                        classify_existing(existing.clone(), entry.payload_digest.as_deref())
                     }
                     _ => {
                         s.idempotency.insert(
@@ -283,37 +260,7 @@ impl Store for MemoryStore {
                     }
                 },
             };
-            let row = match &start {
-                AttemptStart::Started => entry.clone(),
-                AttemptStart::Replay(record) => {
-                    let mut row = entry.clone();
-                    row.decision = LedgerDecision::Allow;
-                    row.outcome = Some(Outcome::Replayed);
-                    row.error_code = record.error_code.clone();
-                    row.detail = Some(format!("replay of {}", record.ledger_id));
-                    row.attempts = 0;
-                    row.cost = 0;
-                    row
-                }
-                AttemptStart::KeyReused => reject_row(
-                    entry,
-                    RejectCode::IdempotencyKeyReused,
-                    "the idempotency key was used with a different payload".into(),
-                ),
-                AttemptStart::InFlight => reject_row(
-                    entry,
-                    RejectCode::IdempotencyInFlight,
-                    "a call with this idempotency key is in flight".into(),
-                ),
-                AttemptStart::Unknown(record) => reject_row(
-                    entry,
-                    RejectCode::IdempotencyInFlight,
-                    format!(
-                        "the outcome of {} is unknown and being reconciled",
-                        record.ledger_id
-                    ),
-                ),
-            };
+            let row = attempt_row(entry, &start);
             s.ledger.insert(row.id.clone(), trunc_entry(row));
             Ok(start)
         })
@@ -327,29 +274,7 @@ impl Store for MemoryStore {
         finish: &AttemptFinish,
         now: OffsetDateTime,
     ) -> Result<(), StoreError> {
-        let status = match finish.outcome {
-            Outcome::Committed | Outcome::ReconciledCommitted => Some(IdempotencyStatus::Committed),
-            Outcome::Unknown => Some(IdempotencyStatus::Unknown),
-            Outcome::ReconciledNotCommitted => None,
-            Outcome::Failed => {
-                let retryable = finish
-                    .error_code
-                    .as_deref()
-                    .and_then(ToolErrorCode::parse)
-                    .is_some_and(|c| c.retryable() != Retryable::No);
-                if retryable {
-                    None
-                } else {
-                    Some(IdempotencyStatus::Failed)
-                }
-            }
-            Outcome::Attempting | Outcome::Replayed => {
-                return Err(StoreError::Invalid(format!(
-                    "`{}` does not finish an attempt",
-                    finish.outcome
-                )));
-            }
-        };
+        let status = status_after(finish)?;
         self.with(|s| {
             let row = s
                 .ledger
@@ -401,18 +326,8 @@ impl Store for MemoryStore {
             let mut request = a.clone();
             request.created_at = trunc(request.created_at);
             request.expires_at = trunc(request.expires_at);
-            s.approvals.insert(
-                a.id.clone(),
-                ApprovalRequest {
-                    request,
-                    status: ApprovalStatus::Pending,
-                    reviewer: None,
-                    reason: None,
-                    decided_at: None,
-                    consumed_at: None,
-                    consumed_by: None,
-                },
-            );
+            s.approvals
+                .insert(a.id.clone(), ApprovalRequest::pending(request));
             Ok(())
         })
     }

@@ -26,12 +26,10 @@ use sqlx::sqlite::{
 use sqlx::{ConnectOptions, Connection, Row};
 use time::OffsetDateTime;
 use warrant_core::canon::canonical_string;
-use warrant_core::decision::Retryable;
-use warrant_core::{RejectCode, ToolErrorCode};
 
 use crate::error::Db;
 use warrant_core::records::*;
-use warrant_core::store::{Store, StoreError};
+use warrant_core::store::{Store, StoreError, attempt_row, classify_existing, status_after};
 
 /// Where the store lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -586,89 +584,6 @@ macro_rules! bind_ledger {
     };
 }
 
-/// The ledger row recorded when `begin_attempt` does not start an attempt.
-fn ledger_for(entry: &LedgerEntry, start: &AttemptStart) -> LedgerEntry {
-    let mut row = entry.clone();
-    let reject = |row: &mut LedgerEntry, code: RejectCode, detail: &str| {
-        row.decision = LedgerDecision::Reject;
-        row.stage = Some(code.stage().as_str().to_owned());
-        row.error_code = Some(code.as_str().to_owned());
-        row.detail = Some(detail.to_owned());
-        row.outcome = None;
-        row.attempts = 0;
-    };
-    match start {
-        AttemptStart::Started => {}
-        AttemptStart::Replay(record) => {
-            row.decision = LedgerDecision::Allow;
-            row.outcome = Some(Outcome::Replayed);
-            row.error_code = record.error_code.clone();
-            row.detail = Some(format!("replay of {}", record.ledger_id));
-            row.attempts = 0;
-            row.cost = 0;
-        }
-        AttemptStart::KeyReused => reject(
-            &mut row,
-            RejectCode::IdempotencyKeyReused,
-            "the idempotency key was used with a different payload",
-        ),
-        AttemptStart::InFlight => reject(
-            &mut row,
-            RejectCode::IdempotencyInFlight,
-            "a call with this idempotency key is in flight",
-        ),
-        AttemptStart::Unknown(record) => reject(
-            &mut row,
-            RejectCode::IdempotencyInFlight,
-            &format!(
-                "the outcome of {} is unknown and being reconciled",
-                record.ledger_id
-            ),
-        ),
-    }
-    row
-}
-
-/// The idempotency status an attempt's outcome leaves behind; `None` releases the key (no
-/// effect happened and a retry may run again).
-fn idempotency_after(finish: &AttemptFinish) -> Result<Option<IdempotencyStatus>, StoreError> {
-    Ok(match finish.outcome {
-        Outcome::Committed | Outcome::ReconciledCommitted => Some(IdempotencyStatus::Committed),
-        Outcome::Unknown => Some(IdempotencyStatus::Unknown),
-        Outcome::ReconciledNotCommitted => None,
-        Outcome::Failed => {
-            let retryable = finish
-                .error_code
-                .as_deref()
-                .and_then(ToolErrorCode::parse)
-                .is_some_and(|c| c.retryable() != Retryable::No);
-            // A failure a later retry could fix releases the key; a permanent one is replayed.
-            if retryable {
-                None
-            } else {
-                Some(IdempotencyStatus::Failed)
-            }
-        }
-        Outcome::Attempting | Outcome::Replayed => {
-            return Err(StoreError::Invalid(format!(
-                "`{}` does not finish an attempt",
-                finish.outcome
-            )));
-        }
-    })
-}
-
-fn classify_existing(existing: IdempotencyRecord, payload_digest: Option<&str>) -> AttemptStart {
-    if Some(existing.payload_digest.as_str()) != payload_digest {
-        return AttemptStart::KeyReused;
-    }
-    match existing.status {
-        IdempotencyStatus::InFlight => AttemptStart::InFlight,
-        IdempotencyStatus::Committed | IdempotencyStatus::Failed => AttemptStart::Replay(existing),
-        IdempotencyStatus::Unknown => AttemptStart::Unknown(existing),
-    }
-}
-
 fn decide_refusal(current: Option<ApprovalRequest>, reviewer: &str, now: OffsetDateTime) -> DecideRefusal {
     match current {
         None => DecideRefusal::NotFound,
@@ -970,7 +885,7 @@ impl Store for SqlStore {
                     }
                 }
             };
-            let row = ledger_for(entry, &start);
+            let row = attempt_row(entry, &start);
             let values = LedgerValues::of(&row)?;
             bind_ledger!(row, values).execute(&mut *tx).await.db()?;
             tx.commit().await.db()?;
@@ -986,7 +901,7 @@ impl Store for SqlStore {
         finish: &AttemptFinish,
         now: OffsetDateTime,
     ) -> Result<(), StoreError> {
-        let status = idempotency_after(finish)?;
+        let status = status_after(finish)?;
         let ledger = "UPDATE ledger SET outcome = $1, attempts = $2, error_code = $3, latency_ms = $4, cost = $5, \
                       updated_at = $6 WHERE tenant = $7 AND id = $8 AND outcome IN ('attempting', 'unknown')";
         let update = "UPDATE idempotency SET status = $1, result = $2, error_code = $3, updated_at = $4 \
