@@ -535,3 +535,16 @@ where
     }
     out
 }
+
+/// Regression (found by the `proposal` fuzz target): an `approval` field on a contract without
+/// approvals must not come back as the call's approval.
+pub async fn an_unrequired_approval_id_is_not_echoed(h: &Arc<Harness>) {
+    let op = operator("acme");
+    let bytes = include_bytes!("../../fuzz/regressions/proposal/approval-id-without-approval.json");
+    let d = h.decide_bytes(&op, bytes).await;
+    let Decision::Allow(allowed) = &d.decision else {
+        panic!("{:?}", d.decision)
+    };
+    assert_eq!(allowed.approval_id(), None);
+    assert_eq!(allowed.ledger_entry().approval_id, None);
+}

@@ -56,4 +56,5 @@ on_every_backend! {
     budgets_hold_under_concurrency,
     contracts_resolve_exactly,
     hostile_proposals_stop_where_they_fail,
+    an_unrequired_approval_id_is_not_echoed,
 }

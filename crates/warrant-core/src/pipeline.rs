@@ -610,10 +610,9 @@ impl Authority {
         let mut row = std::mem::take(&mut p.row);
         row.decision = LedgerDecision::Allow;
         row.outcome = Some(Outcome::Attempting);
-        let approval_id = proposal
-            .approval()
-            .map(str::to_owned)
-            .filter(|_| replay.is_none());
+        // Only an approval the approval stage looked up, bound and consumed is the call's;
+        // an `approval` field on a contract without approvals is not (fuzzing found that).
+        let approval_id = row.approval_id.clone();
         Decision::Allow(Box::new(Allowed::new(
             proposal,
             scopes,

@@ -58,8 +58,8 @@ async fn write_rows(store: Arc<SqlStore>, rows: u64) {
     }
 }
 
-/// Bulk-loads `rows` committed idempotency records (with their ledger rows) directly in SQL.
-async fn preload(backend: &str, url: &str, schema: Option<&str>, rows: u64) {
+/// Bulk-loads committed idempotency records `pre-<from>` ..= `pre-<to>` directly in SQL.
+async fn preload(backend: &str, url: &str, schema: Option<&str>, from: u64, to: u64) {
     let now = OffsetDateTime::now_utc().unix_timestamp() * 1000;
     let exp = now + 86_400_000;
     let idem = format!(
@@ -73,7 +73,7 @@ async fn preload(backend: &str, url: &str, schema: Option<&str>, rows: u64) {
                 .await
                 .unwrap();
             let series = format!(
-                "(WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < {rows}) SELECT n FROM s)"
+                "(WITH RECURSIVE s(n) AS (SELECT {from} UNION ALL SELECT n + 1 FROM s WHERE n < {to}) SELECT n FROM s)"
             );
             sqlx::query(sqlx::AssertSqlSafe(format!("{idem}{series}")))
                 .execute(&mut conn)
@@ -91,7 +91,7 @@ async fn preload(backend: &str, url: &str, schema: Option<&str>, rows: u64) {
             .execute(&mut conn)
             .await
             .unwrap();
-            let series = format!("generate_series(1, {rows}) AS n");
+            let series = format!("generate_series({from}, {to}) AS n");
             sqlx::query(sqlx::AssertSqlSafe(format!("{idem}{series}")))
                 .execute(&mut conn)
                 .await
@@ -195,7 +195,7 @@ fn bench(c: &mut Criterion) {
     let mut loaded = 0;
     for rows in [1_000u64, 1_000_000] {
         for t in &targets {
-            rt.block_on(preload(t.name, &t.url, t.schema.as_deref(), rows - loaded));
+            rt.block_on(preload(t.name, &t.url, t.schema.as_deref(), loaded + 1, rows));
         }
         loaded = rows;
         for t in &targets {
