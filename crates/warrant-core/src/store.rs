@@ -291,3 +291,29 @@ pub fn classify_existing(existing: IdempotencyRecord, payload_digest: Option<&st
         IdempotencyStatus::Unknown => AttemptStart::Unknown(existing),
     }
 }
+
+/// The ledger listing's keyset cursor, `<created_at in ms>:<id>`, parsed.
+///
+/// # Errors
+/// [`StoreError::Invalid`] for anything else.
+pub fn parse_ledger_cursor(text: &str) -> Result<(i64, String), StoreError> {
+    text.split_once(':')
+        .and_then(|(at, id)| Some((at.parse::<i64>().ok()?, id.to_owned())))
+        .ok_or_else(|| StoreError::Invalid("malformed cursor".into()))
+}
+
+/// One page from rows fetched newest first with one row more than `limit`: the extra row
+/// only says that a next page exists; the cursor points after the page's last row.
+pub fn ledger_page(mut entries: Vec<LedgerEntry>, limit: usize) -> LedgerPage {
+    let more = entries.len() > limit;
+    entries.truncate(limit);
+    let next_cursor = if more {
+        entries.last().map(|e| {
+            let ms = e.created_at.unix_timestamp_nanos() / 1_000_000;
+            format!("{ms}:{}", e.id)
+        })
+    } else {
+        None
+    };
+    LedgerPage { entries, next_cursor }
+}

@@ -12,7 +12,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use time::OffsetDateTime;
 use warrant_core::records::*;
-use warrant_core::store::{Store, StoreError, attempt_row, classify_existing, status_after};
+use warrant_core::store::{
+    Store, StoreError, attempt_row, classify_existing, ledger_page, parse_ledger_cursor, status_after,
+};
 
 #[derive(Default)]
 struct State {
@@ -170,14 +172,7 @@ impl Store for MemoryStore {
 
     async fn list_ledger(&self, tenant: &str, filter: &LedgerFilter) -> Result<LedgerPage, StoreError> {
         let limit = filter.limit.clamp(1, 500) as usize;
-        let cursor = match &filter.cursor {
-            None => None,
-            Some(c) => Some(
-                c.split_once(':')
-                    .and_then(|(at, id)| Some((at.parse::<i128>().ok()?, id.to_owned())))
-                    .ok_or_else(|| StoreError::Invalid("malformed cursor".into()))?,
-            ),
-        };
+        let cursor = filter.cursor.as_deref().map(parse_ledger_cursor).transpose()?;
         self.with(|s| {
             let mut rows: Vec<&LedgerEntry> = s
                 .ledger
@@ -191,18 +186,14 @@ impl Store for MemoryStore {
                 .filter(|e| {
                     cursor
                         .as_ref()
-                        .is_none_or(|(at, id)| (ms(e.created_at), &e.id) < (*at, id))
+                        .is_none_or(|(at, id)| (ms(e.created_at), &e.id) < (i128::from(*at), id))
                 })
                 .collect();
             rows.sort_by(|a, b| (ms(b.created_at), &b.id).cmp(&(ms(a.created_at), &a.id)));
-            let more = rows.len() > limit;
-            let entries: Vec<LedgerEntry> = rows.into_iter().take(limit).cloned().collect();
-            let next_cursor = if more {
-                entries.last().map(|e| format!("{}:{}", ms(e.created_at), e.id))
-            } else {
-                None
-            };
-            Ok(LedgerPage { entries, next_cursor })
+            Ok(ledger_page(
+                rows.into_iter().take(limit + 1).cloned().collect(),
+                limit,
+            ))
         })
     }
 

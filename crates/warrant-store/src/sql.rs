@@ -29,7 +29,9 @@ use warrant_core::canon::canonical_string;
 
 use crate::error::Db;
 use warrant_core::records::*;
-use warrant_core::store::{Store, StoreError, attempt_row, classify_existing, status_after};
+use warrant_core::store::{
+    Store, StoreError, attempt_row, classify_existing, ledger_page, parse_ledger_cursor, status_after,
+};
 
 /// Where the store lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -732,16 +734,7 @@ impl Store for SqlStore {
 
     async fn list_ledger(&self, tenant: &str, filter: &LedgerFilter) -> Result<LedgerPage, StoreError> {
         let limit = filter.limit.clamp(1, 500);
-        let cursor = match &filter.cursor {
-            None => None,
-            Some(c) => {
-                let (at, id) = c
-                    .split_once(':')
-                    .and_then(|(at, id)| Some((at.parse::<i64>().ok()?, id.to_owned())))
-                    .ok_or_else(|| StoreError::Invalid("malformed cursor".into()))?;
-                Some((at, id))
-            }
-        };
+        let cursor = filter.cursor.as_deref().map(parse_ledger_cursor).transpose()?;
         // Only the conditions in use are added; every value is a bound parameter.
         let mut sql = concat!("SELECT ", ledger_columns!(), " FROM ledger WHERE tenant = $1").to_owned();
         let mut n = 1;
@@ -792,15 +785,8 @@ impl Store for SqlStore {
                 query = query.bind(*at).bind(id);
             }
             let rows = query.fetch_all(ex).await.db()?;
-            let mut entries = rows.iter().map(ledger_of).collect::<Result<Vec<_>, _>>()?;
-            let more = entries.len() > limit as usize;
-            entries.truncate(limit as usize);
-            let next_cursor = if more {
-                entries.last().map(|e| format!("{}:{}", ms(e.created_at), e.id))
-            } else {
-                None
-            };
-            Ok(LedgerPage { entries, next_cursor })
+            let entries = rows.iter().map(ledger_of).collect::<Result<Vec<_>, _>>()?;
+            Ok(ledger_page(entries, limit as usize))
         })
     }
 
