@@ -384,7 +384,7 @@ impl Authority {
                 .filter(|r| r.expires_at > now),
             None => None,
         };
-        let digest = proposal.payload_digest().to_string();
+        let digest = p.row.payload_digest.clone().unwrap_or_default();
         let conflict = match &existing {
             Some(r) if r.payload_digest != digest => Some(
                 Rejection::new(

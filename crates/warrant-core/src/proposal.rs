@@ -93,7 +93,7 @@ impl Envelope {
         };
         if let Some(field) = map
             .keys()
-            .find(|k| IDENTITY_FIELDS.contains(&k.to_ascii_lowercase().as_str()))
+            .find(|k| IDENTITY_FIELDS.iter().any(|f| f.eq_ignore_ascii_case(k)))
         {
             return Err(Rejection::new(
                 RejectCode::IdentityInProposal,
