@@ -111,31 +111,66 @@ impl Guards {
     ) -> Result<(), Rejection> {
         let lists = self.tenants.get(tenant);
         let mut pointer = String::from("/arguments");
-        walk(
-            input_schema,
-            input_schema,
-            &Value::Object(arguments.clone()),
-            &mut pointer,
-            0,
-            &mut |list, value, at| {
-                let allowed = lists.and_then(|l| l.get(list)).is_some_and(|l| l.allows(value));
-                if allowed {
-                    Ok(())
-                } else {
-                    Err(Rejection::new(
-                        RejectCode::RecipientNotAllowed,
-                        format!("a value is not on the tenant's `{list}` allow-list"),
-                    )
-                    .at(at))
-                }
-            },
-        )
+        let mut visit = |list: &str, value: &str, at: &str| {
+            let allowed = lists.and_then(|l| l.get(list)).is_some_and(|l| l.allows(value));
+            if allowed {
+                Ok(())
+            } else {
+                Err(Rejection::new(
+                    RejectCode::RecipientNotAllowed,
+                    format!("a value is not on the tenant's `{list}` allow-list"),
+                )
+                .at(at))
+            }
+        };
+        // The root of an input schema is a plain object schema (the lint requires it); walk its
+        // properties without copying the arguments. A composed root takes the general path.
+        match input_schema {
+            Value::Object(node)
+                if !["$ref", "allOf", "anyOf", "oneOf"]
+                    .iter()
+                    .any(|k| node.contains_key(*k)) =>
+            {
+                walk_members(input_schema, node, arguments, &mut pointer, 0, &mut visit)
+            }
+            _ => walk(
+                input_schema,
+                input_schema,
+                &Value::Object(arguments.clone()),
+                &mut pointer,
+                0,
+                &mut visit,
+            ),
+        }
     }
 }
 
 const MAX_DEPTH: usize = 64;
 
 type Visit<'a> = dyn FnMut(&str, &str, &str) -> Result<(), Rejection> + 'a;
+
+/// The members of an object against the `properties` of its schema node.
+fn walk_members(
+    root: &Value,
+    node: &Map<String, Value>,
+    members: &Map<String, Value>,
+    pointer: &mut String,
+    depth: usize,
+    visit: &mut Visit<'_>,
+) -> Result<(), Rejection> {
+    if let Some(Value::Object(properties)) = node.get("properties") {
+        for (name, member) in members {
+            if let Some(sub) = properties.get(name) {
+                let len = pointer.len();
+                pointer.push('/');
+                push_pointer_segment(pointer, name);
+                walk(root, sub, member, pointer, depth + 1, visit)?;
+                pointer.truncate(len);
+            }
+        }
+    }
+    Ok(())
+}
 
 fn walk(
     root: &Value,
@@ -181,19 +216,7 @@ fn walk(
         }
     }
     match value {
-        Value::Object(members) => {
-            if let Some(Value::Object(properties)) = node.get("properties") {
-                for (name, member) in members {
-                    if let Some(sub) = properties.get(name) {
-                        let len = pointer.len();
-                        pointer.push('/');
-                        push_pointer_segment(pointer, name);
-                        walk(root, sub, member, pointer, depth + 1, visit)?;
-                        pointer.truncate(len);
-                    }
-                }
-            }
-        }
+        Value::Object(members) => walk_members(root, node, members, pointer, depth, visit)?,
         Value::Array(items) => {
             let prefix = node.get("prefixItems").and_then(Value::as_array);
             for (i, item) in items.iter().enumerate() {

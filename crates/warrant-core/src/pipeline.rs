@@ -99,8 +99,6 @@ pub struct Call<'a> {
 /// What the stages established, for reports (`warrant check`) and responses.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Facts {
-    /// The resolved contract.
-    pub contract: Option<Arc<Contract>>,
     /// The schema verdict, once reached.
     pub schema: Option<bool>,
     /// The payload digest, once the arguments validated.
@@ -310,7 +308,6 @@ impl Authority {
         };
         p.row.contract_id = Some(contract.id_str().to_owned());
         p.row.binding_digest = contract.adapter().map(|a| a.digest().to_string());
-        p.facts.contract = Some(contract.clone());
 
         // schema + canonical digest
         let proposal = match ValidatedProposal::validate(envelope, &contract) {

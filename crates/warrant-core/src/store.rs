@@ -317,3 +317,20 @@ pub fn ledger_page(mut entries: Vec<LedgerEntry>, limit: usize) -> LedgerPage {
     };
     LedgerPage { entries, next_cursor }
 }
+
+/// Why `reviewer` may not decide `current` at `now` — not found, not pending, the proposer,
+/// expired, checked in that order — or `None` when they may. Shared by every store
+/// implementation so they refuse reviews alike.
+pub fn review_refusal(
+    current: Option<&ApprovalRequest>,
+    reviewer: &str,
+    now: OffsetDateTime,
+) -> Option<DecideRefusal> {
+    match current {
+        None => Some(DecideRefusal::NotFound),
+        Some(a) if a.status != ApprovalStatus::Pending => Some(DecideRefusal::NotPending(a.status)),
+        Some(a) if a.request.proposer == reviewer => Some(DecideRefusal::SelfReview),
+        Some(a) if a.request.expires_at <= now => Some(DecideRefusal::Expired),
+        Some(_) => None,
+    }
+}

@@ -13,7 +13,8 @@ use async_trait::async_trait;
 use time::OffsetDateTime;
 use warrant_core::records::*;
 use warrant_core::store::{
-    Store, StoreError, attempt_row, classify_existing, ledger_page, parse_ledger_cursor, status_after,
+    Store, StoreError, attempt_row, classify_existing, ledger_page, parse_ledger_cursor, review_refusal,
+    status_after,
 };
 
 #[derive(Default)]
@@ -390,18 +391,13 @@ impl Store for MemoryStore {
         now: OffsetDateTime,
     ) -> Result<Result<ApprovalRequest, DecideRefusal>, StoreError> {
         self.with(|s| {
-            let Some(a) = s.approvals.get_mut(id).filter(|a| a.request.tenant == tenant) else {
+            let current = s.approvals.get_mut(id).filter(|a| a.request.tenant == tenant);
+            if let Some(refusal) = review_refusal(current.as_deref(), reviewer, now) {
+                return Ok(Err(refusal));
+            }
+            let Some(a) = current else {
                 return Ok(Err(DecideRefusal::NotFound));
             };
-            if a.status != ApprovalStatus::Pending {
-                return Ok(Err(DecideRefusal::NotPending(a.status)));
-            }
-            if a.request.proposer == reviewer {
-                return Ok(Err(DecideRefusal::SelfReview));
-            }
-            if ms(a.request.expires_at) <= ms(now) {
-                return Ok(Err(DecideRefusal::Expired));
-            }
             a.status = match verdict {
                 Verdict::Approve => ApprovalStatus::Approved,
                 Verdict::Reject => ApprovalStatus::Rejected,

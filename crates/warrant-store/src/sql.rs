@@ -30,7 +30,8 @@ use warrant_core::canon::canonical_string;
 use crate::error::Db;
 use warrant_core::records::*;
 use warrant_core::store::{
-    Store, StoreError, attempt_row, classify_existing, ledger_page, parse_ledger_cursor, status_after,
+    Store, StoreError, attempt_row, classify_existing, ledger_page, parse_ledger_cursor, review_refusal,
+    status_after,
 };
 
 /// Where the store lives.
@@ -586,17 +587,6 @@ macro_rules! bind_ledger {
     };
 }
 
-fn decide_refusal(current: Option<ApprovalRequest>, reviewer: &str, now: OffsetDateTime) -> DecideRefusal {
-    match current {
-        None => DecideRefusal::NotFound,
-        Some(a) if a.status != ApprovalStatus::Pending => DecideRefusal::NotPending(a.status),
-        Some(a) if a.request.proposer == reviewer => DecideRefusal::SelfReview,
-        Some(a) if a.request.expires_at <= now => DecideRefusal::Expired,
-        // Lost a race with another reviewer between the update and this read.
-        Some(a) => DecideRefusal::NotPending(a.status),
-    }
-}
-
 #[async_trait]
 impl Store for SqlStore {
     async fn ping(&self) -> Result<(), StoreError> {
@@ -1108,11 +1098,13 @@ impl Store for SqlStore {
                         .fetch_optional(&mut *tx)
                         .await
                         .db()?;
-                    Err(decide_refusal(
-                        current.map(|r| approval_of(&r)).transpose()?,
-                        reviewer,
-                        now,
-                    ))
+                    let current = current.map(|r| approval_of(&r)).transpose()?;
+                    // `None` means another reviewer won the race since the update.
+                    Err(
+                        review_refusal(current.as_ref(), reviewer, now).unwrap_or_else(|| {
+                            current.map_or(DecideRefusal::NotFound, |a| DecideRefusal::NotPending(a.status))
+                        }),
+                    )
                 }
             };
             tx.commit().await.db()?;
