@@ -1,0 +1,1 @@
+//! The SSRF-safe outbound HTTP client every adapter uses (being built).
