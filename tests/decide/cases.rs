@@ -54,6 +54,8 @@ async fn execute(h: &Harness, d: &Decided, result: Value) {
         result: Some(result),
         latency_ms: 1,
         cost: 1,
+        detail: None,
+        charges: Vec::new(),
     };
     h.store
         .finish_attempt(

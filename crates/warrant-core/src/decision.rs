@@ -475,7 +475,8 @@ impl Allowed {
     pub fn reservations(&self) -> &[BudgetReservation] {
         &self.context.reservations
     }
-    /// The committed (or permanently failed) record this call replays, if it is a replay.
+    /// The record of an earlier attempt of this same call, if there is one: committed or
+    /// permanently failed (a replay), or `unknown` (to be reconciled before anything runs).
     pub fn replay(&self) -> Option<&IdempotencyRecord> {
         self.context.replay.as_ref()
     }

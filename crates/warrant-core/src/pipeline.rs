@@ -390,7 +390,9 @@ impl Authority {
                 )
                 .at("/idempotency_key"),
             ),
-            Some(r) if matches!(r.status, IdempotencyStatus::InFlight | IdempotencyStatus::Unknown) => Some(
+            // An `unknown` record of the same call is not a conflict: it continues below like a
+            // replay, and the runtime reconciles it before anything else runs.
+            Some(r) if r.status == IdempotencyStatus::InFlight => Some(
                 Rejection::new(
                     RejectCode::IdempotencyInFlight,
                     "a call with this idempotency key is in flight",
@@ -400,7 +402,8 @@ impl Authority {
             _ => None,
         };
         if let Some(record) = existing.filter(|_| conflict.is_none()) {
-            // A replay of a call that already ran: no new effect, so no budget or approval.
+            // A replay of a call that already ran (or whose outcome is being reconciled): the
+            // same operation, so no new budget or approval.
             p.facts.approval = Some(match contract.approval() {
                 ApprovalMode::None => ApprovalState::NotRequired,
                 ApprovalMode::PerCall => ApprovalState::BoundToCall,

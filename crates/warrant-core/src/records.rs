@@ -275,6 +275,22 @@ pub struct AttemptFinish {
     pub latency_ms: u64,
     /// Cost units charged.
     pub cost: u64,
+    /// A note for the ledger row (e.g. what reconciliation found); `None` keeps the row's.
+    pub detail: Option<String>,
+    /// Counters the outcome adds to, unconditionally and in the same transaction (committed
+    /// spend per run and per tenant).
+    pub charges: Vec<Charge>,
+}
+
+/// An amount an outcome adds to a counter (no limit: spend is recorded, not admitted).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Charge {
+    /// The counter (e.g. `cost_spent:tenant:2026-11-29`).
+    pub key: String,
+    /// How much to add.
+    pub amount: u64,
+    /// When the counter may be purged.
+    pub expires_at: OffsetDateTime,
 }
 
 text_enum! {

@@ -283,6 +283,16 @@ impl Store for MemoryStore {
             row.latency_ms = Some(finish.latency_ms);
             row.cost = finish.cost;
             row.updated_at = trunc(now);
+            if let Some(detail) = &finish.detail {
+                row.detail = Some(detail.clone());
+            }
+            let tenant_counters = s.budgets.entry(tenant.to_owned()).or_default();
+            for c in &finish.charges {
+                let slot = tenant_counters
+                    .entry(c.key.clone())
+                    .or_insert((0, trunc(c.expires_at)));
+                slot.0 = slot.0.saturating_add(c.amount);
+            }
             if let Some(scope) = scope
                 && s.idempotency.get(scope).is_some_and(|r| r.ledger_id == ledger_id)
             {

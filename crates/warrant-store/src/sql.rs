@@ -879,7 +879,10 @@ impl Store for SqlStore {
     ) -> Result<(), StoreError> {
         let status = status_after(finish)?;
         let ledger = "UPDATE ledger SET outcome = $1, attempts = $2, error_code = $3, latency_ms = $4, cost = $5, \
-                      updated_at = $6 WHERE tenant = $7 AND id = $8 AND outcome IN ('attempting', 'unknown')";
+                      updated_at = $6, detail = COALESCE($9, detail) \
+                      WHERE tenant = $7 AND id = $8 AND outcome IN ('attempting', 'unknown')";
+        let charge = "INSERT INTO budget_counters (tenant, key, used, expires_at) VALUES ($1, $2, $3, $4) \
+                      ON CONFLICT (tenant, key) DO UPDATE SET used = budget_counters.used + excluded.used";
         let update = "UPDATE idempotency SET status = $1, result = $2, error_code = $3, updated_at = $4 \
                       WHERE tenant = $5 AND principal = $6 AND contract_id = $7 AND key = $8 AND ledger_id = $9";
         let release = "DELETE FROM idempotency \
@@ -896,6 +899,7 @@ impl Store for SqlStore {
                 .bind(ms(now))
                 .bind(tenant)
                 .bind(ledger_id)
+                .bind(&finish.detail)
                 .execute(&mut *tx)
                 .await
                 .db()?;
@@ -903,6 +907,16 @@ impl Store for SqlStore {
                 return Err(StoreError::Conflict(format!(
                     "ledger row {ledger_id} is not awaiting an outcome"
                 )));
+            }
+            for c in &finish.charges {
+                sqlx::query(charge)
+                    .bind(tenant)
+                    .bind(&c.key)
+                    .bind(int(c.amount)?)
+                    .bind(ms(c.expires_at))
+                    .execute(&mut *tx)
+                    .await
+                    .db()?;
             }
             if let Some(scope) = scope {
                 match status {

@@ -72,6 +72,8 @@ async fn crash_writer_child() {
                 result: Some(json!({"credit_id": format!("cr_{n}")})),
                 latency_ms: 3,
                 cost: 1,
+                detail: None,
+                charges: Vec::new(),
             };
             store
                 .finish_attempt("acme", &e.id, Some(&scope), &finish, e.created_at)

@@ -33,6 +33,8 @@ async fn the_sweeper_purges_what_expired() {
         result: Some(json!({})),
         latency_ms: 1,
         cost: 0,
+        detail: None,
+        charges: Vec::new(),
     };
     store
         .finish_attempt("acme", "led_1", Some(&scope), &done, past)

@@ -63,6 +63,8 @@ fn committed(result: serde_json::Value) -> AttemptFinish {
         result: Some(result),
         latency_ms: 12,
         cost: 1,
+        detail: None,
+        charges: Vec::new(),
     }
 }
 
@@ -74,6 +76,8 @@ fn failed(code: &str) -> AttemptFinish {
         result: None,
         latency_ms: 40,
         cost: 0,
+        detail: None,
+        charges: Vec::new(),
     }
 }
 
@@ -428,11 +432,31 @@ pub async fn idempotency_failures_and_unknowns(b: &Backend) {
     assert!(!open.iter().any(|e| e.id == "led_p1"));
     let reconciled = AttemptFinish {
         outcome: Outcome::ReconciledCommitted,
+        detail: Some("confirmed duplicate effect: committed 2 times".into()),
+        charges: vec![
+            Charge {
+                key: "cost_spent:run:r1".into(),
+                amount: 3,
+                expires_at: exp,
+            },
+            Charge {
+                key: "cost_spent:tenant:day".into(),
+                amount: 3,
+                expires_at: exp,
+            },
+        ],
         ..committed(json!({"credit_id": "cr_9"}))
     };
     s.finish_attempt("acme", "led_u1", Some(&sc), &reconciled, T0 + secs(2))
         .await
         .unwrap();
+    // The note and the spend land with the outcome; spend has no limit and adds up.
+    let row = s.get_ledger("acme", "led_u1").await.unwrap().unwrap();
+    assert_eq!(row.outcome, Some(Outcome::ReconciledCommitted));
+    assert_eq!(row.detail.as_deref(), Some("confirmed duplicate effect: committed 2 times"));
+    assert_eq!(s.budget_used("acme", "cost_spent:run:r1").await.unwrap(), 3);
+    assert_eq!(s.budget_used("acme", "cost_spent:tenant:day").await.unwrap(), 3);
+    assert_eq!(s.budget_used("globex", "cost_spent:run:r1").await.unwrap(), 0);
     assert!(matches!(
         s.begin_attempt(&entry("led_u3", "acme", T0), Some(&sc), exp)
             .await
