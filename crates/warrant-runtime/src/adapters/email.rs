@@ -1,0 +1,254 @@
+//! The `send_email` built-in: one plain-text message over SMTP (`lettre`), to recipients the
+//! decision's guard already checked against the tenant's allow-list.
+//!
+//! ```yaml
+//! adapter:
+//!   kind: send_email
+//!   from: support@example.com
+//!   relay: { host: smtp.example.com, port: 587, tls: starttls }   # optional: the configured relay
+//!   credential: SMTP_LOGIN            # optional; its value is `user:password`
+//!   timeout: 30s                      # optional; the whole SMTP exchange
+//!   status_url: https://esp.example/v1/messages/{operation_id}    # optional, for reconcile
+//! ```
+//!
+//! The arguments are `to` (a list or one address), optional `cc` and `bcc`, `subject` and
+//! `body`. The `Message-ID` is `<{operation id}@{sender's domain}>`: every attempt of one
+//! operation sends the same id, so a receiving system (or the relay's log) can tell a
+//! duplicate, and reconciliation can ask the provider's `status_url` about exactly that
+//! message. SMTP itself cannot be asked, so without a `status_url` an unknown send stays
+//! unknown until an operator resolves it.
+//!
+//! Errors: a 4xx reply is `TOOL_UPSTREAM_UNAVAILABLE` (not accepted; retryable), a 5xx reply
+//! `TOOL_PERMANENT_FAILURE`, a timeout `TOOL_TIMEOUT` and a broken connection
+//! `TOOL_UPSTREAM_UNAVAILABLE` — both of those may have happened after the message data
+//! was sent, so they are ambiguous.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lettre::message::{Mailbox, header::ContentType};
+use lettre::transport::smtp::authentication::Credentials;
+use lettre::transport::smtp::client::{Tls, TlsParameters};
+use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
+use serde_json::{Value, json};
+use warrant_core::{Contract, ToolErrorCode};
+
+use super::AdapterConfig;
+use super::http::{ask_status, check_status_url};
+use crate::adapter::{Adapter, BindingError, Failure, Inquiry, Invocation, Reconciled};
+use crate::binding::Binding;
+use crate::net::SafeClient;
+
+/// How the relay is reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RelaySecurity {
+    /// STARTTLS, required (port 587).
+    StartTls,
+    /// TLS from the first byte (port 465).
+    Tls,
+    /// No TLS: only for a relay on the same host or a trusted network.
+    Plain,
+}
+
+/// An SMTP relay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SmtpRelay {
+    /// Host name or address.
+    pub host: String,
+    /// Port.
+    pub port: u16,
+    /// Transport security.
+    pub security: RelaySecurity,
+}
+
+impl SmtpRelay {
+    fn from_doc(doc: &Value) -> Result<Self, BindingError> {
+        let b = Binding::open("send_email", doc, &["host", "port", "tls"])?;
+        let port = doc
+            .get("port")
+            .and_then(Value::as_u64)
+            .and_then(|p| u16::try_from(p).ok())
+            .ok_or_else(|| BindingError::invalid("send_email", "`relay.port` must be a port number"))?;
+        let security = match b.opt_string("tls")?.unwrap_or("starttls") {
+            "starttls" => RelaySecurity::StartTls,
+            "tls" => RelaySecurity::Tls,
+            "none" => RelaySecurity::Plain,
+            other => {
+                return Err(BindingError::invalid(
+                    "send_email",
+                    format!("`relay.tls` must be starttls, tls or none, not `{other}`"),
+                ));
+            }
+        };
+        Ok(SmtpRelay {
+            host: b.string("host")?.to_owned(),
+            port,
+            security,
+        })
+    }
+}
+
+/// The `send_email` adapter of one contract.
+pub struct EmailAdapter {
+    transport: AsyncSmtpTransport<Tokio1Executor>,
+    from: Mailbox,
+    domain: String,
+    timeout: Duration,
+    client: SafeClient,
+    status_url: Option<String>,
+}
+
+impl std::fmt::Debug for EmailAdapter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmailAdapter")
+            .field("from", &self.from.to_string())
+            .finish_non_exhaustive()
+    }
+}
+
+impl EmailAdapter {
+    /// Builds the adapter from its binding.
+    ///
+    /// # Errors
+    /// A malformed binding, no relay, or a missing or malformed credential.
+    pub fn from_binding(
+        _contract: &Contract,
+        doc: &Value,
+        config: &AdapterConfig,
+    ) -> Result<Self, BindingError> {
+        let b = Binding::open(
+            "send_email",
+            doc,
+            &["from", "relay", "credential", "timeout", "status_url"],
+        )?;
+        let from_text = b.string("from")?;
+        let from: Mailbox = from_text
+            .parse()
+            .map_err(|_| BindingError::invalid("send_email", format!("`{from_text}` is not an address")))?;
+        let domain = from.email.domain().to_owned();
+        let relay = match b.object("relay")? {
+            Some(doc) => SmtpRelay::from_doc(doc)?,
+            None => config.smtp.clone().ok_or_else(|| {
+                BindingError::invalid(
+                    "send_email",
+                    "no `relay` in the binding and no SMTP relay configured",
+                )
+            })?,
+        };
+        let timeout = b.duration("timeout", Duration::from_secs(30), Duration::from_secs(300))?;
+        let tls = |host: &str| {
+            TlsParameters::new(host.to_owned())
+                .map_err(|e| BindingError::invalid("send_email", format!("tls parameters: {e}")))
+        };
+        let security = match relay.security {
+            RelaySecurity::StartTls => Tls::Required(tls(&relay.host)?),
+            RelaySecurity::Tls => Tls::Wrapper(tls(&relay.host)?),
+            RelaySecurity::Plain => Tls::None,
+        };
+        let mut builder = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(relay.host.clone())
+            .port(relay.port)
+            .tls(security)
+            .timeout(Some(timeout));
+        if let Some(name) = b.opt_string("credential")? {
+            let secret = config.secrets.get(name)?;
+            let (user, password) = secret.expose().split_once(':').ok_or_else(|| {
+                BindingError::invalid("send_email", format!("credential `{name}` must be user:password"))
+            })?;
+            builder = builder.credentials(Credentials::new(user.to_owned(), password.to_owned()));
+        }
+        Ok(EmailAdapter {
+            transport: builder.build(),
+            from,
+            domain,
+            timeout,
+            client: config.client.clone(),
+            status_url: check_status_url(&b)?,
+        })
+    }
+
+    fn message(&self, call: &Invocation<'_>) -> Result<Message, Failure> {
+        let invalid = |why: String| Failure::new(ToolErrorCode::InputInvalid, why);
+        let args = call.arguments;
+        let text = |key: &str| args.get(key).and_then(Value::as_str);
+        let mut builder = Message::builder()
+            .from(self.from.clone())
+            .message_id(Some(format!("<{}@{}>", call.operation_id.as_str(), self.domain)))
+            .subject(text("subject").unwrap_or_default())
+            .header(ContentType::TEXT_PLAIN);
+        let mut any = false;
+        for field in ["to", "cc", "bcc"] {
+            let list: Vec<&str> = match args.get(field) {
+                None => Vec::new(),
+                Some(Value::String(s)) => vec![s.as_str()],
+                Some(Value::Array(items)) => items.iter().filter_map(Value::as_str).collect(),
+                Some(_) => return Err(invalid(format!("`{field}` must be addresses"))),
+            };
+            for address in list {
+                let mailbox: Mailbox = address
+                    .parse()
+                    .map_err(|_| invalid(format!("a `{field}` entry is not an address")))?;
+                builder = match field {
+                    "to" => builder.to(mailbox),
+                    "cc" => builder.cc(mailbox),
+                    _ => builder.bcc(mailbox),
+                };
+                any = true;
+            }
+        }
+        if !any {
+            return Err(invalid("no recipients".into()));
+        }
+        builder
+            .body(text("body").unwrap_or_default().to_owned())
+            .map_err(|e| invalid(format!("cannot build the message: {e}")))
+    }
+}
+
+#[async_trait]
+impl Adapter for EmailAdapter {
+    async fn invoke(&self, call: &Invocation<'_>) -> Result<Value, Failure> {
+        let message = self.message(call)?;
+        let id = format!("<{}@{}>", call.operation_id.as_str(), self.domain);
+        let limit = self.timeout.min(call.timeout);
+        match tokio::time::timeout(limit, self.transport.send(message)).await {
+            Ok(Ok(_)) => Ok(json!({"message_id": id, "status": "sent"})),
+            Ok(Err(e)) => Err(smtp_failure(&e)),
+            Err(_) => Err(Failure::ambiguous(
+                ToolErrorCode::Timeout,
+                "no answer from the relay in time",
+            )),
+        }
+    }
+
+    async fn reconcile(&self, inquiry: &Inquiry<'_>) -> Result<Reconciled, Failure> {
+        match &self.status_url {
+            Some(template) => ask_status(&self.client, template, http::HeaderMap::new(), inquiry).await,
+            None => Ok(Reconciled::Unknown),
+        }
+    }
+}
+
+fn smtp_failure(e: &lettre::transport::smtp::Error) -> Failure {
+    // Never the error's own text: a relay's reply can quote addresses.
+    let code = e.status().map(|c| c.to_string()).unwrap_or_default();
+    if e.is_permanent() {
+        Failure::new(
+            ToolErrorCode::PermanentFailure,
+            format!("the relay refused ({code})"),
+        )
+    } else if e.is_transient() {
+        Failure::new(
+            ToolErrorCode::UpstreamUnavailable,
+            format!("the relay deferred ({code})"),
+        )
+    } else if e.is_timeout() {
+        Failure::ambiguous(ToolErrorCode::Timeout, "the relay timed out")
+    } else if e.is_tls() {
+        Failure::new(ToolErrorCode::UpstreamUnavailable, "tls with the relay failed")
+    } else {
+        Failure::ambiguous(
+            ToolErrorCode::UpstreamUnavailable,
+            "the connection to the relay failed",
+        )
+    }
+}

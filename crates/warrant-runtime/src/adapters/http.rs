@@ -1,0 +1,310 @@
+//! The `http` adapter: POSTs the canonical arguments as JSON to the tool's endpoint with the
+//! operation id in an `Idempotency-Key` header, and maps the answer onto the closed codes.
+//!
+//! ```yaml
+//! adapter:
+//!   kind: http
+//!   url: https://credits.internal.example/v1/credits
+//!   credential: CREDITS_API_TOKEN      # sent as `Authorization: Bearer …`; optional
+//!   timeout: 10s                       # per attempt; optional
+//!   status_url: https://credits.internal.example/v1/operations/{operation_id}   # optional
+//! ```
+//!
+//! | answer | code |
+//! |---|---|
+//! | 2xx with a JSON body | success (validated against the output schema by the runtime) |
+//! | 408, 504, no answer in time | `TOOL_TIMEOUT` (504 and no answer: the effect may have happened) |
+//! | 429 | `TOOL_RATE_LIMITED`, `Retry-After` honoured |
+//! | 502, 503, connection refused, name not resolved | `TOOL_UPSTREAM_UNAVAILABLE` |
+//! | connection lost after the request was sent | `TOOL_UPSTREAM_UNAVAILABLE`, effect may have happened |
+//! | 401, 403 | `TOOL_PERMISSION_DENIED` |
+//! | 400, 422 | `TOOL_INPUT_INVALID` |
+//! | other 4xx, destination refused by the network guard | `TOOL_PERMANENT_FAILURE` |
+//! | anything else | `TOOL_UNCLASSIFIED` |
+//!
+//! Reconciliation GETs `status_url` and reads the status answer of [`super::read_status`]; a
+//! 404 there means the operation never happened.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, StatusCode, header};
+use serde_json::Value;
+use url::Url;
+use warrant_core::{Contract, ToolErrorCode};
+
+use super::{AdapterConfig, read_status, with_operation};
+use crate::adapter::{Adapter, BindingError, Failure, Inquiry, Invocation, Reconciled};
+use crate::binding::Binding;
+use crate::net::{NetError, OutboundRequest, SafeClient};
+use crate::secrets::Secret;
+
+/// The longest per-attempt timeout a binding may ask for.
+const MAX_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The `http` adapter of one contract.
+#[derive(Debug)]
+pub struct HttpAdapter {
+    client: SafeClient,
+    url: Url,
+    status_url: Option<String>,
+    credential: Option<Secret>,
+    timeout: Duration,
+}
+
+impl HttpAdapter {
+    /// Builds the adapter from its binding.
+    ///
+    /// # Errors
+    /// A malformed binding or a missing credential.
+    pub fn from_binding(
+        _contract: &Contract,
+        doc: &Value,
+        config: &AdapterConfig,
+    ) -> Result<Self, BindingError> {
+        let b = Binding::open("http", doc, &["url", "credential", "timeout", "status_url"])?;
+        let url = parse_url(&b, b.string("url")?)?;
+        let status_url = check_status_url(&b)?;
+        let credential = b
+            .opt_string("credential")?
+            .map(|n| config.secrets.get(n))
+            .transpose()?;
+        let timeout = b.duration("timeout", Duration::from_secs(10), MAX_TIMEOUT)?;
+        Ok(HttpAdapter {
+            client: config.client.clone(),
+            url,
+            status_url,
+            credential,
+            timeout,
+        })
+    }
+
+    pub(crate) fn headers(&self, call_scopes: &[String], tenant: &str) -> Result<HeaderMap, Failure> {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+        if let Some(secret) = &self.credential {
+            let mut value = HeaderValue::from_str(&format!("Bearer {}", secret.expose())).map_err(|_| {
+                Failure::new(
+                    ToolErrorCode::PermanentFailure,
+                    "the credential is not a header value",
+                )
+            })?;
+            value.set_sensitive(true);
+            headers.insert(header::AUTHORIZATION, value);
+        }
+        if let Ok(v) = HeaderValue::from_str(tenant) {
+            headers.insert("warrant-tenant", v);
+        }
+        if let Ok(v) = HeaderValue::from_str(&call_scopes.join(" ")) {
+            headers.insert("warrant-scopes", v);
+        }
+        Ok(headers)
+    }
+}
+
+#[async_trait]
+impl Adapter for HttpAdapter {
+    async fn invoke(&self, call: &Invocation<'_>) -> Result<Value, Failure> {
+        let mut headers = self.headers(call.scopes, call.tenant)?;
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let key = HeaderValue::from_str(call.operation_id.as_str()).map_err(|_| {
+            Failure::new(
+                ToolErrorCode::PermanentFailure,
+                "the operation id is not a header value",
+            )
+        })?;
+        headers.insert("idempotency-key", key);
+        let request = OutboundRequest {
+            headers,
+            timeout: Some(self.timeout.min(call.timeout)),
+            ..OutboundRequest::post(self.url.clone(), Bytes::copy_from_slice(call.canonical))
+        };
+        let response = self.client.send(request).await.map_err(net_failure)?;
+        if let Some(failure) = status_failure(response.status, &response.headers) {
+            return Err(failure);
+        }
+        parse_body(&response.body)
+            .map_err(|why| Failure::ambiguous(ToolErrorCode::OutputInvalid, format!("the 2xx answer {why}")))
+    }
+
+    async fn reconcile(&self, inquiry: &Inquiry<'_>) -> Result<Reconciled, Failure> {
+        match &self.status_url {
+            Some(template) => {
+                ask_status(
+                    &self.client,
+                    template,
+                    self.headers(&[], inquiry.tenant)?,
+                    inquiry,
+                )
+                .await
+            }
+            None => Ok(Reconciled::Unknown),
+        }
+    }
+}
+
+/// Asks a status endpoint what became of an operation: GET `template` with
+/// `{operation_id}` filled in; 404 means it never happened, 200 carries a status answer.
+pub(crate) async fn ask_status(
+    client: &SafeClient,
+    template: &str,
+    headers: HeaderMap,
+    inquiry: &Inquiry<'_>,
+) -> Result<Reconciled, Failure> {
+    let url = Url::parse(&with_operation(template, inquiry.operation_id.as_str()))
+        .map_err(|_| Failure::new(ToolErrorCode::PermanentFailure, "status_url is not a URL"))?;
+    let request = OutboundRequest {
+        headers,
+        timeout: Some(inquiry.timeout),
+        ..OutboundRequest::get(url)
+    };
+    let response = client.send(request).await.map_err(net_failure)?;
+    if response.status == StatusCode::NOT_FOUND {
+        return Ok(Reconciled::NotCommitted);
+    }
+    if let Some(failure) = status_failure(response.status, &response.headers) {
+        return Err(failure);
+    }
+    let value = parse_body(&response.body)
+        .map_err(|why| Failure::new(ToolErrorCode::Unclassified, format!("the status answer {why}")))?;
+    read_status(&value)
+}
+
+/// Checks a `status_url` template at binding time.
+pub(crate) fn check_status_url(b: &Binding<'_>) -> Result<Option<String>, BindingError> {
+    let status_url = b.opt_string("status_url")?.map(str::to_owned);
+    if let Some(template) = &status_url {
+        parse_url(b, &with_operation(template, "op_0"))?;
+    }
+    Ok(status_url)
+}
+
+fn parse_url(b: &Binding<'_>, text: &str) -> Result<Url, BindingError> {
+    let url = Url::parse(text).map_err(|e| BindingError::invalid(b.kind(), format!("`{text}`: {e}")))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+        return Err(BindingError::invalid(
+            b.kind(),
+            format!("`{text}` is not an http(s) URL"),
+        ));
+    }
+    Ok(url)
+}
+
+/// A JSON body, strictly parsed (duplicate keys, unsafe numbers refused).
+pub(crate) fn parse_body(body: &[u8]) -> Result<Value, &'static str> {
+    // The client already capped the body's size.
+    warrant_core::json::parse(body, warrant_core::json::Limits::DOCUMENT).map_err(|_| "is not strict JSON")
+}
+
+/// The failure a non-2xx status means, or `None` for 2xx.
+pub(crate) fn status_failure(status: StatusCode, headers: &HeaderMap) -> Option<Failure> {
+    if status.is_success() {
+        return None;
+    }
+    let detail = format!("answered {}", status.as_u16());
+    let wait = retry_after(headers);
+    Some(match status.as_u16() {
+        408 => Failure::new(ToolErrorCode::Timeout, detail),
+        504 => Failure::ambiguous(ToolErrorCode::Timeout, detail),
+        429 => Failure::new(ToolErrorCode::RateLimited, detail).retry_after(wait),
+        502 | 503 => Failure::new(ToolErrorCode::UpstreamUnavailable, detail).retry_after(wait),
+        401 | 403 => Failure::new(ToolErrorCode::PermissionDenied, detail),
+        400 | 422 => Failure::new(ToolErrorCode::InputInvalid, detail),
+        400..=499 => Failure::new(ToolErrorCode::PermanentFailure, detail),
+        _ => Failure::new(ToolErrorCode::Unclassified, detail),
+    })
+}
+
+/// A transport failure, classified. Only a timeout or a lost connection may have reached the
+/// tool; everything else happened before anything was sent.
+pub(crate) fn net_failure(e: NetError) -> Failure {
+    let detail = e.to_string();
+    match e {
+        NetError::Timeout => Failure::ambiguous(ToolErrorCode::Timeout, detail),
+        NetError::Lost(_) => Failure::ambiguous(ToolErrorCode::UpstreamUnavailable, detail),
+        NetError::TooLarge => Failure::ambiguous(ToolErrorCode::OutputInvalid, detail),
+        NetError::Connect(_) | NetError::Resolve(_) | NetError::Tls(_) => {
+            Failure::new(ToolErrorCode::UpstreamUnavailable, detail)
+        }
+        NetError::Refused(_) | NetError::InvalidRequest(_) | NetError::TooManyRedirects => {
+            Failure::new(ToolErrorCode::PermanentFailure, detail)
+        }
+    }
+}
+
+/// `Retry-After` as delay-seconds or an HTTP date (RFC 9110 §10.2.3), capped at an hour.
+pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let text = headers.get(header::RETRY_AFTER)?.to_str().ok()?.trim();
+    let wait = match text.parse::<u64>() {
+        Ok(secs) => Duration::from_secs(secs),
+        Err(_) => {
+            let at = httpdate::parse_http_date(text).ok()?;
+            at.duration_since(std::time::SystemTime::now())
+                .unwrap_or(Duration::ZERO)
+        }
+    };
+    Some(wait.min(Duration::from_secs(3600)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_map_onto_the_closed_codes() {
+        let h = HeaderMap::new();
+        let table = [
+            (408, ToolErrorCode::Timeout, false),
+            (504, ToolErrorCode::Timeout, true),
+            (429, ToolErrorCode::RateLimited, false),
+            (502, ToolErrorCode::UpstreamUnavailable, false),
+            (503, ToolErrorCode::UpstreamUnavailable, false),
+            (401, ToolErrorCode::PermissionDenied, false),
+            (403, ToolErrorCode::PermissionDenied, false),
+            (400, ToolErrorCode::InputInvalid, false),
+            (422, ToolErrorCode::InputInvalid, false),
+            (404, ToolErrorCode::PermanentFailure, false),
+            (409, ToolErrorCode::PermanentFailure, false),
+            (500, ToolErrorCode::Unclassified, false),
+            (501, ToolErrorCode::Unclassified, false),
+            (302, ToolErrorCode::Unclassified, false),
+        ];
+        for (status, code, ambiguous) in table {
+            let f = status_failure(StatusCode::from_u16(status).unwrap(), &h).unwrap();
+            assert_eq!((f.code(), f.is_ambiguous()), (code, ambiguous), "{status}");
+        }
+        assert!(status_failure(StatusCode::CREATED, &h).is_none());
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_and_dates() {
+        let mut h = HeaderMap::new();
+        h.insert(header::RETRY_AFTER, HeaderValue::from_static("7"));
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(7)));
+        h.insert(
+            header::RETRY_AFTER,
+            HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"),
+        );
+        assert_eq!(retry_after(&h), Some(Duration::ZERO));
+        h.insert(header::RETRY_AFTER, HeaderValue::from_static("soon"));
+        assert_eq!(retry_after(&h), None);
+        h.insert(header::RETRY_AFTER, HeaderValue::from_static("999999999"));
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(3600)));
+    }
+
+    #[test]
+    fn transport_failures_say_whether_anything_was_sent() {
+        assert!(net_failure(NetError::Timeout).is_ambiguous());
+        assert!(net_failure(NetError::Lost("reset".into())).is_ambiguous());
+        assert!(!net_failure(NetError::Connect("refused".into())).is_ambiguous());
+        assert_eq!(
+            net_failure(NetError::Connect("refused".into())).code(),
+            ToolErrorCode::UpstreamUnavailable
+        );
+        assert_eq!(
+            net_failure(NetError::Refused("10.0.0.1".into())).code(),
+            ToolErrorCode::PermanentFailure
+        );
+    }
+}
