@@ -26,7 +26,7 @@ use crate::adapter::{Adapter, BindingError, Failure, Reconciled};
 use crate::net::SafeClient;
 use crate::secrets::Secrets;
 
-pub use email::SmtpRelay;
+pub use email::{RelaySecurity, SmtpRelay};
 
 /// What adapters are built with.
 #[derive(Debug, Clone)]

@@ -258,9 +258,22 @@ impl Runtime {
             )
             .await;
         let finish = self.finish_for(&contract, entry, &ended, elapsed_ms(started));
-        self.store
+        match self
+            .store
             .finish_attempt(&entry.tenant, &entry.id, scope, &finish, self.env.now())
-            .await?;
+            .await
+        {
+            Ok(()) => {}
+            // A reconciler took the row for abandoned (the call outlived `stale_after`) and
+            // resolved it first; its record stands, and this caller still learns what it saw.
+            Err(StoreError::Conflict(_)) => {
+                tracing::warn!(
+                    ledger = entry.id,
+                    "the row was reconciled while the call was running"
+                );
+            }
+            Err(e) => return Err(e),
+        }
         count_outcome(&ended.outcome);
         Ok(Execution {
             ledger_id: entry.id.clone(),

@@ -1,3 +1,15 @@
 //! Warrant's execution runtime (PRODUCT §4, §5, §7): what happens after `allow`.
 
+pub mod adapter;
+pub mod adapters;
+pub mod binding;
+pub mod execute;
 pub mod net;
+pub mod reconcile;
+pub mod retry;
+pub mod secrets;
+
+pub use adapter::{Adapter, BindingError, Failure, Inquiry, Invocation, Reconciled};
+pub use adapters::Adapters;
+pub use execute::{Execution, Runtime, RuntimeSettings};
+pub use secrets::{Secret, Secrets};

@@ -1,0 +1,618 @@
+//! The cases, each run on every backend.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use warrant_core::ToolErrorCode;
+use warrant_core::decision::{Decision, Outcome};
+use warrant_core::records::{self, LedgerEntry, LedgerFilter};
+use warrant_core::{RejectCode, Rejection};
+use warrant_runtime::adapters::AdapterConfig;
+use warrant_runtime::execute::operation_id;
+use warrant_runtime::net::{NetPolicy, SafeClient};
+use warrant_runtime::reconcile::Resolution;
+use warrant_runtime::{Adapters, Execution, Invocation, Runtime, Secrets};
+
+use crate::support::{Harness, committed};
+
+async fn row(h: &Harness, e: &Execution) -> LedgerEntry {
+    h.store.get_ledger("acme", &e.ledger_id).await.unwrap().unwrap()
+}
+
+fn failed(e: &Execution) -> ToolErrorCode {
+    match &e.result {
+        Ok(Outcome::Failed(code)) => *code,
+        other => panic!("expected failed, got {other:?}"),
+    }
+}
+
+fn unknown(e: &Execution) {
+    assert!(
+        matches!(&e.result, Ok(Outcome::Unknown(op)) if *op == e.operation_id),
+        "{:?}",
+        e.result
+    );
+}
+
+fn rejected(d: Decision) -> Rejection {
+    match d {
+        Decision::Reject(r) => r,
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+}
+
+pub async fn commits_once_and_replays(h: &Arc<Harness>) {
+    let e = h.run("credit", json!({"mode": "ok"}), Some("k1")).await;
+    let result = committed(&e).clone();
+    assert_eq!((e.attempts, e.replayed), (1, false));
+    let op = e.operation_id.as_str();
+    assert!(op.starts_with("op_"));
+    assert_eq!(h.faults.effects(op), 1);
+    // The tool saw the operation id as its idempotency key, its own credential and the
+    // attenuated scopes.
+    assert_eq!(h.faults.header(op, "idempotency-key").as_deref(), Some(op));
+    assert_eq!(
+        h.faults.header(op, "authorization").as_deref(),
+        Some("Bearer tok-credit-secret")
+    );
+    assert_eq!(
+        h.faults.header(op, "warrant-scopes").as_deref(),
+        Some("faults:write")
+    );
+    let first = row(h, &e).await;
+    assert_eq!(first.outcome, Some(records::Outcome::Committed));
+    assert_eq!((first.attempts, first.cost), (1, 2));
+    assert!(!format!("{first:?}").contains("tok-credit-secret"));
+
+    // The same call again: the stored result, no new effect, a `replayed` row.
+    let again = h.run("credit", json!({"mode": "ok"}), Some("k1")).await;
+    assert!(again.replayed);
+    assert_eq!(committed(&again), &result);
+    assert_eq!(again.operation_id, e.operation_id);
+    assert_eq!((h.faults.effects(op), h.faults.requests(op)), (1, 1));
+    let replay = row(h, &again).await;
+    assert_eq!(replay.outcome, Some(records::Outcome::Replayed));
+    assert_eq!(replay.cost, 0);
+
+    // The key with another payload is refused before anything runs.
+    let d = h
+        .try_run("credit", json!({"mode": "ok", "n": 2}), Some("k1"))
+        .await
+        .unwrap_err();
+    assert_eq!(rejected(d).code(), RejectCode::IdempotencyKeyReused);
+    assert_eq!(h.faults.requests(op), 1);
+}
+
+pub async fn every_status_takes_its_path(h: &Arc<Harness>) {
+    use ToolErrorCode::*;
+    // (tool, mode, failed code or None for unknown, attempts)
+    let table: &[(&str, &str, Option<ToolErrorCode>, u32)] = &[
+        ("credit", "400", Some(InputInvalid), 1),
+        ("credit", "422", Some(InputInvalid), 1),
+        ("credit", "401", Some(PermissionDenied), 1),
+        ("credit", "403", Some(PermissionDenied), 1),
+        ("credit", "404", Some(PermanentFailure), 1),
+        ("credit", "409", Some(PermanentFailure), 1),
+        ("credit", "500", Some(Unclassified), 1),
+        ("credit", "429", Some(RateLimited), 3),
+        ("credit", "502", Some(UpstreamUnavailable), 3),
+        ("credit", "503", Some(UpstreamUnavailable), 3),
+        ("credit", "408", Some(Timeout), 3),
+        // The effect may have happened: unknown, never failed.
+        ("credit", "504", None, 3),
+        ("credit", "hang", None, 3),
+        ("credit", "reset", None, 3),
+        ("credit", "bad_output", None, 1),
+        // Nothing listens there: certainly not sent, so failed.
+        ("refused", "ok", Some(UpstreamUnavailable), 2),
+        // A read has no effect: never unknown.
+        ("lookup", "hang", Some(Timeout), 2),
+        ("lookup", "reset", Some(UpstreamUnavailable), 2),
+        ("lookup", "bad_output", Some(OutputInvalid), 1),
+        ("lookup", "503", Some(UpstreamUnavailable), 2),
+    ];
+    for (i, (tool, mode, code, attempts)) in table.iter().enumerate() {
+        let key = format!("k-{i}");
+        let e = h.run(tool, json!({"mode": mode}), Some(&key)).await;
+        let r = row(h, &e).await;
+        match code {
+            Some(code) => {
+                assert_eq!(failed(&e), *code, "{tool} {mode}");
+                assert_eq!(r.outcome, Some(records::Outcome::Failed), "{tool} {mode}");
+                assert_eq!(r.error_code.as_deref(), Some(code.as_str()), "{tool} {mode}");
+            }
+            None => {
+                unknown(&e);
+                assert_eq!(r.outcome, Some(records::Outcome::Unknown), "{tool} {mode}");
+            }
+        }
+        assert_eq!(e.attempts, *attempts, "{tool} {mode}");
+        assert_eq!(r.attempts, *attempts, "{tool} {mode}");
+        if *tool != "refused" {
+            assert_eq!(
+                h.faults.requests(e.operation_id.as_str()),
+                *attempts,
+                "{tool} {mode}"
+            );
+        }
+    }
+    // An answer that does not match the output schema is recorded as such.
+    let e = h
+        .run("credit", json!({"mode": "bad_output"}), Some("k-bad"))
+        .await;
+    assert_eq!(
+        row(h, &e).await.error_code.as_deref(),
+        Some("TOOL_OUTPUT_INVALID")
+    );
+}
+
+pub async fn retries_are_capped_and_honour_retry_after(h: &Arc<Harness>) {
+    let e = h.run("credit", json!({"mode": "flaky2"}), Some("f2")).await;
+    committed(&e);
+    let op = e.operation_id.as_str();
+    assert_eq!(
+        (e.attempts, h.faults.requests(op), h.faults.effects(op)),
+        (3, 3, 1)
+    );
+
+    let e = h.run("credit", json!({"mode": "flaky5"}), Some("f5")).await;
+    assert_eq!(failed(&e), ToolErrorCode::UpstreamUnavailable);
+    assert_eq!((e.attempts, h.faults.requests(e.operation_id.as_str())), (3, 3));
+
+    let t0 = Instant::now();
+    let e = h.run("credit", json!({"mode": "limited_once"}), Some("l1")).await;
+    committed(&e);
+    assert_eq!(e.attempts, 2);
+    assert!(
+        t0.elapsed() >= Duration::from_secs(1),
+        "Retry-After: 1 was not honoured"
+    );
+}
+
+pub async fn a_tool_without_idempotency_is_not_retried(h: &Arc<Harness>) {
+    for (mode, code) in [
+        ("503", ToolErrorCode::RetryRequiresIdempotency),
+        ("429", ToolErrorCode::RetryRequiresIdempotency),
+        ("400", ToolErrorCode::InputInvalid),
+    ] {
+        let e = h
+            .run("note", json!({"mode": mode}), Some(&format!("n-{mode}")))
+            .await;
+        assert_eq!(failed(&e), code, "{mode}");
+        assert_eq!(
+            (e.attempts, h.faults.requests(e.operation_id.as_str())),
+            (1, 1),
+            "{mode}"
+        );
+    }
+    // A timeout may have taken effect: unknown, and not retried.
+    let e = h.run("note", json!({"mode": "hang"}), Some("n-hang")).await;
+    unknown(&e);
+    assert_eq!(h.faults.requests(e.operation_id.as_str()), 1);
+    assert_eq!(row(h, &e).await.error_code.as_deref(), Some("TOOL_TIMEOUT"));
+}
+
+pub async fn lost_answers_are_unknown_and_reconciled(h: &Arc<Harness>) {
+    // Committed, then the answer was lost: unknown; reconciliation finds one effect.
+    let e = h.run("note", json!({"mode": "commit_drop"}), Some("cd")).await;
+    unknown(&e);
+    let op = e.operation_id.as_str().to_owned();
+    assert_eq!(h.faults.effects(&op), 1);
+    let r = row(h, &e).await;
+    assert_eq!(
+        h.runtime.reconcile(&r).await.unwrap(),
+        Resolution::Committed { effects: 1 }
+    );
+    let r = row(h, &e).await;
+    assert_eq!(r.outcome, Some(records::Outcome::ReconciledCommitted));
+    assert_eq!(r.cost, 1);
+    // Reconciling again changes nothing.
+    assert_eq!(
+        h.runtime.reconcile(&r).await.unwrap(),
+        Resolution::AlreadyResolved
+    );
+    // The same call now replays the reconciled result: one effect, not two.
+    let again = h.run("note", json!({"mode": "commit_drop"}), Some("cd")).await;
+    assert!(again.replayed);
+    assert_eq!(committed(&again)["status"], "applied");
+    assert_eq!((h.faults.effects(&op), h.faults.requests(&op)), (1, 1));
+
+    // Dropped before committing: reconciliation finds nothing and frees the key.
+    let e = h.run("note", json!({"mode": "reset"}), Some("rs")).await;
+    unknown(&e);
+    let r = row(h, &e).await;
+    assert_eq!(h.runtime.reconcile(&r).await.unwrap(), Resolution::NotCommitted);
+    assert_eq!(
+        row(h, &e).await.outcome,
+        Some(records::Outcome::ReconciledNotCommitted)
+    );
+    let again = h.run("note", json!({"mode": "reset"}), Some("rs")).await;
+    assert!(!again.replayed);
+    assert_eq!(h.faults.requests(e.operation_id.as_str()), 2);
+
+    // An idempotent tool is retried with the same key: it deduplicates, one effect.
+    let e = h.run("credit", json!({"mode": "commit_drop"}), Some("cd2")).await;
+    unknown(&e);
+    let op = e.operation_id.as_str();
+    assert_eq!((h.faults.requests(op), h.faults.effects(op)), (3, 1));
+    let r = row(h, &e).await;
+    assert_eq!(
+        h.runtime.reconcile(&r).await.unwrap(),
+        Resolution::Committed { effects: 1 }
+    );
+
+    // A tool that cannot be asked stays unknown.
+    let e = h.run("blind", json!({"mode": "commit_drop"}), Some("bl")).await;
+    unknown(&e);
+    let r = row(h, &e).await;
+    assert_eq!(h.runtime.reconcile(&r).await.unwrap(), Resolution::StillUnknown);
+    assert_eq!(row(h, &e).await.outcome, Some(records::Outcome::Unknown));
+}
+
+pub async fn a_new_attempt_reconciles_an_unknown_first(h: &Arc<Harness>) {
+    let e = h.run("note", json!({"mode": "commit_hang"}), Some("ch")).await;
+    unknown(&e);
+    let op = e.operation_id.as_str().to_owned();
+    assert_eq!(h.faults.effects(&op), 1);
+    // Presented again: decided as the same operation, reconciled before anything runs, and
+    // answered with the committed result. The tool is not called again.
+    let again = h.run("note", json!({"mode": "commit_hang"}), Some("ch")).await;
+    assert!(again.replayed, "{again:?}");
+    assert_eq!(committed(&again)["status"], "applied");
+    assert_eq!((h.faults.effects(&op), h.faults.requests(&op)), (1, 1));
+    assert_eq!(
+        row(h, &e).await.outcome,
+        Some(records::Outcome::ReconciledCommitted)
+    );
+}
+
+pub async fn confirmed_duplicates_are_counted_and_recorded(h: &Arc<Harness>) {
+    let e = h.run("note", json!({"mode": "dup"}), Some("dup")).await;
+    unknown(&e);
+    let later = time::OffsetDateTime::now_utc() + time::Duration::seconds(5);
+    let report = h.runtime.reconcile_older_than(later, 100).await.unwrap();
+    assert_eq!((report.committed, report.duplicates), (1, 1));
+    let r = row(h, &e).await;
+    assert_eq!(r.outcome, Some(records::Outcome::ReconciledCommitted));
+    assert!(
+        r.detail
+            .as_deref()
+            .unwrap()
+            .contains("confirmed duplicate effect, committed 2 times"),
+        "{:?}",
+        r.detail
+    );
+}
+
+pub async fn stale_attempting_rows_are_reconciled(h: &Arc<Harness>) {
+    // Plays a process that crashed mid-execution: the write-ahead row is `attempting`; one
+    // call's effect reached the tool before the crash, the other's did not.
+    let mut ops = Vec::new();
+    for (key, deliver) in [("crash-a", true), ("crash-b", false)] {
+        let bytes =
+            json!({"tool": "credit", "version": 1, "idempotency_key": key, "arguments": {"mode": "ok"}})
+                .to_string();
+        let decided = h
+            .authority
+            .decide(
+                &crate::support::agent(),
+                &warrant_core::pipeline::Call {
+                    bytes: bytes.as_bytes(),
+                    trace_id: "t",
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        let Decision::Allow(allowed) = decided.decision else {
+            panic!()
+        };
+        let exp = time::OffsetDateTime::now_utc() + time::Duration::hours(1);
+        h.store
+            .begin_attempt(allowed.ledger_entry(), allowed.idempotency_scope(), exp)
+            .await
+            .unwrap();
+        let op = operation_id(allowed.ledger_entry(), allowed.idempotency_scope());
+        if deliver {
+            let adapter = h.runtime.adapters().for_contract(allowed.contract()).unwrap();
+            let scopes = vec!["faults:write".to_owned()];
+            adapter
+                .invoke(&Invocation {
+                    operation_id: &op,
+                    contract: allowed.contract(),
+                    arguments: allowed.proposal().arguments(),
+                    canonical: allowed.proposal().canonical_arguments(),
+                    scopes: &scopes,
+                    tenant: "acme",
+                    principal: "agent-7",
+                    attempt: 1,
+                    timeout: Duration::from_secs(2),
+                })
+                .await
+                .unwrap();
+        }
+        ops.push((allowed.ledger_entry().id.clone(), op));
+    }
+    // A row younger than the stale threshold is left alone (it may still be running).
+    assert_eq!(h.runtime.reconcile_stale(100).await.unwrap().examined, 0);
+    let later = time::OffsetDateTime::now_utc() + time::Duration::seconds(5);
+    let report = h.runtime.reconcile_older_than(later, 100).await.unwrap();
+    assert_eq!(
+        (report.committed, report.not_committed, report.unknown),
+        (1, 1, 0)
+    );
+    let far = time::OffsetDateTime::now_utc() + time::Duration::days(1);
+    assert!(h.store.list_unresolved(far, 100).await.unwrap().is_empty());
+    assert_eq!(h.faults.effects(ops[0].1.as_str()), 1);
+    assert_eq!(h.faults.effects(ops[1].1.as_str()), 0);
+    // The committed one replays; the other runs now, once.
+    let a = h.run("credit", json!({"mode": "ok"}), Some("crash-a")).await;
+    assert!(a.replayed);
+    let b = h.run("credit", json!({"mode": "ok"}), Some("crash-b")).await;
+    assert!(!b.replayed);
+    committed(&b);
+    assert_eq!(h.faults.effects(ops[1].1.as_str()), 1);
+}
+
+/// Presents one call until it is answered with a committed result, reconciling unknowns.
+async fn until_committed(h: &Harness, key: &str) -> Value {
+    for _ in 0..400 {
+        match h.try_run("credit", json!({"mode": "random"}), Some(key)).await {
+            Ok(Execution {
+                result: Ok(Outcome::Committed(v)),
+                ..
+            }) => return v,
+            Ok(
+                e @ Execution {
+                    result: Ok(Outcome::Unknown(_)),
+                    ..
+                },
+            ) => {
+                let r = row(h, &e).await;
+                h.runtime.reconcile(&r).await.unwrap();
+            }
+            // Failed without effect, or in flight elsewhere: present it again.
+            _ => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+    panic!("{key} never committed");
+}
+
+pub async fn concurrent_executions_make_one_effect(h: &Arc<Harness>) {
+    // 32 callers present the same idempotent write while the tool times out, drops answers
+    // and fails at random.
+    let mut tasks = Vec::new();
+    for _ in 0..32 {
+        let h = h.clone();
+        tasks.push(tokio::spawn(async move { until_committed(&h, "same").await }));
+    }
+    let mut results = Vec::new();
+    for t in tasks {
+        results.push(t.await.unwrap());
+    }
+    assert!(
+        results.windows(2).all(|w| w[0] == w[1]),
+        "every caller sees the one result"
+    );
+    // 32 different operations the same way: each committed exactly once.
+    let mut tasks = Vec::new();
+    for i in 0..32 {
+        let h = h.clone();
+        tasks.push(tokio::spawn(async move {
+            until_committed(&h, &format!("op-{i}")).await
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let seen = h.faults.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 33);
+    for (op, s) in &seen {
+        assert_eq!(s.effects, 1, "{op}: {s:?}");
+    }
+    // No row is left in progress or unknown.
+    let page = h
+        .store
+        .list_ledger(
+            "acme",
+            &LedgerFilter {
+                limit: 500,
+                ..LedgerFilter::default()
+            },
+        )
+        .await
+        .unwrap();
+    let mut cursor = page.next_cursor.clone();
+    let mut rows = page.entries;
+    while let Some(c) = cursor {
+        let next = h
+            .store
+            .list_ledger(
+                "acme",
+                &LedgerFilter {
+                    limit: 500,
+                    cursor: Some(c),
+                    ..LedgerFilter::default()
+                },
+            )
+            .await
+            .unwrap();
+        cursor = next.next_cursor;
+        rows.extend(next.entries);
+    }
+    assert!(rows.len() >= 64);
+    for r in rows {
+        assert!(r.outcome.is_none_or(records::Outcome::is_final), "{r:?}");
+    }
+}
+
+pub async fn command_adapter(h: &Arc<Harness>) {
+    let e = h.run("script", json!({"mode": "ok"}), Some("c-ok")).await;
+    assert_eq!(committed(&e)["credit_id"], "cr_sh");
+
+    // The child's environment holds only its own variables.
+    let e = h.run("script", json!({"mode": "env"}), Some("c-env")).await;
+    committed(&e);
+    let env = std::fs::read_to_string(h.tools.join("env.txt")).unwrap();
+    assert!(
+        env.contains(&format!("WARRANT_OPERATION_ID={}", e.operation_id.as_str())),
+        "{env}"
+    );
+    assert!(env.contains("WARRANT_TENANT=acme"));
+    assert!(env.contains("WARRANT_SCOPES=faults:write"));
+    for leaked in ["HOME=", "CARGO", "RUST", "USER="] {
+        assert!(!env.contains(leaked), "{leaked} leaked into the child: {env}");
+    }
+
+    use ToolErrorCode::*;
+    for (mode, code, attempts) in [
+        ("exit64", Some(InputInvalid), 1),
+        ("exit65", Some(InputInvalid), 1),
+        ("exit69", Some(UpstreamUnavailable), 2),
+        ("exit75", Some(RateLimited), 2),
+        ("exit77", Some(PermissionDenied), 1),
+        ("exit78", Some(PermanentFailure), 1),
+        ("exit3", Some(Unclassified), 1),
+        ("exit124", None, 2),
+        ("garbage", None, 1),
+    ] {
+        let e = h
+            .run("script", json!({"mode": mode}), Some(&format!("c-{mode}")))
+            .await;
+        match code {
+            Some(code) => assert_eq!(failed(&e), code, "{mode}"),
+            None => unknown(&e),
+        }
+        assert_eq!(e.attempts, attempts, "{mode}");
+    }
+
+    // A hard timeout kills the whole process group, grandchildren included.
+    let e = h.run("script", json!({"mode": "sleep"}), Some("c-sleep")).await;
+    unknown(&e);
+    let pid = std::fs::read_to_string(h.tools.join("grandchild.pid")).unwrap();
+    let stat = format!("/proc/{}/stat", pid.trim());
+    let mut alive = true;
+    for _ in 0..50 {
+        alive = std::fs::read_to_string(&stat).is_ok_and(|s| !s.contains(") Z "));
+        if !alive {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!alive, "the grandchild outlived the timeout");
+
+    // A program outside the configured roots is refused when the binding is built.
+    let doc = json!({
+        "name": "escape", "version": 1, "description": "d", "owner": "o", "effect": "read",
+        "scopes": [], "approval": "none",
+        "input": {"type": "object", "additionalProperties": false, "properties": {}},
+        "output": {"type": "object", "additionalProperties": false, "properties": {}},
+        "adapter": {"kind": "command", "program": "/bin/sh"},
+    });
+    let c = warrant_core::Contract::from_document(doc).unwrap();
+    let err = h.runtime.adapters().validate(&c).unwrap_err();
+    assert!(
+        err.to_string().contains("outside the configured command roots"),
+        "{err}"
+    );
+}
+
+pub async fn send_email_reaches_exactly_the_recipients(h: &Arc<Harness>) {
+    let args = json!({
+        "to": ["alice@customer.example"], "cc": ["bob@partner.example"], "bcc": ["carol@partner.example"],
+        "subject": "Your refund", "body": "Hello Alice"
+    });
+    let e = h.run("mail", args, Some("m1")).await;
+    let result = committed(&e).clone();
+    let id = format!("<{}@acme.example>", e.operation_id.as_str());
+    assert_eq!(result["message_id"], id);
+    let messages = h.sink.messages.lock().unwrap().clone();
+    assert_eq!(messages.len(), 1);
+    let m = &messages[0];
+    assert_eq!(m.from, "support@acme.example");
+    assert_eq!(
+        m.recipients,
+        [
+            "alice@customer.example",
+            "bob@partner.example",
+            "carol@partner.example"
+        ]
+    );
+    assert!(m.data.contains(&format!("Message-ID: {id}")), "{}", m.data);
+    assert!(!m.data.contains("carol"), "bcc must not be in the headers");
+    assert!(m.data.contains("Hello Alice"));
+
+    // A recipient off the tenant's list is refused by the guard: nothing is sent.
+    let d = h
+        .try_run(
+            "mail",
+            json!({"to": ["mallory@evil.example"], "subject": "x", "body": "y"}),
+            Some("m2"),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(rejected(d).code(), RejectCode::RecipientNotAllowed);
+    assert_eq!(h.sink.messages.lock().unwrap().len(), 1);
+}
+
+pub async fn structured_data_fetch(h: &Arc<Harness>) {
+    let e = h.run("fetch_order", json!({"name": "order"}), None).await;
+    assert_eq!(committed(&e)["status"], "paid");
+    use ToolErrorCode::*;
+    for (name, code) in [
+        ("garbage", OutputInvalid),
+        ("big", OutputInvalid),
+        ("missing", PermanentFailure),
+        ("../honoured", PermanentFailure),
+    ] {
+        let e = h.run("fetch_order", json!({"name": name}), None).await;
+        assert_eq!(failed(&e), code, "{name}");
+    }
+
+    // Without the operator's allowance, loopback is refused before anything is sent.
+    let before = h.faults.seen.lock().unwrap().len();
+    let strict = Arc::new(Adapters::new(AdapterConfig {
+        client: SafeClient::new(NetPolicy::default()),
+        secrets: Secrets::fixed([("CREDIT_TOKEN", "x")]),
+        smtp: None,
+        command_roots: Vec::new(),
+    }));
+    let runtime = Runtime::new(
+        h.store.clone(),
+        h.authority.registry().clone(),
+        h.authority.env().clone(),
+        strict,
+        *h.runtime.settings(),
+    );
+    let bytes = json!({"tool": "fetch_order", "version": 1, "arguments": {"name": "order"}}).to_string();
+    let decided = h
+        .authority
+        .decide(
+            &crate::support::agent(),
+            &warrant_core::pipeline::Call {
+                bytes: bytes.as_bytes(),
+                trace_id: "t",
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let Decision::Allow(allowed) = decided.decision else {
+        panic!()
+    };
+    let e = runtime.execute(allowed).await.unwrap();
+    assert_eq!(failed(&e), PermanentFailure);
+    assert!(row(h, &e).await.detail.unwrap().contains("refused"));
+    assert_eq!(h.faults.seen.lock().unwrap().len(), before);
+}
+
+pub async fn committed_spend_is_charged(h: &Arc<Harness>) {
+    let key = format!("cost_spent:tenant:{}", time::OffsetDateTime::now_utc().date());
+    h.run("credit", json!({"mode": "ok"}), Some("s1")).await;
+    h.run("credit", json!({"mode": "ok"}), Some("s2")).await;
+    // A replay and a failure cost nothing.
+    h.run("credit", json!({"mode": "ok"}), Some("s2")).await;
+    h.run("credit", json!({"mode": "400"}), Some("s3")).await;
+    assert_eq!(h.store.budget_used("acme", &key).await.unwrap(), 4);
+}

@@ -1,0 +1,59 @@
+//! The runtime end to end over SQLite and PostgreSQL: every error code's path against a
+//! loopback fault server, retries, unknown outcomes and reconciliation, concurrency, the
+//! command, SMTP and fetch adapters, and committed spend.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    missing_docs,
+    reason = "tests"
+)]
+
+mod cases;
+mod faults;
+mod smtp;
+mod support;
+
+macro_rules! on_every_backend {
+    ($($case:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    let h = std::sync::Arc::new(crate::support::Harness::new(crate::support::Kind::Sqlite).await.unwrap());
+                    crate::cases::$case(&h).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    let Some(h) = crate::support::Harness::new(crate::support::Kind::Postgres).await else { return };
+                    let h = std::sync::Arc::new(h);
+                    crate::cases::$case(&h).await;
+                    if let Ok(h) = std::sync::Arc::try_unwrap(h) {
+                        h.finish().await;
+                    }
+                }
+            )*
+        }
+    };
+}
+
+on_every_backend! {
+    commits_once_and_replays,
+    every_status_takes_its_path,
+    retries_are_capped_and_honour_retry_after,
+    a_tool_without_idempotency_is_not_retried,
+    lost_answers_are_unknown_and_reconciled,
+    a_new_attempt_reconciles_an_unknown_first,
+    confirmed_duplicates_are_counted_and_recorded,
+    stale_attempting_rows_are_reconciled,
+    concurrent_executions_make_one_effect,
+    command_adapter,
+    send_email_reaches_exactly_the_recipients,
+    structured_data_fetch,
+    committed_spend_is_charged,
+}
