@@ -1,5 +1,6 @@
 //! The `warrant` command line: offline audits (`check`), contract tooling (`contract lint|hash`),
-//! canonical JSON (`canon`) and the durable store (`store check`).
+//! canonical JSON (`canon`), the durable store (`store check`) and reconciliation
+//! (`reconcile`).
 //!
 //! Exit codes: 0 success or ALLOW, 1 lint problems, 2 usage or I/O errors, 3 REJECT,
 //! 4 NEEDS_APPROVAL.
@@ -7,6 +8,7 @@
 mod check;
 mod contract;
 mod io;
+mod reconcile;
 mod store;
 
 use std::process::ExitCode;
@@ -38,6 +40,8 @@ enum Command {
     /// Open the durable store (creating and migrating it) and report its state.
     #[command(subcommand)]
     Store(StoreCommand),
+    /// Resolve unknown outcomes and abandoned attempts by asking each tool what happened.
+    Reconcile(reconcile::ReconcileArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -63,6 +67,7 @@ fn main() -> ExitCode {
         Command::Contract(cmd) => contract::run(&cmd),
         Command::Canon(args) => contract::canon(&args),
         Command::Store(StoreCommand::Check(args)) => store::check(&args),
+        Command::Reconcile(args) => reconcile::run(&args),
     };
     match result {
         Ok(exit) => ExitCode::from(exit as u8),

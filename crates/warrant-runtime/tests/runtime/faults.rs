@@ -118,6 +118,11 @@ async fn tool(faults: Arc<Faults>, honoured: bool, headers: HeaderMap, body: Byt
     };
     match mode.as_str() {
         "ok" => ok(commit(&faults)),
+        "slow" => {
+            let result = commit(&faults);
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            ok(result)
+        }
         "bad_output" => {
             commit(&faults);
             ok(json!({"unexpected": true}))

@@ -453,7 +453,10 @@ pub async fn idempotency_failures_and_unknowns(b: &Backend) {
     // The note and the spend land with the outcome; spend has no limit and adds up.
     let row = s.get_ledger("acme", "led_u1").await.unwrap().unwrap();
     assert_eq!(row.outcome, Some(Outcome::ReconciledCommitted));
-    assert_eq!(row.detail.as_deref(), Some("confirmed duplicate effect: committed 2 times"));
+    assert_eq!(
+        row.detail.as_deref(),
+        Some("confirmed duplicate effect: committed 2 times")
+    );
     assert_eq!(s.budget_used("acme", "cost_spent:run:r1").await.unwrap(), 3);
     assert_eq!(s.budget_used("acme", "cost_spent:tenant:day").await.unwrap(), 3);
     assert_eq!(s.budget_used("globex", "cost_spent:run:r1").await.unwrap(), 0);
