@@ -12,7 +12,7 @@ use warrant_runtime::adapters::AdapterConfig;
 use warrant_runtime::execute::operation_id;
 use warrant_runtime::net::{NetPolicy, SafeClient};
 use warrant_runtime::reconcile::Resolution;
-use warrant_runtime::{Adapters, Execution, Invocation, Runtime, Secrets};
+use warrant_runtime::{Adapters, Execution, Invocation, Runtime, RuntimeSettings, Secrets};
 
 use crate::support::{Harness, committed};
 
@@ -615,4 +615,31 @@ pub async fn committed_spend_is_charged(h: &Arc<Harness>) {
     h.run("credit", json!({"mode": "ok"}), Some("s2")).await;
     h.run("credit", json!({"mode": "400"}), Some("s3")).await;
     assert_eq!(h.store.budget_used("acme", &key).await.unwrap(), 4);
+}
+
+pub async fn the_background_reconciler_resolves_on_its_own(h: &Arc<Harness>) {
+    let settings = RuntimeSettings {
+        stale_after: Duration::ZERO,
+        ..*h.runtime.settings()
+    };
+    let rt = Runtime::new(
+        h.store.clone(),
+        h.authority.registry().clone(),
+        h.authority.env().clone(),
+        h.runtime.adapters().clone(),
+        settings,
+    );
+    let e = h.run("note", json!({"mode": "commit_drop"}), Some("bg")).await;
+    unknown(&e);
+    let task = warrant_runtime::reconcile::spawn_reconciler(rt, Duration::from_millis(50));
+    let mut outcome = None;
+    for _ in 0..100 {
+        outcome = row(h, &e).await.outcome;
+        if outcome == Some(records::Outcome::ReconciledCommitted) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    task.abort();
+    assert_eq!(outcome, Some(records::Outcome::ReconciledCommitted));
 }

@@ -56,4 +56,5 @@ on_every_backend! {
     send_email_reaches_exactly_the_recipients,
     structured_data_fetch,
     committed_spend_is_charged,
+    the_background_reconciler_resolves_on_its_own,
 }
