@@ -19,14 +19,13 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use http::{HeaderMap, HeaderValue, header};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::Value;
 use url::Url;
 use warrant_core::{Contract, Effect, ToolErrorCode};
 
 use super::AdapterConfig;
-use super::http::{net_failure, parse_body, status_failure};
+use super::http::{json_headers, net_failure, parse_body, status_failure};
 use crate::adapter::{Adapter, BindingError, Failure, Inquiry, Invocation, Reconciled};
 use crate::binding::Binding;
 use crate::net::{OutboundRequest, SafeClient};
@@ -148,18 +147,7 @@ fn fill(template: &str, args: &serde_json::Map<String, Value>, lenient: bool) ->
 impl Adapter for FetchAdapter {
     async fn invoke(&self, call: &Invocation<'_>) -> Result<Value, Failure> {
         let url = self.url(call.arguments)?;
-        let mut headers = HeaderMap::new();
-        headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
-        if let Some(secret) = &self.credential {
-            let mut value = HeaderValue::from_str(&format!("Bearer {}", secret.expose())).map_err(|_| {
-                Failure::new(
-                    ToolErrorCode::PermanentFailure,
-                    "the credential is not a header value",
-                )
-            })?;
-            value.set_sensitive(true);
-            headers.insert(header::AUTHORIZATION, value);
-        }
+        let headers = json_headers(self.credential.as_ref())?;
         let request = OutboundRequest {
             headers,
             follow_redirects: true,

@@ -81,18 +81,7 @@ impl HttpAdapter {
     }
 
     pub(crate) fn headers(&self, call_scopes: &[String], tenant: &str) -> Result<HeaderMap, Failure> {
-        let mut headers = HeaderMap::new();
-        headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
-        if let Some(secret) = &self.credential {
-            let mut value = HeaderValue::from_str(&format!("Bearer {}", secret.expose())).map_err(|_| {
-                Failure::new(
-                    ToolErrorCode::PermanentFailure,
-                    "the credential is not a header value",
-                )
-            })?;
-            value.set_sensitive(true);
-            headers.insert(header::AUTHORIZATION, value);
-        }
+        let mut headers = json_headers(self.credential.as_ref())?;
         if let Ok(v) = HeaderValue::from_str(tenant) {
             headers.insert("warrant-tenant", v);
         }
@@ -189,6 +178,24 @@ fn parse_url(b: &Binding<'_>, text: &str) -> Result<Url, BindingError> {
         ));
     }
     Ok(url)
+}
+
+/// `Accept: application/json`, and the adapter's own credential as a bearer token (marked
+/// sensitive, so no debug output shows it).
+pub(crate) fn json_headers(credential: Option<&Secret>) -> Result<HeaderMap, Failure> {
+    let mut headers = HeaderMap::new();
+    headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+    if let Some(secret) = credential {
+        let mut value = HeaderValue::from_str(&format!("Bearer {}", secret.expose())).map_err(|_| {
+            Failure::new(
+                ToolErrorCode::PermanentFailure,
+                "the credential is not a header value",
+            )
+        })?;
+        value.set_sensitive(true);
+        headers.insert(header::AUTHORIZATION, value);
+    }
+    Ok(headers)
 }
 
 /// A JSON body, strictly parsed (duplicate keys, unsafe numbers refused).

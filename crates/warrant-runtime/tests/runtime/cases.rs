@@ -290,24 +290,9 @@ pub async fn stale_attempting_rows_are_reconciled(h: &Arc<Harness>) {
     // call's effect reached the tool before the crash, the other's did not.
     let mut ops = Vec::new();
     for (key, deliver) in [("crash-a", true), ("crash-b", false)] {
-        let bytes =
-            json!({"tool": "credit", "version": 1, "idempotency_key": key, "arguments": {"mode": "ok"}})
-                .to_string();
-        let decided = h
-            .authority
-            .decide(
-                &crate::support::agent(),
-                &warrant_core::pipeline::Call {
-                    bytes: bytes.as_bytes(),
-                    trace_id: "t",
-                    ..Default::default()
-                },
-            )
-            .await
-            .unwrap();
-        let Decision::Allow(allowed) = decided.decision else {
-            panic!()
-        };
+        let proposal =
+            json!({"tool": "credit", "version": 1, "idempotency_key": key, "arguments": {"mode": "ok"}});
+        let allowed = h.allow(&proposal).await.unwrap();
         let exp = time::OffsetDateTime::now_utc() + time::Duration::hours(1);
         h.store
             .begin_attempt(allowed.ledger_entry(), allowed.idempotency_scope(), exp)
@@ -585,22 +570,8 @@ pub async fn structured_data_fetch(h: &Arc<Harness>) {
         strict,
         *h.runtime.settings(),
     );
-    let bytes = json!({"tool": "fetch_order", "version": 1, "arguments": {"name": "order"}}).to_string();
-    let decided = h
-        .authority
-        .decide(
-            &crate::support::agent(),
-            &warrant_core::pipeline::Call {
-                bytes: bytes.as_bytes(),
-                trace_id: "t",
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-    let Decision::Allow(allowed) = decided.decision else {
-        panic!()
-    };
+    let proposal = json!({"tool": "fetch_order", "version": 1, "arguments": {"name": "order"}});
+    let allowed = h.allow(&proposal).await.unwrap();
     let e = runtime.execute(allowed).await.unwrap();
     assert_eq!(failed(&e), PermanentFailure);
     assert!(row(h, &e).await.detail.unwrap().contains("refused"));

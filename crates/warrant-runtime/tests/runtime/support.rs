@@ -10,7 +10,7 @@ use time::Duration;
 use warrant_core::Contract;
 use warrant_core::authority::Principal;
 use warrant_core::budget::BudgetConfig;
-use warrant_core::decision::{Decision, Outcome};
+use warrant_core::decision::{Allowed, Decision, Outcome};
 use warrant_core::guard::{AllowList, Guards};
 use warrant_core::pipeline::{Authority, Call, Settings};
 use warrant_core::redact::RedactionKey;
@@ -275,6 +275,12 @@ impl Harness {
         if let Some(key) = key {
             proposal["idempotency_key"] = json!(key);
         }
+        let allowed = self.allow(&proposal).await?;
+        Ok(self.runtime.execute(allowed).await.unwrap())
+    }
+
+    /// The decision on `proposal` by the test agent: the `Allowed`, or what was decided instead.
+    pub async fn allow(&self, proposal: &Value) -> Result<Box<Allowed>, Decision> {
         let bytes = proposal.to_string();
         let decided = self
             .authority
@@ -289,7 +295,7 @@ impl Harness {
             .await
             .unwrap();
         match decided.decision {
-            Decision::Allow(allowed) => Ok(self.runtime.execute(allowed).await.unwrap()),
+            Decision::Allow(allowed) => Ok(allowed),
             other => Err(other),
         }
     }
