@@ -1,4 +1,4 @@
-//! The `warrant` command line: offline audits (`check`), contract tooling (`contract lint|hash`),
+//! The `warrant` command line: the gateway (`serve`), offline audits (`check`), contract tooling (`contract lint|hash`),
 //! canonical JSON (`canon`), the durable store (`store check`) and reconciliation
 //! (`reconcile`).
 //!
@@ -9,6 +9,7 @@ mod check;
 mod contract;
 mod io;
 mod reconcile;
+mod serve;
 mod store;
 
 use std::process::ExitCode;
@@ -30,6 +31,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the gateway: the HTTP API over the decision pipeline and the runtime.
+    Serve(serve::ServeArgs),
     /// Audit one proposal offline: parse, resolve, validate, digest, scopes, idempotency, approval.
     Check(check::CheckArgs),
     /// Lint and hash tool contracts.
@@ -63,6 +66,7 @@ enum Exit {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Serve(args) => serve::run(&args),
         Command::Check(args) => check::run(&args),
         Command::Contract(cmd) => contract::run(&cmd),
         Command::Canon(args) => contract::canon(&args),

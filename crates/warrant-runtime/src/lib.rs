@@ -3,6 +3,7 @@
 pub mod adapter;
 pub mod adapters;
 pub mod binding;
+pub mod dispatch;
 pub mod execute;
 pub mod net;
 pub mod reconcile;
@@ -11,5 +12,6 @@ pub mod secrets;
 
 pub use adapter::{Adapter, BindingError, Failure, Inquiry, Invocation, Reconciled};
 pub use adapters::Adapters;
+pub use dispatch::{Dispatched, dispatch};
 pub use execute::{Execution, Runtime, RuntimeSettings};
 pub use secrets::{Secret, Secrets};

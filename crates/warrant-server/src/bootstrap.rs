@@ -1,0 +1,321 @@
+//! Assembling a gateway: open the store, register the contracts of a directory, load the
+//! policies, build the pipeline and the runtime, start the background sweeper and reconciler,
+//! and create the first keys of an empty store.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use warrant_core::Contract;
+use warrant_core::budget::BudgetConfig;
+use warrant_core::contract::DocumentFormat;
+use warrant_core::env::Env;
+use warrant_core::guard::Guards;
+use warrant_core::pipeline::{Authority, Settings};
+use warrant_core::records::NewApiKey;
+use warrant_core::redact::RedactionKey;
+use warrant_core::registry::Registry;
+use warrant_core::store::{Store, StoreError};
+use warrant_policy::PolicySource;
+use warrant_runtime::adapters::AdapterConfig;
+use warrant_runtime::{Adapters, Runtime, RuntimeSettings};
+use warrant_store::{SystemEnv, keys};
+
+use crate::state::{AppState, ReloadablePolicy};
+
+/// Limits applied to every HTTP request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpLimits {
+    /// The largest request body (default 256 KiB; proposals are capped at 64 KiB by the parser).
+    pub body_bytes: usize,
+    /// The longest a request may take (default 60 s, above the runtime's 30 s deadline).
+    pub request_timeout: Duration,
+    /// Requests in flight at once; more are refused with 503 (default 1024).
+    pub concurrency: usize,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        HttpLimits {
+            body_bytes: 256 * 1024,
+            request_timeout: Duration::from_secs(60),
+            concurrency: 1024,
+        }
+    }
+}
+
+/// Everything a gateway is built from.
+pub struct GatewayConfig {
+    /// The store (already open).
+    pub store: Arc<dyn Store>,
+    /// Contract files (`*.yaml`, `*.yml`, `*.json`) registered at start.
+    pub contracts_dir: Option<PathBuf>,
+    /// Cedar policy files.
+    pub policies: Vec<PolicySource>,
+    /// Argument allow-lists per tenant.
+    pub guards: Guards,
+    /// Tenant cost budgets.
+    pub budgets: BudgetConfig,
+    /// The key that redacts sensitive arguments in the ledger.
+    pub redaction: RedactionKey,
+    /// Adapter configuration (network policy, credentials, relay, command roots).
+    pub adapters: AdapterConfig,
+    /// Runtime settings.
+    pub runtime: RuntimeSettings,
+    /// Pipeline settings.
+    pub settings: Settings,
+    /// HTTP limits.
+    pub limits: HttpLimits,
+    /// The URL clients reach the server at.
+    pub public_url: String,
+    /// The tenant of the first keys of an empty store.
+    pub first_tenant: String,
+    /// Start the background sweeper and reconciler.
+    pub background: bool,
+}
+
+impl std::fmt::Debug for GatewayConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatewayConfig")
+            .field("contracts_dir", &self.contracts_dir)
+            .field("policies", &self.policies.len())
+            .field("public_url", &self.public_url)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a gateway did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The store failed.
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    /// A contract file cannot be read or does not lint.
+    #[error("contract {path}: {message}")]
+    Contract {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The policies do not load.
+    #[error("policies: {0}")]
+    Policy(#[from] warrant_policy::PolicyLoadError),
+}
+
+/// The keys created on the first start of an empty store (shown once).
+#[derive(Debug, Clone)]
+pub struct FirstKeys {
+    /// An admin and reviewer key.
+    pub admin: String,
+    /// A demo agent key holding every registered scope.
+    pub agent: String,
+}
+
+/// A started gateway.
+#[derive(Debug)]
+pub struct Gateway {
+    /// The shared state.
+    pub state: Arc<AppState>,
+    /// HTTP limits.
+    pub limits: HttpLimits,
+    /// Keys created on this start, if the store had none.
+    pub first_keys: Option<FirstKeys>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// The process's Prometheus recorder, installed once (several gateways in one process, as in
+/// tests, share it).
+fn metrics_handle() -> Option<PrometheusHandle> {
+    static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new()
+                .set_buckets(&[
+                    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                ])
+                .ok()?
+                .build_recorder();
+            let handle = recorder.handle();
+            metrics::set_global_recorder(recorder).ok()?;
+            Some(handle)
+        })
+        .clone()
+}
+
+/// Reads every contract file of `dir`, sorted by name.
+///
+/// # Errors
+/// A file that cannot be read or does not lint.
+pub fn read_contracts(dir: &Path) -> Result<Vec<Contract>, StartError> {
+    let err = |path: &Path, message: String| StartError::Contract {
+        path: path.display().to_string(),
+        message,
+    };
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| err(dir, e.to_string()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            matches!(
+                p.extension().and_then(|e| e.to_str()),
+                Some("yaml" | "yml" | "json")
+            )
+        })
+        .collect();
+    paths.sort();
+    let mut out = Vec::new();
+    for path in paths {
+        let text = std::fs::read_to_string(&path).map_err(|e| err(&path, e.to_string()))?;
+        let format = DocumentFormat::from_path(&path.to_string_lossy());
+        let contract = Contract::from_text(&text, format).map_err(|e| match e {
+            warrant_core::contract::ContractError::Lint(problems) => err(
+                &path,
+                problems
+                    .iter()
+                    .map(|p| format!("{}: {}", p.pointer(), p.message()))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            ),
+            other => err(&path, other.to_string()),
+        })?;
+        out.push(contract);
+    }
+    Ok(out)
+}
+
+impl Gateway {
+    /// Builds and starts a gateway.
+    ///
+    /// # Errors
+    /// The store, a contract or the policies fail.
+    pub async fn start(config: GatewayConfig) -> Result<Gateway, StartError> {
+        let env: Arc<dyn Env> = Arc::new(SystemEnv);
+        let now = env.now();
+        let store = config.store.clone();
+        let registry = Arc::new(Registry::new(store.clone(), time::Duration::seconds(30)));
+        if let Some(dir) = &config.contracts_dir {
+            for contract in read_contracts(dir)? {
+                let name = format!("{}@{}", contract.name(), contract.version());
+                match registry.register(contract, now).await {
+                    Ok(_) => {}
+                    // A changed file under a registered name@version: keep the registered one.
+                    Err(StoreError::Conflict(_)) => {
+                        tracing::warn!(
+                            contract = name,
+                            "a different body is registered under this version; kept it"
+                        );
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        let contracts = registry.load_all(now).await?;
+        let policy = Arc::new(ReloadablePolicy::new(&contracts, config.policies)?);
+        let authority = Arc::new(Authority::new(
+            store.clone(),
+            registry.clone(),
+            policy.clone(),
+            Arc::new(config.guards),
+            config.budgets,
+            config.redaction,
+            env.clone(),
+            config.settings,
+        ));
+        let adapters = Arc::new(Adapters::new(config.adapters));
+        for c in &contracts {
+            if c.adapter().is_some()
+                && let Err(e) = adapters.validate(c)
+            {
+                tracing::warn!(contract = c.id_str(), error = %e, "adapter binding unusable; its calls will fail");
+            }
+        }
+        let runtime = Runtime::new(
+            store.clone(),
+            registry.clone(),
+            env.clone(),
+            adapters.clone(),
+            config.runtime,
+        );
+        let first_keys = first_keys(store.as_ref(), &config.first_tenant, &contracts, env.as_ref()).await?;
+        let mut tasks = Vec::new();
+        if config.background {
+            tasks.push(warrant_store::spawn_sweeper(
+                store.clone(),
+                Duration::from_secs(60),
+            ));
+            tasks.push(warrant_runtime::reconcile::spawn_reconciler(
+                runtime.clone(),
+                crate::RECONCILE_EVERY,
+            ));
+        }
+        let state = Arc::new(AppState {
+            authority,
+            runtime,
+            store,
+            registry,
+            policy,
+            adapters,
+            env,
+            metrics: metrics_handle(),
+            public_url: config.public_url,
+        });
+        Ok(Gateway {
+            state,
+            limits: config.limits,
+            first_keys,
+            tasks,
+        })
+    }
+}
+
+/// On a store without keys: an admin key and a demo agent key holding every registered scope.
+async fn first_keys(
+    store: &dyn Store,
+    tenant: &str,
+    contracts: &[Arc<Contract>],
+    env: &dyn Env,
+) -> Result<Option<FirstKeys>, StoreError> {
+    if store.has_api_keys().await? {
+        return Ok(None);
+    }
+    let mut scopes: Vec<String> = contracts
+        .iter()
+        .flat_map(|c| c.scopes().iter().cloned())
+        .collect();
+    scopes.sort();
+    scopes.dedup();
+    let make = async |principal: &str, grants: Vec<String>, roles: &[&str], label: &str| {
+        let generated = keys::generate();
+        store
+            .create_api_key(&NewApiKey {
+                id: generated.id,
+                key_hash: generated.hash,
+                tenant: tenant.to_owned(),
+                principal: principal.to_owned(),
+                grants,
+                roles: roles.iter().map(|r| (*r).to_owned()).collect(),
+                label: Some(label.to_owned()),
+                created_at: env.now(),
+            })
+            .await
+            .map(|()| generated.key)
+    };
+    let admin = make(
+        "admin",
+        Vec::new(),
+        &["admin", "reviewer", "supervisor"],
+        "first admin key",
+    )
+    .await?;
+    let agent = make("demo-agent", scopes, &["agent", "operator"], "demo agent key").await?;
+    Ok(Some(FirstKeys { admin, agent }))
+}

@@ -1,0 +1,158 @@
+//! Approvals of the caller's tenant: the pending inbox, and a reviewer's verdict (authorized by
+//! policy through the pipeline's `review`; the proposer cannot review its own call).
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use warrant_core::pipeline::ReviewRefusal;
+use warrant_core::records::{ApprovalRequest, ApprovalStatus, Verdict};
+
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::routes::rfc3339;
+use crate::state::AppState;
+
+/// The routes.
+pub fn router() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/v1/approvals", get(list))
+        .route("/v1/approvals/{id}/approve", post(approve))
+        .route("/v1/approvals/{id}/reject", post(reject))
+}
+
+/// An approval request as the API shows it (the exact arguments, for the reviewer).
+pub fn approval_json(a: &ApprovalRequest) -> Value {
+    let r = &a.request;
+    json!({
+        "id": r.id,
+        "status": a.status.as_str(),
+        "tool": r.tool,
+        "contract_id": r.contract_id,
+        "proposer": r.proposer,
+        "payload_digest": r.payload_digest,
+        "idempotency_key": r.idempotency_key,
+        "arguments": r.arguments,
+        "created_at": rfc3339(r.created_at),
+        "expires_at": rfc3339(r.expires_at),
+        "reviewer": a.reviewer,
+        "reason": a.reason,
+        "decided_at": a.decided_at.map(rfc3339),
+        "consumed_at": a.consumed_at.map(rfc3339),
+    })
+}
+
+#[derive(Debug, Deserialize)]
+struct ListQuery {
+    status: Option<String>,
+    limit: Option<u32>,
+}
+
+async fn list(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let status = match q.status.as_deref() {
+        None => None,
+        Some(s) => Some(
+            ApprovalStatus::parse(s).ok_or_else(|| ApiError::bad_request(format!("unknown status `{s}`")))?,
+        ),
+    };
+    let limit = q.limit.unwrap_or(100).clamp(1, 500);
+    let approvals = state
+        .store
+        .list_approvals(caller.principal.tenant(), status, limit)
+        .await?;
+    Ok(Json(
+        json!({"approvals": approvals.iter().map(approval_json).collect::<Vec<_>>()}),
+    ))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReviewBody {
+    reason: Option<String>,
+}
+
+fn reason(body: &Bytes) -> Result<Option<String>, ApiError> {
+    if body.is_empty() {
+        return Ok(None);
+    }
+    let parsed: ReviewBody = serde_json::from_slice(body)
+        .map_err(|_| ApiError::bad_request("the body is `{\"reason\": \"…\"}`"))?;
+    match parsed.reason {
+        Some(r) if r.chars().count() > 1000 => {
+            Err(ApiError::bad_request("the reason is over 1000 characters"))
+        }
+        other => Ok(other),
+    }
+}
+
+async fn review(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    verdict: Verdict,
+    body: &Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let reason = reason(body)?;
+    match state
+        .authority
+        .review(&caller.principal, id, verdict, reason.as_deref())
+        .await?
+    {
+        Ok(approval) => Ok(Json(approval_json(&approval))),
+        Err(refusal) => Err(match refusal {
+            ReviewRefusal::NotFound => ApiError::not_found("approval"),
+            ReviewRefusal::Forbidden(_) => ApiError::new(
+                StatusCode::FORBIDDEN,
+                "approval",
+                "REVIEW_FORBIDDEN",
+                "policy does not let this principal review this tool",
+            ),
+            ReviewRefusal::SelfReview => ApiError::new(
+                StatusCode::FORBIDDEN,
+                "approval",
+                "SELF_REVIEW",
+                "the proposer cannot review its own call",
+            ),
+            ReviewRefusal::NotPending(status) => ApiError::new(
+                StatusCode::CONFLICT,
+                "approval",
+                "APPROVAL_NOT_PENDING",
+                format!("the approval is {status}"),
+            ),
+            ReviewRefusal::Expired => ApiError::new(
+                StatusCode::CONFLICT,
+                "approval",
+                "APPROVAL_EXPIRED",
+                "the approval request expired",
+            ),
+        }),
+    }
+}
+
+async fn approve(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    review(&state, &caller, &id, Verdict::Approve, &body).await
+}
+
+async fn reject(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    review(&state, &caller, &id, Verdict::Reject, &body).await
+}

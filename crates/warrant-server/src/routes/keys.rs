@@ -1,0 +1,96 @@
+//! API keys of the admin's tenant: create (the key is shown once) and revoke.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, post};
+use serde::Deserialize;
+use serde_json::json;
+use warrant_core::authority::Principal;
+use warrant_core::records::NewApiKey;
+use warrant_store::keys;
+
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// The routes.
+pub fn router() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/v1/keys", post(create))
+        .route("/v1/keys/{id}", delete(revoke))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateKey {
+    principal: String,
+    #[serde(default)]
+    grants: Vec<String>,
+    #[serde(default)]
+    roles: Vec<String>,
+    label: Option<String>,
+}
+
+async fn create(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    caller.require_admin()?;
+    let req: CreateKey = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("expected {{principal, grants, roles, label}}: {e}")))?;
+    let tenant = caller.principal.tenant().to_owned();
+    // The same identity rules as authentication: a key that could not authenticate is refused.
+    Principal::new(&req.principal, &tenant, req.grants.iter().cloned())
+        .and_then(|p| p.with_roles(req.roles.iter().cloned()))
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    if req.label.as_ref().is_some_and(|l| l.chars().count() > 200) {
+        return Err(ApiError::bad_request("the label is over 200 characters"));
+    }
+    let generated = keys::generate();
+    state
+        .store
+        .create_api_key(&NewApiKey {
+            id: generated.id.clone(),
+            key_hash: generated.hash,
+            tenant: tenant.clone(),
+            principal: req.principal.clone(),
+            grants: req.grants.clone(),
+            roles: req.roles.clone(),
+            label: req.label.clone(),
+            created_at: state.env.now(),
+        })
+        .await?;
+    let body = json!({
+        "id": generated.id,
+        "key": generated.key,
+        "tenant": tenant,
+        "principal": req.principal,
+        "grants": req.grants,
+        "roles": req.roles,
+        "label": req.label,
+    });
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+async fn revoke(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    caller.require_admin()?;
+    if state
+        .store
+        .revoke_api_key(caller.principal.tenant(), &id, state.env.now())
+        .await?
+    {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::not_found("key"))
+    }
+}

@@ -1,0 +1,138 @@
+//! `POST /v1/proposals`: decide and, when allowed, execute — through the same `dispatch` every
+//! lane calls.
+//!
+//! | answer | status |
+//! |---|---|
+//! | committed (or replayed) | 200, `result` |
+//! | held for approval | 202, `approval` |
+//! | outcome unknown (being reconciled) | 202, `operation_id` |
+//! | executed and failed | 502, `error` with stage `execute` and the tool's code |
+//! | refused | 400 / 403 / 404 / 409 / 422 / 429 by stage (`error`) |
+//!
+//! Every answer carries `ledger_id`, `decision` and `trace_id`.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::{Value, json};
+use warrant_core::decision::Outcome;
+use warrant_core::pipeline::Call;
+use warrant_runtime::{Dispatched, dispatch};
+
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::trace::trace_id;
+
+/// The routes.
+pub fn router() -> Router<Arc<AppState>> {
+    Router::new().route("/v1/proposals", post(propose))
+}
+
+/// A header's text, if present and visible ASCII.
+pub(crate) fn header_text<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+async fn propose(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let json = header_text(&headers, header::CONTENT_TYPE.as_str())
+        .and_then(|ct| ct.split(';').next())
+        .is_some_and(|ct| ct.trim().eq_ignore_ascii_case("application/json"));
+    if !json {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "request",
+            "UNSUPPORTED_MEDIA_TYPE",
+            "proposals are application/json",
+        ));
+    }
+    let trace = trace_id(&headers);
+    let call = Call {
+        bytes: &body,
+        idempotency_key: header_text(&headers, "idempotency-key"),
+        approval_id: header_text(&headers, "warrant-approval"),
+        trace_id: &trace,
+        ..Call::default()
+    };
+    let (dispatched, _) = dispatch(&state.authority, &state.runtime, &caller.principal, &call).await?;
+    Ok(answer(&state, dispatched, &trace))
+}
+
+/// The HTTP answer to a dispatched proposal.
+fn answer(state: &AppState, dispatched: Dispatched, trace: &str) -> Response {
+    let ledger_id = dispatched.ledger_id().to_owned();
+    match dispatched {
+        Dispatched::Rejected { rejection, .. } => ApiError::rejection(&rejection)
+            .with("ledger_id", json!(ledger_id))
+            .with("decision", json!("reject"))
+            .with("trace_id", json!(trace))
+            .into_response(),
+        Dispatched::NeedsApproval { needed, .. } => {
+            let id = needed.request_id.clone().unwrap_or_default();
+            let body = json!({
+                "ledger_id": ledger_id,
+                "decision": "needs_approval",
+                "trace_id": trace,
+                "approval": {
+                    "id": id,
+                    "contract_id": needed.contract_id.to_string(),
+                    "payload_digest": needed.payload_digest.to_string(),
+                    "idempotency_key": needed.idempotency_key,
+                    "expires_at": needed.expires_at.and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok()),
+                    "review_url": format!("{}/console/approvals/{id}", state.public_url),
+                },
+            });
+            (StatusCode::ACCEPTED, axum::Json(body)).into_response()
+        }
+        Dispatched::Executed(e) => {
+            let base = |outcome: &str| {
+                json!({
+                    "ledger_id": e.ledger_id,
+                    "decision": "allow",
+                    "trace_id": trace,
+                    "operation_id": e.operation_id.as_str(),
+                    "attempts": e.attempts,
+                    "replayed": e.replayed,
+                    "outcome": outcome,
+                })
+            };
+            match &e.result {
+                Err(rejection) => ApiError::rejection(rejection)
+                    .with("ledger_id", json!(e.ledger_id))
+                    .with("decision", json!("allow"))
+                    .with("trace_id", json!(trace))
+                    .into_response(),
+                Ok(Outcome::Committed(result)) => {
+                    let mut body = base(if e.replayed { "replayed" } else { "committed" });
+                    if let Value::Object(map) = &mut body {
+                        map.insert("result".into(), result.clone());
+                    }
+                    (StatusCode::OK, axum::Json(body)).into_response()
+                }
+                Ok(Outcome::Unknown(_)) => {
+                    (StatusCode::ACCEPTED, axum::Json(base("unknown"))).into_response()
+                }
+                Ok(Outcome::Failed(code)) => {
+                    let mut body = base("failed");
+                    if let Value::Object(map) = &mut body {
+                        map.insert(
+                            "error".into(),
+                            json!({"stage": "execute", "code": code.as_str(), "message": "the tool call failed"}),
+                        );
+                    }
+                    (StatusCode::BAD_GATEWAY, axum::Json(body)).into_response()
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,401 @@
+//! `warrant serve`: the gateway. Configuration comes from flags, then `WARRANT_*` environment
+//! variables, then the config file (`--config`, default `./warrant.toml` when it exists), then
+//! built-in defaults; it is validated before anything starts, with the offending key named.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use serde::Deserialize;
+use warrant_core::guard::{AllowList, Guards};
+use warrant_core::pipeline::Settings;
+use warrant_core::redact::RedactionKey;
+use warrant_core::store::Store;
+use warrant_policy::PolicySource;
+use warrant_runtime::adapters::{AdapterConfig, RelaySecurity, SmtpRelay};
+use warrant_runtime::binding::parse_duration;
+use warrant_runtime::net::{NetPolicy, SafeClient};
+use warrant_runtime::{RuntimeSettings, Secrets};
+use warrant_server::{Gateway, GatewayConfig, HttpLimits};
+use warrant_store::{DatabaseUrl, SqlStore, StoreOptions};
+
+use crate::Exit;
+
+/// Flags of `warrant serve` (each also read from its `WARRANT_*` variable).
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The config file (TOML). Default: `./warrant.toml` if it exists.
+    #[arg(long, env = "WARRANT_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Address to listen on.
+    #[arg(long, env = "WARRANT_LISTEN", value_name = "ADDR")]
+    listen: Option<String>,
+    /// The embedded SQLite store's directory.
+    #[arg(long, env = "WARRANT_DATA_DIR", value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// `postgres://…` (or `sqlite://…`): overrides the data directory.
+    #[arg(long, env = "WARRANT_DATABASE", value_name = "URL")]
+    database: Option<String>,
+    /// Contract files registered at start. Default: `./contracts`, else `./examples/contracts`.
+    #[arg(long, env = "WARRANT_CONTRACTS", value_name = "DIR")]
+    contracts: Option<PathBuf>,
+    /// Cedar policy files. Default: `./policies`, else `./examples/policies`.
+    #[arg(long, env = "WARRANT_POLICY", value_name = "DIR")]
+    policy: Option<PathBuf>,
+    /// Log lines as JSON.
+    #[arg(long, env = "WARRANT_LOG_JSON")]
+    log_json: bool,
+}
+
+/// The config file. Every section and key is optional; unknown keys are refused.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct FileConfig {
+    server: ServerSection,
+    store: StoreSection,
+    contracts: DirSection,
+    policies: DirSection,
+    network: NetworkSection,
+    adapters: AdaptersSection,
+    limits: LimitsSection,
+    /// Allow-lists per tenant: `[guards.acme] email_recipients = ["*@acme.example"]`.
+    guards: BTreeMap<String, BTreeMap<String, Vec<String>>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct ServerSection {
+    listen: Option<String>,
+    public_url: Option<String>,
+    first_tenant: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct StoreSection {
+    data_dir: Option<PathBuf>,
+    database: Option<String>,
+    redaction_key_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct DirSection {
+    dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct NetworkSection {
+    allow_hosts: Vec<String>,
+    allow_plain_http: bool,
+    timeout: Option<String>,
+    max_response_bytes: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct AdaptersSection {
+    secrets_file: Option<PathBuf>,
+    command_roots: Vec<PathBuf>,
+    smtp: Option<SmtpSection>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SmtpSection {
+    host: String,
+    port: u16,
+    #[serde(default = "starttls")]
+    tls: String,
+}
+
+fn starttls() -> String {
+    "starttls".into()
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct LimitsSection {
+    body_bytes: Option<usize>,
+    request_timeout: Option<String>,
+    concurrency: Option<usize>,
+    approval_ttl: Option<String>,
+    call_deadline: Option<String>,
+}
+
+fn duration(key: &str, text: Option<&String>, default: Duration) -> Result<Duration> {
+    match text {
+        None => Ok(default),
+        Some(t) => {
+            parse_duration(t).with_context(|| format!("`{key}`: `{t}` is not a duration such as 30s or 15m"))
+        }
+    }
+}
+
+fn first_existing(candidates: &[&str]) -> Option<PathBuf> {
+    candidates.iter().map(PathBuf::from).find(|p| p.is_dir())
+}
+
+/// The redaction key: `WARRANT_REDACTION_KEY` (hex), else a key file (created on first start
+/// beside the embedded store), so redacted values stay comparable across restarts.
+fn redaction_key(file: Option<&Path>) -> Result<RedactionKey> {
+    if let Ok(hex_key) = std::env::var("WARRANT_REDACTION_KEY") {
+        let bytes = hex::decode(hex_key.trim()).context("WARRANT_REDACTION_KEY is not hex")?;
+        return RedactionKey::new(bytes).context("WARRANT_REDACTION_KEY must be at least 32 bytes");
+    }
+    let Some(path) = file else {
+        tracing::warn!("no WARRANT_REDACTION_KEY: redacted values are comparable only within this process");
+        return RedactionKey::new(rand::random::<[u8; 32]>().to_vec()).context("redaction key");
+    };
+    if !path.exists() {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+        let key = hex::encode(rand::random::<[u8; 32]>());
+        write_private(path, key.as_bytes())?;
+    }
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let bytes = hex::decode(text.trim()).with_context(|| format!("{} is not hex", path.display()))?;
+    RedactionKey::new(bytes).with_context(|| format!("{} must hold at least 32 bytes", path.display()))
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    f.write_all(bytes)?;
+    Ok(())
+}
+
+fn init_logging(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("WARRANT_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        let _ = builder.json().try_init();
+    } else {
+        let _ = builder.try_init();
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutting down: finishing calls in flight");
+}
+
+/// Runs `warrant serve` until SIGTERM or SIGINT.
+pub fn run(args: &ServeArgs) -> Result<Exit> {
+    init_logging(args.log_json);
+    let file = match (&args.config, Path::new("warrant.toml").is_file()) {
+        (Some(path), _) => Some(path.clone()),
+        (None, true) => Some(PathBuf::from("warrant.toml")),
+        (None, false) => None,
+    };
+    let cfg: FileConfig = match &file {
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+            toml::from_str(&text).with_context(|| format!("invalid config {}", path.display()))?
+        }
+        None => FileConfig::default(),
+    };
+    let listen = args
+        .listen
+        .clone()
+        .or(cfg.server.listen.clone())
+        .unwrap_or_else(|| "127.0.0.1:8080".into());
+    let data_dir = args
+        .data_dir
+        .clone()
+        .or(cfg.store.data_dir.clone())
+        .unwrap_or_else(|| PathBuf::from("./warrant-data"));
+    let database = match args.database.clone().or(cfg.store.database.clone()) {
+        Some(url) => DatabaseUrl::parse(&url).context("invalid database URL")?,
+        None => DatabaseUrl::data_dir(&data_dir),
+    };
+    let contracts_dir = args
+        .contracts
+        .clone()
+        .or(cfg.contracts.dir.clone())
+        .or_else(|| first_existing(&["contracts", "examples/contracts"]));
+    let policy_dir = args
+        .policy
+        .clone()
+        .or(cfg.policies.dir.clone())
+        .or_else(|| first_existing(&["policies", "examples/policies"]));
+    let mut policies = Vec::new();
+    if let Some(dir) = &policy_dir {
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+            .with_context(|| format!("cannot read policy directory {}", dir.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "cedar"))
+            .collect();
+        paths.sort();
+        for path in paths {
+            let text =
+                std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            policies.push(PolicySource::new(name, text));
+        }
+    }
+    let mut guards = Guards::new();
+    for (tenant, lists) in &cfg.guards {
+        for (name, entries) in lists {
+            let list = AllowList::new(entries.iter().map(String::as_str))
+                .map_err(anyhow::Error::msg)
+                .with_context(|| format!("`guards.{tenant}.{name}`"))?;
+            guards.set(tenant, name, list);
+        }
+    }
+    let mut secrets = Secrets::from_env();
+    if let Some(path) = &cfg.adapters.secrets_file {
+        secrets = secrets.with_file(path).map_err(anyhow::Error::msg)?;
+    }
+    let smtp = match &cfg.adapters.smtp {
+        None => None,
+        Some(s) => Some(SmtpRelay {
+            host: s.host.clone(),
+            port: s.port,
+            security: match s.tls.as_str() {
+                "starttls" => RelaySecurity::StartTls,
+                "tls" => RelaySecurity::Tls,
+                "none" => RelaySecurity::Plain,
+                other => bail!("`adapters.smtp.tls` must be starttls, tls or none, not `{other}`"),
+            },
+        }),
+    };
+    let mut net = NetPolicy {
+        allow_hosts: cfg.network.allow_hosts.clone(),
+        allow_plain_http: cfg.network.allow_plain_http,
+        ..NetPolicy::default()
+    };
+    if let Ok(extra) = std::env::var("WARRANT_ALLOW_HOSTS") {
+        net.allow_hosts.extend(
+            extra
+                .split(',')
+                .map(str::trim)
+                .filter(|h| !h.is_empty())
+                .map(str::to_owned),
+        );
+    }
+    net.timeout = duration("network.timeout", cfg.network.timeout.as_ref(), net.timeout)?;
+    if let Some(n) = cfg.network.max_response_bytes {
+        net.max_response_bytes = n;
+    }
+    let defaults = HttpLimits::default();
+    let limits = HttpLimits {
+        body_bytes: cfg.limits.body_bytes.unwrap_or(defaults.body_bytes),
+        request_timeout: duration(
+            "limits.request_timeout",
+            cfg.limits.request_timeout.as_ref(),
+            defaults.request_timeout,
+        )?,
+        concurrency: cfg.limits.concurrency.unwrap_or(defaults.concurrency).max(1),
+    };
+    let mut runtime_settings = RuntimeSettings::default();
+    runtime_settings.retry.deadline = duration(
+        "limits.call_deadline",
+        cfg.limits.call_deadline.as_ref(),
+        runtime_settings.retry.deadline,
+    )?;
+    runtime_settings.stale_after = runtime_settings.retry.deadline + Duration::from_secs(30);
+    let mut settings = Settings::default();
+    let ttl = duration(
+        "limits.approval_ttl",
+        cfg.limits.approval_ttl.as_ref(),
+        Duration::from_secs(15 * 60),
+    )?;
+    settings.approval_ttl = time::Duration::try_from(ttl).context("`limits.approval_ttl` is too long")?;
+    let key_file = cfg.store.redaction_key_file.clone().or_else(|| match &database {
+        DatabaseUrl::Sqlite(_) => Some(data_dir.join("redaction.key")),
+        DatabaseUrl::Postgres(_) => None,
+    });
+    let redaction = redaction_key(key_file.as_deref())?;
+    let public_url = cfg
+        .server
+        .public_url
+        .clone()
+        .or_else(|| std::env::var("WARRANT_PUBLIC_URL").ok())
+        .unwrap_or_else(|| format!("http://{listen}"));
+    let first_tenant = cfg.server.first_tenant.clone().unwrap_or_else(|| "demo".into());
+
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async move {
+        let sql = Arc::new(
+            SqlStore::open(&database, &StoreOptions::default())
+                .await
+                .with_context(|| format!("cannot open {}", database.redacted()))?,
+        );
+        let store: Arc<dyn Store> = sql.clone();
+        let gateway = Gateway::start(GatewayConfig {
+            store,
+            contracts_dir: contracts_dir.clone(),
+            policies,
+            guards,
+            budgets: Default::default(),
+            redaction,
+            adapters: AdapterConfig {
+                client: SafeClient::new(net),
+                secrets,
+                smtp,
+                command_roots: cfg.adapters.command_roots.clone(),
+            },
+            runtime: runtime_settings,
+            settings,
+            limits,
+            public_url: public_url.clone(),
+            first_tenant: first_tenant.clone(),
+            background: true,
+        })
+        .await?;
+        let listener = tokio::net::TcpListener::bind(&listen)
+            .await
+            .with_context(|| format!("cannot listen on {listen}"))?;
+        let contracts = gateway.state.store.list_contracts().await?.len();
+        println!("warrant is listening on {public_url}");
+        println!("  API        {public_url}/v1");
+        println!("  metrics    {public_url}/metrics");
+        println!("  store      {}", database.redacted());
+        match &contracts_dir {
+            Some(dir) => println!("  contracts  {contracts} registered (loaded {})", dir.display()),
+            None => println!("  contracts  {contracts} registered"),
+        }
+        if let Some(keys) = &gateway.first_keys {
+            println!("first start: two keys for tenant `{first_tenant}`, shown only now");
+            println!("  admin      {}", keys.admin);
+            println!("  agent      {}", keys.agent);
+        }
+        warrant_server::serve(listener, &gateway, shutdown_signal()).await?;
+        drop(gateway);
+        sql.close().await;
+        Ok(Exit::Ok)
+    })
+}
