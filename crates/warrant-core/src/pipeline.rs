@@ -15,7 +15,8 @@
 //!   the key;
 //! - the idempotency record is read before the budget is reserved: an idempotent replay of a
 //!   committed call needs neither budget nor a second approval (no new effect happens), while
-//!   a conflicting record is reported at the idempotency stage, after the stages before it.
+//!   a conflicting record (key reused with another payload, or in flight) is reported at the
+//!   idempotency stage before any approval is requested or spent: such a call cannot run.
 //!   Budget reservations of a call that does not end in `allow` are released.
 
 use std::sync::Arc;
@@ -478,6 +479,17 @@ impl Authority {
         p: &mut Progress,
     ) -> Result<Result<Option<Decision>, Rejection>, StoreError> {
         let tenant = principal.tenant();
+        // A key bound to another payload can never run, and a key in flight is the same
+        // operation already running (its approval consumed by it): either answer comes before
+        // asking a reviewer or spending an approval.
+        if let Some(rejection) = conflict {
+            p.facts.approval = Some(match (contract.approval(), proposal.approval()) {
+                (ApprovalMode::None, _) => ApprovalState::NotRequired,
+                (ApprovalMode::PerCall, None) => ApprovalState::RequiredMissing,
+                (ApprovalMode::PerCall, Some(_)) => ApprovalState::Mismatch,
+            });
+            return Ok(Err(rejection));
+        }
         let presented = match contract.approval() {
             ApprovalMode::None => {
                 p.facts.approval = Some(ApprovalState::NotRequired);
@@ -515,9 +527,6 @@ impl Authority {
                 }
             },
         };
-        if let Some(rejection) = conflict {
-            return Ok(Err(rejection));
-        }
         if let Some(request) = presented {
             let claim = ApprovalClaim {
                 approval_id: request.request.id.clone(),
