@@ -1,0 +1,618 @@
+//! The cases.
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::support::{Harness, assert_error_shape, credit};
+
+fn lookup(order: &str) -> Value {
+    json!({"tool": "lookup", "version": 1, "arguments": {"order_id": order}})
+}
+
+pub async fn a_call_is_decided_approved_executed_and_recorded(h: &Harness) {
+    // A read is decided and executed at once.
+    let (status, body) = h.propose("agent", &lookup("ord_1234")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["decision"], "allow");
+    assert_eq!(body["outcome"], "committed");
+    assert_eq!(body["result"]["status"], "paid");
+
+    // A write needing approval is held, bound to its payload.
+    let (status, body) = h.propose("agent", &credit(2500, "c-1")).await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["decision"], "needs_approval");
+    let approval = body["approval"]["id"].as_str().unwrap().to_owned();
+    assert!(
+        body["approval"]["review_url"]
+            .as_str()
+            .unwrap()
+            .ends_with(&approval)
+    );
+    assert_eq!(h.upstream.total(), 0);
+
+    // The inbox shows it; the proposer cannot approve its own call; a reviewer can.
+    let r = h
+        .req(Method::GET, "/v1/approvals?status=pending", "reviewer")
+        .send()
+        .await
+        .unwrap();
+    let inbox: Value = r.json().await.unwrap();
+    assert_eq!(inbox["approvals"][0]["id"], approval.as_str());
+    assert_eq!(inbox["approvals"][0]["arguments"]["amount_cents"], 2500);
+    let r = h
+        .req(
+            Method::POST,
+            &format!("/v1/approvals/{approval}/approve"),
+            "agent",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 403);
+    let r = h
+        .req(
+            Method::POST,
+            &format!("/v1/approvals/{approval}/approve"),
+            "reviewer",
+        )
+        .json(&json!({"reason": "verified the duplicate charge"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let approved: Value = r.json().await.unwrap();
+    assert_eq!(approved["status"], "approved");
+
+    // A changed payload does not ride on the approval.
+    let (status, body) = h
+        .propose_with(
+            0,
+            "agent",
+            &credit(2600, "c-1"),
+            &[("warrant-approval", &approval)],
+        )
+        .await;
+    assert!(status == 403 || status == 422, "{status} {body}");
+    assert_error_shape(&body);
+
+    // The approved call, presented again with the approval id, runs once.
+    let (status, body) = h
+        .propose_with(
+            0,
+            "agent",
+            &credit(2500, "c-1"),
+            &[("warrant-approval", &approval)],
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["outcome"], "committed");
+    let result = body["result"].clone();
+    assert_eq!(h.upstream.total(), 1);
+    let ledger_id = body["ledger_id"].as_str().unwrap().to_owned();
+
+    // Replayed: the stored result, no second effect.
+    let (status, body) = h
+        .propose_with(
+            0,
+            "agent",
+            &credit(2500, "c-1"),
+            &[("warrant-approval", &approval)],
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["outcome"], "replayed");
+    assert_eq!(body["result"], result);
+    assert_eq!(h.upstream.total(), 1);
+
+    // Recorded.
+    let r = h
+        .req(Method::GET, &format!("/v1/ledger/{ledger_id}"), "agent")
+        .send()
+        .await
+        .unwrap();
+    let row: Value = r.json().await.unwrap();
+    assert_eq!(row["outcome"], "committed");
+    assert_eq!(row["approval_id"], approval.as_str());
+    assert_eq!(row["tool"], "credit");
+}
+
+pub async fn idempotency_statuses_follow_the_draft(h: &Harness) {
+    // Missing where required: 400.
+    let no_key = json!({"tool": "credit", "version": 1,
+        "arguments": {"customer_id": "cus_1", "amount_cents": 5, "reason": "x"}});
+    let (status, body) = h.propose("agent", &no_key).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], "IDEMPOTENCY_KEY_REQUIRED");
+    // The header carries the key as well as the envelope.
+    let (status, body) = h
+        .propose_with(0, "agent", &no_key, &[("idempotency-key", "hdr-1")])
+        .await;
+    assert_eq!(status, 202, "{body}");
+
+    // Approve and run one call, then reuse its key with another payload: 422.
+    let (_, body) = h.propose("agent", &credit(10, "k-reuse")).await;
+    let approval = body["approval"]["id"].as_str().unwrap().to_owned();
+    h.req(
+        Method::POST,
+        &format!("/v1/approvals/{approval}/approve"),
+        "reviewer",
+    )
+    .send()
+    .await
+    .unwrap();
+    let (status, _) = h
+        .propose_with(
+            0,
+            "agent",
+            &credit(10, "k-reuse"),
+            &[("warrant-approval", &approval)],
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (status, body) = h.propose("agent", &credit(11, "k-reuse")).await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["code"], "IDEMPOTENCY_KEY_REUSED");
+
+    // In flight: 409.
+    let slow = json!({"tool": "credit", "version": 1, "idempotency_key": "k-slow",
+        "arguments": {"customer_id": "cus_1", "amount_cents": 10, "reason": "slow"}});
+    let (_, body) = h.propose("agent", &slow).await;
+    let approval = body["approval"]["id"].as_str().unwrap().to_owned();
+    h.req(
+        Method::POST,
+        &format!("/v1/approvals/{approval}/approve"),
+        "reviewer",
+    )
+    .send()
+    .await
+    .unwrap();
+    let headers = [("warrant-approval", approval.as_str())];
+    let first = h.propose_with(0, "agent", &slow, &headers);
+    let second = async {
+        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+        h.propose_with(0, "agent", &slow, &[("warrant-approval", &approval)])
+            .await
+    };
+    let ((s1, b1), (s2, b2)) = tokio::join!(first, second);
+    assert_eq!(s1, 200, "{b1}");
+    assert_eq!(s2, 409, "{b2}");
+    assert_eq!(b2["error"]["code"], "IDEMPOTENCY_IN_FLIGHT");
+}
+
+pub async fn hostile_requests_get_clear_errors(h: &Harness) {
+    let rows_before = ledger_count(h, "agent").await;
+    let post = |body: &'static [u8], ct: &'static str| {
+        h.req(Method::POST, "/v1/proposals", "agent")
+            .header("content-type", ct)
+            .body(body)
+    };
+    let cases: Vec<(reqwest::RequestBuilder, u16, bool)> = vec![
+        // (request, status, writes a ledger rejection row)
+        (post(b"{not json", "application/json"), 400, true),
+        (
+            post(br#"{"tool":"lookup","tool":"lookup"}"#, "application/json"),
+            400,
+            true,
+        ),
+        (
+            post(
+                br#"{"tool":"lookup","version":1,"arguments":{"order_id":"ord_1234"},"tenant":"globex"}"#,
+                "application/json",
+            ),
+            400,
+            true,
+        ),
+        (
+            post(
+                br#"{"tool":"lookup","version":1,"arguments":{"order_id":5}}"#,
+                "application/json",
+            ),
+            422,
+            true,
+        ),
+        (
+            post(
+                br#"{"tool":"nope","version":1,"arguments":{}}"#,
+                "application/json",
+            ),
+            404,
+            true,
+        ),
+        (post(b"{}", "text/plain"), 415, false),
+        (
+            h.req(Method::POST, "/v1/proposals", "agent")
+                .header("content-type", "application/json")
+                .body(vec![b'['; 2 << 20]),
+            413,
+            false,
+        ),
+        (
+            h.req(Method::POST, "/v1/proposals", "nobody")
+                .header("content-type", "application/json")
+                .body("{}"),
+            401,
+            false,
+        ),
+        (
+            h.req(Method::POST, "/v1/proposals", "nobody")
+                .header("content-type", "application/json")
+                .header(
+                    "authorization",
+                    format!("Bearer wrn_{}_{}", "0".repeat(16), "f".repeat(64)),
+                )
+                .body("{}"),
+            401,
+            false,
+        ),
+        (
+            h.req(Method::POST, "/v1/proposals", "nobody")
+                .header("authorization", "Basic YWxhZGRpbjpvcGVu")
+                .body("{}"),
+            401,
+            false,
+        ),
+        (h.req(Method::GET, "/v1/does-not-exist", "agent"), 404, false),
+        (h.req(Method::DELETE, "/v1/proposals", "agent"), 405, false),
+        (
+            h.req(Method::GET, "/v1/ledger?outcome=exploded", "agent"),
+            400,
+            false,
+        ),
+        (
+            h.req(Method::GET, "/v1/ledger?cursor=garbage", "agent"),
+            400,
+            false,
+        ),
+        (
+            h.req(Method::GET, "/v1/ledger?since=yesterday", "agent"),
+            400,
+            false,
+        ),
+        (
+            h.req(Method::POST, "/v1/keys", "agent")
+                .json(&json!({"principal": "x"})),
+            403,
+            false,
+        ),
+        (
+            h.req(Method::POST, "/v1/keys", "admin")
+                .body("{\"principal\": 5}"),
+            400,
+            false,
+        ),
+        (
+            h.req(Method::POST, "/v1/approvals/apr_nope/approve", "reviewer"),
+            404,
+            false,
+        ),
+        (
+            h.req(Method::POST, "/v1/approvals/apr_nope/approve", "reviewer")
+                .body("[1,2"),
+            400,
+            false,
+        ),
+    ];
+    let mut expected_rows = rows_before;
+    for (i, (req, status, writes)) in cases.into_iter().enumerate() {
+        let r = req.send().await.unwrap();
+        let got = r.status().as_u16();
+        let ct = r
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_owned());
+        let body: Value = r
+            .json()
+            .await
+            .unwrap_or_else(|e| panic!("case {i}: not JSON ({e}), {ct:?}"));
+        assert_eq!(got, status, "case {i}: {body}");
+        assert_error_shape(&body);
+        if writes {
+            expected_rows += 1;
+            assert!(body["ledger_id"].is_string(), "case {i}: {body}");
+        }
+    }
+    // Nothing written but the rejection rows, and nothing executed.
+    assert_eq!(ledger_count(h, "agent").await, expected_rows);
+    assert_eq!(*h.upstream.requests.lock().unwrap(), 0);
+}
+
+async fn ledger_count(h: &Harness, who: &str) -> usize {
+    let r = h
+        .req(Method::GET, "/v1/ledger?limit=500", who)
+        .send()
+        .await
+        .unwrap();
+    let page: Value = r.json().await.unwrap();
+    page["entries"].as_array().unwrap().len()
+}
+
+pub async fn tenants_cannot_reach_each_other(h: &Harness) {
+    let (_, body) = h.propose("agent", &credit(2500, "iso-1")).await;
+    let approval = body["approval"]["id"].as_str().unwrap().to_owned();
+    let ledger_id = body["ledger_id"].as_str().unwrap().to_owned();
+    // globex's supervisor can neither see, approve nor consume acme's approval.
+    let r = h.req(Method::GET, "/v1/approvals", "other").send().await.unwrap();
+    let inbox: Value = r.json().await.unwrap();
+    assert!(inbox["approvals"].as_array().unwrap().is_empty());
+    let r = h
+        .req(
+            Method::POST,
+            &format!("/v1/approvals/{approval}/approve"),
+            "other",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    let r = h
+        .req(Method::GET, &format!("/v1/ledger/{ledger_id}"), "other")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    // Presenting acme's approval from globex does not bind.
+    let (status, body) = h
+        .propose_with(
+            0,
+            "other",
+            &credit(2500, "iso-1"),
+            &[("warrant-approval", &approval)],
+        )
+        .await;
+    assert_ne!(status, 200, "{body}");
+    assert_eq!(h.upstream.total(), 0);
+    assert_eq!(ledger_count(h, "other").await, 1);
+}
+
+pub async fn admins_register_and_retire_contracts(h: &Harness) {
+    let doc = r#"
+name: ping
+version: 1
+description: Answer pong.
+owner: test
+effect: read
+scopes: [orders:read]
+approval: none
+input: { type: object, additionalProperties: false, properties: {} }
+output: { type: object, additionalProperties: false, properties: {} }
+"#;
+    let post = |who: &str, body: &str, ct: &str| {
+        h.req(Method::POST, "/v1/contracts", who)
+            .header("content-type", ct)
+            .body(body.to_owned())
+    };
+    assert_eq!(
+        post("agent", doc, "application/yaml")
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        403
+    );
+    let r = post("admin", doc, "application/yaml").send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let created: Value = r.json().await.unwrap();
+    let id = created["id"].as_str().unwrap().to_owned();
+    assert!(id.starts_with("tool-contract@sha256:"));
+    // Same body again: no change. Another body under the same version: 409.
+    assert_eq!(
+        post("admin", doc, "application/yaml")
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        200
+    );
+    let changed = doc.replace("Answer pong.", "Answer ping.");
+    let r = post("admin", &changed, "application/yaml").send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 409);
+    // An open schema is refused with every problem.
+    let open = doc.replace(
+        "additionalProperties: false, properties: {} }\noutput",
+        "properties: { a: { type: string } } }\noutput",
+    );
+    let r = post("admin", &open, "application/yaml").send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 422);
+    let body: Value = r.json().await.unwrap();
+    assert!(!body["problems"].as_array().unwrap().is_empty(), "{body}");
+
+    // Listed and readable.
+    let r = h.req(Method::GET, "/v1/contracts", "agent").send().await.unwrap();
+    let list: Value = r.json().await.unwrap();
+    assert!(
+        list["contracts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["name"] == "ping")
+    );
+    let r = h
+        .req(Method::GET, "/v1/contracts/ping/1", "agent")
+        .send()
+        .await
+        .unwrap();
+    let one: Value = r.json().await.unwrap();
+    assert_eq!(one["document"]["description"], "Answer pong.");
+
+    // Retired: new calls are refused.
+    let r = h
+        .req(Method::POST, &format!("/v1/contracts/{id}/retire"), "admin")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let (status, body) = h
+        .propose("agent", &json!({"tool": "ping", "version": 1, "arguments": {}}))
+        .await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["error"]["stage"], "contract");
+}
+
+pub async fn keys_are_created_and_revoked(h: &Harness) {
+    let r = h
+        .req(Method::POST, "/v1/keys", "admin")
+        .json(&json!({"principal": "bot-2", "grants": ["orders:read"], "roles": ["agent"], "label": "ci"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let created: Value = r.json().await.unwrap();
+    let key = created["key"].as_str().unwrap().to_owned();
+    let id = created["id"].as_str().unwrap().to_owned();
+    assert_eq!(created["tenant"], "acme");
+    let call = || {
+        h.http
+            .post(format!("{}/v1/proposals", h.base()))
+            .bearer_auth(&key)
+            .header("content-type", "application/json")
+            .body(lookup("ord_9999").to_string())
+    };
+    assert_eq!(call().send().await.unwrap().status().as_u16(), 200);
+    let r = h
+        .req(Method::DELETE, &format!("/v1/keys/{id}"), "admin")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 204);
+    assert_eq!(call().send().await.unwrap().status().as_u16(), 401);
+    // Another tenant's admin cannot revoke acme's keys (there is none here: 404 for unknown).
+    let r = h
+        .req(Method::DELETE, &format!("/v1/keys/{id}"), "admin")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+}
+
+pub async fn the_ledger_filters_and_pages(h: &Harness) {
+    for i in 0..5 {
+        h.propose("agent", &lookup(&format!("ord_{i:04}"))).await;
+    }
+    h.propose("agent", &credit(1, "lg-1")).await;
+    let r = h
+        .req(Method::GET, "/v1/ledger?tool=lookup&limit=2", "agent")
+        .send()
+        .await
+        .unwrap();
+    let page: Value = r.json().await.unwrap();
+    assert_eq!(page["entries"].as_array().unwrap().len(), 2);
+    let mut seen = 2;
+    let mut cursor = page["next_cursor"].as_str().map(str::to_owned);
+    while let Some(c) = cursor {
+        let r = h
+            .req(
+                Method::GET,
+                &format!("/v1/ledger?tool=lookup&limit=2&cursor={c}"),
+                "agent",
+            )
+            .send()
+            .await
+            .unwrap();
+        let page: Value = r.json().await.unwrap();
+        seen += page["entries"].as_array().unwrap().len();
+        cursor = page["next_cursor"].as_str().map(str::to_owned);
+    }
+    assert_eq!(seen, 5);
+    let r = h
+        .req(Method::GET, "/v1/ledger?outcome=committed", "agent")
+        .send()
+        .await
+        .unwrap();
+    let page: Value = r.json().await.unwrap();
+    assert!(
+        page["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["outcome"] == "committed")
+    );
+    assert_eq!(page["entries"].as_array().unwrap().len(), 5);
+}
+
+pub async fn health_readiness_and_metrics(h: &Harness) {
+    let get = |path: &str| h.http.get(format!("{}{path}", h.base())).send();
+    assert_eq!(get("/healthz").await.unwrap().status().as_u16(), 200);
+    assert_eq!(get("/readyz").await.unwrap().status().as_u16(), 200);
+    h.propose("agent", &lookup("ord_5555")).await;
+    let r = get("/metrics").await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let text = r.text().await.unwrap();
+    assert!(text.contains("warrant_decisions_total"), "{text}");
+}
+
+/// Two nodes on one PostgreSQL database: the same approved call raced through both, and the
+/// same key raced through both — one effect, one consumption.
+pub async fn two_nodes_race(h: &Harness) {
+    let (_, body) = h.propose("agent", &credit(700, "race-1")).await;
+    let approval = body["approval"]["id"].as_str().unwrap().to_owned();
+    let r = h
+        .req_on(
+            1,
+            Method::POST,
+            &format!("/v1/approvals/{approval}/approve"),
+            "reviewer",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let proposal = credit(700, "race-1");
+    let headers = [("warrant-approval", approval.as_str())];
+    let mut calls = Vec::new();
+    for i in 0..8 {
+        calls.push(h.propose_with(i % 2, "agent", &proposal, &headers));
+    }
+    let answers = join_all(calls.into_iter().map(Box::pin).collect()).await;
+    let committed = answers
+        .iter()
+        .filter(|(s, b)| *s == 200 && b["outcome"] == "committed")
+        .count();
+    assert_eq!(committed, 1, "{answers:?}");
+    assert_eq!(h.upstream.total(), 1);
+    // Afterwards every node replays the one result.
+    for node in 0..2 {
+        let (status, body) = h
+            .propose_with(
+                node,
+                "agent",
+                &credit(700, "race-1"),
+                &[("warrant-approval", &approval)],
+            )
+            .await;
+        assert_eq!(
+            (status, body["outcome"].as_str()),
+            (200, Some("replayed")),
+            "{body}"
+        );
+    }
+    // The approval was consumed once.
+    let r = h
+        .req(Method::GET, "/v1/approvals?status=consumed", "reviewer")
+        .send()
+        .await
+        .unwrap();
+    let list: Value = r.json().await.unwrap();
+    assert_eq!(list["approvals"].as_array().unwrap().len(), 1);
+}
+
+/// Awaits every future concurrently (on this task).
+async fn join_all<F: std::future::Future + Unpin>(mut futures: Vec<F>) -> Vec<F::Output> {
+    use std::task::Poll;
+    let mut results: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (i, f) in futures.iter_mut().enumerate() {
+            if results[i].is_none() {
+                match std::pin::Pin::new(f).poll(cx) {
+                    Poll::Ready(v) => results[i] = Some(v),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending { Poll::Pending } else { Poll::Ready(()) }
+    })
+    .await;
+    results.into_iter().map(Option::unwrap).collect()
+}

@@ -1,0 +1,58 @@
+//! The gateway over HTTP, end to end, on SQLite and PostgreSQL: proposals decided, approved,
+//! executed and recorded; admin routes; tenant isolation; hostile requests; and two nodes on
+//! one PostgreSQL database racing one key and one approval.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    missing_docs,
+    reason = "tests"
+)]
+
+mod cases;
+mod support;
+
+macro_rules! on_every_backend {
+    ($($case:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    let h = crate::support::Harness::new(crate::support::Kind::Sqlite, 1).await.unwrap();
+                    crate::cases::$case(&h).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    let Some(h) = crate::support::Harness::new(crate::support::Kind::Postgres, 1).await else { return };
+                    crate::cases::$case(&h).await;
+                    h.finish().await;
+                }
+            )*
+        }
+    };
+}
+
+on_every_backend! {
+    a_call_is_decided_approved_executed_and_recorded,
+    idempotency_statuses_follow_the_draft,
+    hostile_requests_get_clear_errors,
+    tenants_cannot_reach_each_other,
+    admins_register_and_retire_contracts,
+    keys_are_created_and_revoked,
+    the_ledger_filters_and_pages,
+    health_readiness_and_metrics,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_nodes_on_one_postgres_race_one_key_and_one_approval() {
+    let Some(h) = support::Harness::new(support::Kind::Postgres, 2).await else {
+        return;
+    };
+    cases::two_nodes_race(&h).await;
+    h.finish().await;
+}
