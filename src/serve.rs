@@ -339,16 +339,22 @@ pub fn run(args: &ServeArgs) -> Result<Exit> {
         DatabaseUrl::Postgres(_) => None,
     });
     let redaction = redaction_key(key_file.as_deref())?;
-    let public_url = cfg
+    let configured_url = cfg
         .server
         .public_url
         .clone()
-        .or_else(|| std::env::var("WARRANT_PUBLIC_URL").ok())
-        .unwrap_or_else(|| format!("http://{listen}"));
+        .or_else(|| std::env::var("WARRANT_PUBLIC_URL").ok());
     let first_tenant = cfg.server.first_tenant.clone().unwrap_or_else(|| "demo".into());
 
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(&listen)
+            .await
+            .with_context(|| format!("cannot listen on {listen}"))?;
+        let public_url = match configured_url {
+            Some(url) => url.trim_end_matches('/').to_owned(),
+            None => format!("http://{}", listener.local_addr()?),
+        };
         let sql = Arc::new(
             SqlStore::open(&database, &StoreOptions::default())
                 .await
@@ -376,9 +382,6 @@ pub fn run(args: &ServeArgs) -> Result<Exit> {
             background: true,
         })
         .await?;
-        let listener = tokio::net::TcpListener::bind(&listen)
-            .await
-            .with_context(|| format!("cannot listen on {listen}"))?;
         let contracts = gateway.state.store.list_contracts().await?.len();
         println!("warrant is listening on {public_url}");
         println!("  API        {public_url}/v1");
@@ -398,4 +401,20 @@ pub fn run(args: &ServeArgs) -> Result<Exit> {
         sql.close().await;
         Ok(Exit::Ok)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_example_config_is_valid_and_unknown_keys_are_refused() {
+        let cfg: FileConfig = toml::from_str(include_str!("../warrant.example.toml")).unwrap();
+        assert_eq!(cfg.server.listen.as_deref(), Some("127.0.0.1:8080"));
+        assert_eq!(cfg.limits.approval_ttl.as_deref(), Some("15m"));
+        let err = toml::from_str::<FileConfig>("[server]\nlisten = \"x\"\nport = 1\n").unwrap_err();
+        assert!(err.to_string().contains("port"), "{err}");
+        let err = toml::from_str::<FileConfig>("[limits]\nconcurrency = \"many\"\n").unwrap_err();
+        assert!(err.to_string().contains("concurrency"), "{err}");
+    }
 }

@@ -1,0 +1,103 @@
+//! `warrant serve` as a user runs it: zero setup, keys printed once, the API answering, and a
+//! clean exit on SIGTERM.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    missing_docs,
+    reason = "tests"
+)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn http(addr: &str, request: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn serve_starts_with_no_setup_answers_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_warrant"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .env_remove("WARRANT_CONFIG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut url = String::new();
+    let mut agent = String::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if let Some(u) = line.strip_prefix("warrant is listening on ") {
+            url = u.to_owned();
+        }
+        if let Some(k) = line.trim().strip_prefix("agent") {
+            agent = k.trim().to_owned();
+            break;
+        }
+    }
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    assert!(agent.starts_with("wrn_"), "{agent}");
+    let addr = url.trim_start_matches("http://");
+
+    let health = http(
+        addr,
+        "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    let body = r#"{"tool":"lookup_order","version":1,"arguments":{"order_id":"ord_12345678"}}"#;
+    let answer = http(
+        addr,
+        &format!(
+            "POST /v1/proposals HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {agent}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    );
+    // Decided (allowed by the bundled policy) and recorded; the example's endpoint does not
+    // exist here, so the call itself fails.
+    assert!(answer.contains("\"decision\":\"allow\""), "{answer}");
+    assert!(answer.contains("\"ledger_id\":\"led_"), "{answer}");
+
+    // SIGTERM: a clean exit.
+    nix_kill(child.id());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+
+    // A config file that cannot be read stops the start, naming it.
+    let out = Command::new(env!("CARGO_BIN_EXE_warrant"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--config",
+            "/nonexistent.toml",
+            "--data-dir",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "a missing config file is an error");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nonexistent.toml"));
+}
+
+fn nix_kill(pid: u32) {
+    let status = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
