@@ -8,6 +8,7 @@
 mod check;
 mod contract;
 mod io;
+mod mcp;
 mod reconcile;
 mod serve;
 mod store;
@@ -33,6 +34,8 @@ struct Cli {
 enum Command {
     /// Run the gateway: the HTTP API over the decision pipeline and the runtime.
     Serve(serve::ServeArgs),
+    /// Serve MCP over stdin/stdout as one API key's principal (for desktop agents).
+    Mcp(mcp::McpArgs),
     /// Audit one proposal offline: parse, resolve, validate, digest, scopes, idempotency, approval.
     Check(check::CheckArgs),
     /// Lint and hash tool contracts.
@@ -67,6 +70,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve::run(&args),
+        Command::Mcp(args) => mcp::run(&args),
         Command::Check(args) => check::run(&args),
         Command::Contract(cmd) => contract::run(&cmd),
         Command::Canon(args) => contract::canon(&args),

@@ -8,6 +8,7 @@
 pub mod auth;
 pub mod bootstrap;
 pub mod error;
+pub mod mcp;
 pub mod routes;
 pub mod state;
 pub mod trace;
@@ -35,6 +36,7 @@ pub fn router(state: Arc<AppState>, limits: HttpLimits) -> Router {
         .merge(routes::ledger::router())
         .merge(routes::keys::router())
         .merge(routes::health::router())
+        .merge(mcp::router(&state))
         .fallback(|| async {
             ApiError::new(StatusCode::NOT_FOUND, "route", "NOT_FOUND", "no such route").into_response()
         })

@@ -1,0 +1,347 @@
+//! The MCP lane (PRODUCT §10): streamable HTTP at `/mcp` and stdio (`warrant mcp`), with the
+//! official SDK (`rmcp`). `tools/list` shows the contracts the caller may invoke; `tools/call`
+//! runs the same `dispatch` as `POST /v1/proposals`. Semantics, idempotency derivation and
+//! approvals: `docs/mcp.md`.
+//!
+//! **API boundary:** `rmcp` is used only here and in `mcp/`. It has had three major versions in
+//! five months, so the dependency is pinned to one minor version and nothing else in the
+//! workspace names its types.
+//!
+//! - **Stateless.** Each HTTP request is served on its own (`legacy_session_mode` off, no
+//!   `Mcp-Session-Id`), so any number of gateway nodes behind a load balancer behave as one.
+//! - **Authentication first.** `Authorization: Bearer <key>` is checked against the store
+//!   before any MCP processing; a missing or unknown key is a 401 with the API's error shape.
+//! - **Strict JSON.** Request bodies (and stdio lines) must pass the strict parser before the
+//!   SDK's `serde_json` sees them: duplicate keys, out-of-range numbers or lone surrogates would
+//!   otherwise be merged or rounded silently inside the arguments. Such a message is a JSON-RPC
+//!   parse error (-32700); it is not a proposal.
+//! - **DNS-rebinding guard.** The SDK's `Host` check stays on; the allowed hosts are the
+//!   loopback names plus the host of the public URL, or what [`McpConfig`] says.
+
+mod lines;
+mod tools;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+use serde_json::json;
+use warrant_core::authority::Principal;
+use warrant_core::json::{self, Limits};
+
+pub use tools::{DERIVED_KEY_WINDOW, derived_idempotency_key};
+
+use crate::auth::{Caller, authenticate, bearer};
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// The path of the streamable HTTP endpoint.
+pub const MCP_PATH: &str = "/mcp";
+
+/// Nesting allowed in an MCP message: a proposal's limit plus the JSON-RPC wrapping
+/// (`params`, `_meta`). The proposal built from `arguments` is held to the proposal limits
+/// again by the pipeline.
+const MESSAGE_MAX_DEPTH: usize = Limits::PROPOSAL.max_depth + 4;
+
+/// Configuration of the streamable HTTP endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpConfig {
+    /// `Host` values accepted (`host` or `host:port`): the SDK's DNS-rebinding guard. Never
+    /// empty: an empty list would turn the guard off.
+    pub allowed_hosts: Vec<String>,
+    /// Browser origins accepted (`scheme://host:port`); empty accepts requests without an
+    /// `Origin` and any origin (agents are not browsers; the bearer key is the credential).
+    pub allowed_origins: Vec<String>,
+    /// The largest request body.
+    pub max_body_bytes: usize,
+}
+
+impl McpConfig {
+    /// The loopback names plus the host of `public_url` (where clients are told to connect).
+    pub fn for_public_url(public_url: &str) -> Self {
+        let mut allowed_hosts: Vec<String> = ["localhost", "127.0.0.1", "::1"]
+            .iter()
+            .map(|h| (*h).to_owned())
+            .collect();
+        let authority = public_url
+            .split_once("://")
+            .map_or(public_url, |(_, rest)| rest)
+            .split(['/', '?', '#'])
+            .next()
+            .unwrap_or_default();
+        let authority = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+        if let Ok(parsed) = authority.parse::<axum::http::uri::Authority>() {
+            let host = parsed.host().trim_matches(['[', ']']).to_ascii_lowercase();
+            if !host.is_empty() && !allowed_hosts.contains(&host) {
+                allowed_hosts.push(host);
+            }
+        }
+        McpConfig {
+            allowed_hosts,
+            allowed_origins: Vec::new(),
+            max_body_bytes: 1024 * 1024,
+        }
+    }
+}
+
+/// The `/mcp` route with the defaults of [`McpConfig::for_public_url`].
+pub fn router(state: &Arc<AppState>) -> Router<Arc<AppState>> {
+    router_with(state, McpConfig::for_public_url(&state.public_url))
+}
+
+/// The `/mcp` route: bearer authentication and the strict-JSON check, then the SDK's
+/// stateless streamable HTTP service.
+pub fn router_with(state: &Arc<AppState>, config: McpConfig) -> Router<Arc<AppState>> {
+    let mut sdk = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .with_sse_keep_alive(None)
+        .with_max_request_body_bytes(config.max_body_bytes);
+    sdk = if config.allowed_hosts.is_empty() {
+        sdk.with_allowed_hosts(["localhost", "127.0.0.1", "::1"])
+    } else {
+        sdk.with_allowed_hosts(config.allowed_hosts.clone())
+    };
+    if !config.allowed_origins.is_empty() {
+        sdk = sdk.with_allowed_origins(config.allowed_origins.clone());
+    }
+    let handler = Gateway::new(state.clone(), None);
+    let service = StreamableHttpService::new(
+        move || Ok(handler.clone()),
+        Arc::new(NeverSessionManager::default()),
+        sdk,
+    );
+    let guard = Guard {
+        state: state.clone(),
+        max_body_bytes: config.max_body_bytes,
+    };
+    Router::new()
+        .route_service(MCP_PATH, service)
+        .route_layer(axum::middleware::from_fn_with_state(guard, guard_request))
+}
+
+/// Serves MCP over stdin/stdout as `principal` until the client closes stdin.
+///
+/// # Errors
+/// The handshake or the streams fail.
+pub async fn serve_stdio(state: Arc<AppState>, principal: Principal) -> std::io::Result<()> {
+    serve_io(state, principal, tokio::io::stdin(), tokio::io::stdout()).await
+}
+
+/// Serves MCP over a pair of byte streams (newline-delimited JSON-RPC) as `principal`.
+///
+/// # Errors
+/// The handshake or the streams fail.
+pub async fn serve_io<R, W>(
+    state: Arc<AppState>,
+    principal: Principal,
+    reader: R,
+    writer: W,
+) -> std::io::Result<()>
+where
+    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let transport = lines::StrictLines::new(reader, writer);
+    let running = Gateway::new(state, Some(principal))
+        .serve(transport)
+        .await
+        .map_err(std::io::Error::other)?;
+    running.waiting().await.map_err(std::io::Error::other)?;
+    Ok(())
+}
+
+#[derive(Clone)]
+struct Guard {
+    state: Arc<AppState>,
+    max_body_bytes: usize,
+}
+
+/// Authenticates the request (401 before any MCP processing) and holds its body to the strict
+/// parser; the caller travels to the handler in the request's extensions.
+async fn guard_request(State(guard): State<Guard>, request: Request, next: Next) -> Response {
+    let (mut parts, body) = request.into_parts();
+    let Some(token) = bearer(&parts) else {
+        return unauthorized("missing bearer key");
+    };
+    let caller = match authenticate(&guard.state, token).await {
+        Ok(Some(caller)) => caller,
+        Ok(None) => return unauthorized("unknown, revoked or malformed key"),
+        Err(e) => return e.into_response(),
+    };
+    parts.extensions.insert(caller);
+    if parts.method != axum::http::Method::POST {
+        return next.run(Request::from_parts(parts, body)).await;
+    }
+    let bytes = match axum::body::to_bytes(body, guard.max_body_bytes).await {
+        Ok(bytes) => bytes,
+        Err(_) => {
+            return ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request",
+                "PAYLOAD_TOO_LARGE",
+                "the request body is too large",
+            )
+            .into_response();
+        }
+    };
+    let limits = Limits {
+        max_bytes: guard.max_body_bytes,
+        max_depth: MESSAGE_MAX_DEPTH,
+    };
+    if let Err(e) = json::parse(&bytes, limits) {
+        let id = serde_json::from_slice::<serde_json::Value>(&bytes)
+            .ok()
+            .and_then(|v| v.get("id").cloned())
+            .unwrap_or(serde_json::Value::Null);
+        let body = lines::parse_error(&id, &e);
+        return (
+            StatusCode::BAD_REQUEST,
+            [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+            body,
+        )
+            .into_response();
+    }
+    next.run(Request::from_parts(parts, Body::from(bytes))).await
+}
+
+fn unauthorized(message: &str) -> Response {
+    let mut response = ApiError::unauthorized(message).into_response();
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"warrant\""),
+    );
+    response
+}
+
+/// The MCP server: one per HTTP request (stateless) or per stdio connection.
+#[derive(Clone)]
+struct Gateway {
+    state: Arc<AppState>,
+    /// The stdio lane's principal (authenticated at start); HTTP callers come with each request.
+    principal: Option<Principal>,
+    contracts: Arc<tools::LiveContracts>,
+}
+
+impl Gateway {
+    fn new(state: Arc<AppState>, principal: Option<Principal>) -> Self {
+        Gateway {
+            state,
+            principal,
+            contracts: Arc::new(tools::LiveContracts::default()),
+        }
+    }
+
+    /// The caller and the trace headers of a request.
+    fn caller(&self, context: &RequestContext<RoleServer>) -> Result<(Principal, HeaderMap), ErrorData> {
+        let parts = context.extensions.get::<axum::http::request::Parts>();
+        let mut headers = parts.map(|p| p.headers.clone()).unwrap_or_default();
+        // SEP-414: a `traceparent` in `_meta` wins over the HTTP header.
+        if let Some(tp) = context.meta.0.get_traceparent()
+            && let Ok(value) = HeaderValue::from_str(tp)
+        {
+            headers.insert("traceparent", value);
+        }
+        if let Some(principal) = &self.principal {
+            return Ok((principal.clone(), headers));
+        }
+        parts
+            .and_then(|p| p.extensions.get::<Caller>())
+            .map(|c| (c.principal.clone(), headers))
+            .ok_or_else(|| ErrorData::internal_error("the request was not authenticated", None))
+    }
+}
+
+impl ServerHandler for Gateway {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("warrant", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Each tool is a Warrant contract. Calls are checked (schema, policy, scopes, \
+                 budgets, approvals) and recorded before anything happens. A result marked as an \
+                 error says why (stage and code); a call awaiting approval names its approval id: \
+                 once a reviewer approves it, call again with the same arguments and \
+                 `_meta.approval_id`.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let (principal, _) = self.caller(&context)?;
+        let contracts = self
+            .contracts
+            .get(&self.state)
+            .await
+            .map_err(|e| internal_error(&e))?;
+        Ok(ListToolsResult::with_all_items(tools::visible(
+            &contracts, &principal,
+        )))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let (principal, headers) = self.caller(&context)?;
+        let trace = crate::trace::trace_id(&headers);
+        let result = tools::call(
+            &self.state,
+            &self.contracts,
+            principal,
+            trace,
+            request,
+            &context.meta.0.0,
+        )
+        .await;
+        Ok(result.into())
+    }
+}
+
+/// A store failure outside a call (listing tools): logged with an incident id, answered
+/// without details.
+fn internal_error(error: &dyn std::fmt::Display) -> ErrorData {
+    let incident = hex::encode(rand::random::<[u8; 8]>());
+    tracing::error!(incident, %error, "mcp: internal error");
+    ErrorData::internal_error(
+        format!("internal error (incident {incident})"),
+        Some(json!({"incident": incident})),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
+
+    use super::*;
+
+    #[test]
+    fn allowed_hosts_include_the_public_host() {
+        let c = McpConfig::for_public_url("https://gw.example.com:8443/base");
+        assert_eq!(
+            c.allowed_hosts,
+            ["localhost", "127.0.0.1", "::1", "gw.example.com"]
+        );
+        let c = McpConfig::for_public_url("http://127.0.0.1:8080");
+        assert_eq!(c.allowed_hosts, ["localhost", "127.0.0.1", "::1"]);
+        let c = McpConfig::for_public_url("http://[::1]:8080");
+        assert_eq!(c.allowed_hosts, ["localhost", "127.0.0.1", "::1"]);
+        let c = McpConfig::for_public_url("garbage with spaces");
+        assert_eq!(c.allowed_hosts.len(), 3);
+    }
+}

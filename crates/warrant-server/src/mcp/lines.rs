@@ -1,0 +1,243 @@
+//! The stdio transport: newline-delimited JSON-RPC, each line held to the strict parser before
+//! the SDK decodes it. Written here rather than using the SDK's own line codec because that
+//! one hands lines straight to `serde_json`, which keeps the last of duplicate keys.
+
+use std::sync::Arc;
+
+use rmcp::RoleServer;
+use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::transport::Transport;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::Mutex;
+use warrant_core::json::{self, JsonError, Limits};
+
+/// The longest line accepted; longer ones are skipped up to their newline and answered with
+/// a parse error.
+const MAX_LINE_BYTES: usize = 1024 * 1024;
+
+/// A JSON-RPC parse error (-32700) naming what the strict parser refused.
+pub(crate) fn parse_error(id: &Value, error: &JsonError) -> String {
+    json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {
+            "code": -32700,
+            "message": format!("parse error: {} at byte {}", error.message(), error.offset()),
+        },
+    })
+    .to_string()
+}
+
+fn error_line(id: &Value, code: i64, message: &str) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}).to_string()
+}
+
+/// Newline-delimited JSON-RPC over a reader and a writer.
+pub(crate) struct StrictLines<R, W> {
+    reader: BufReader<R>,
+    writer: Arc<Mutex<W>>,
+    line: Vec<u8>,
+}
+
+enum Line {
+    Complete,
+    TooLong,
+    Eof,
+}
+
+impl<R, W> StrictLines<R, W>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    pub(crate) fn new(reader: R, writer: W) -> Self {
+        StrictLines {
+            reader: BufReader::new(reader),
+            writer: Arc::new(Mutex::new(writer)),
+            line: Vec::new(),
+        }
+    }
+
+    /// Reads one line into `self.line` (without its newline), keeping at most
+    /// [`MAX_LINE_BYTES`].
+    async fn read_line(&mut self) -> std::io::Result<Line> {
+        self.line.clear();
+        let mut too_long = false;
+        loop {
+            let available = self.reader.fill_buf().await?;
+            if available.is_empty() {
+                return Ok(if too_long {
+                    Line::TooLong
+                } else if self.line.is_empty() {
+                    Line::Eof
+                } else {
+                    Line::Complete
+                });
+            }
+            let (chunk, used, done) = match available.iter().position(|b| *b == b'\n') {
+                Some(at) => (available.get(..at).unwrap_or_default(), at + 1, true),
+                None => (available, available.len(), false),
+            };
+            if !too_long && self.line.len() + chunk.len() <= MAX_LINE_BYTES {
+                self.line.extend_from_slice(chunk);
+            } else {
+                too_long = true;
+                self.line.clear();
+            }
+            self.reader.consume(used);
+            if done {
+                return Ok(if too_long { Line::TooLong } else { Line::Complete });
+            }
+        }
+    }
+
+    async fn reply(&mut self, line: String) {
+        let mut writer = self.writer.lock().await;
+        let written = async {
+            writer.write_all(line.as_bytes()).await?;
+            writer.write_all(b"\n").await?;
+            writer.flush().await
+        };
+        if let Err(e) = written.await {
+            tracing::warn!(error = %e, "mcp stdio: cannot write an error reply");
+        }
+    }
+}
+
+impl<R, W> Transport<RoleServer> for StrictLines<R, W>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: ServerJsonRpcMessage,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let writer = self.writer.clone();
+        async move {
+            let mut line = serde_json::to_vec(&item)?;
+            line.push(b'\n');
+            let mut writer = writer.lock().await;
+            writer.write_all(&line).await?;
+            writer.flush().await
+        }
+    }
+
+    async fn receive(&mut self) -> Option<ClientJsonRpcMessage> {
+        loop {
+            match self.read_line().await {
+                Ok(Line::Eof) => return None,
+                Err(e) => {
+                    tracing::warn!(error = %e, "mcp stdio: cannot read");
+                    return None;
+                }
+                Ok(Line::TooLong) => {
+                    self.reply(error_line(
+                        &Value::Null,
+                        -32700,
+                        "parse error: the message is too long",
+                    ))
+                    .await;
+                    continue;
+                }
+                Ok(Line::Complete) => {}
+            }
+            let line = self
+                .line
+                .strip_prefix(b"\xEF\xBB\xBF".as_slice())
+                .unwrap_or(&self.line);
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let limits = Limits {
+                max_bytes: MAX_LINE_BYTES,
+                max_depth: super::MESSAGE_MAX_DEPTH,
+            };
+            let strict = json::parse(line, limits);
+            // The id to answer a refusal with, when the line is JSON at all; lines that are not
+            // JSON, and notifications, get no answer (as with the SDK's codec: answering garbage
+            // can start an error storm).
+            let id = serde_json::from_slice::<Value>(line)
+                .ok()
+                .and_then(|v| v.get("id").cloned());
+            match strict {
+                Err(e) => {
+                    if let Some(id) = id {
+                        self.reply(parse_error(&id, &e)).await;
+                    } else {
+                        tracing::debug!(error = e.message(), "mcp stdio: skipped an unparsable line");
+                    }
+                }
+                Ok(_) => match serde_json::from_slice::<ClientJsonRpcMessage>(line) {
+                    Ok(message) => return Some(message),
+                    Err(e) => {
+                        if let Some(id) = id {
+                            self.reply(error_line(&id, -32600, "invalid request")).await;
+                        } else {
+                            tracing::debug!(error = %e, "mcp stdio: skipped an unknown message");
+                        }
+                    }
+                },
+            }
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        self.writer.lock().await.flush().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        reason = "tests"
+    )]
+
+    use super::*;
+
+    #[tokio::test]
+    async fn strict_lines_refuse_duplicate_keys_and_skip_garbage() {
+        let input = concat!(
+            "not json\n",
+            "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"ping\",\"method\":\"ping\"}\n",
+            "\n",
+            "\u{feff}{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"ping\"}\n",
+        );
+        let (mut client, server_out) = tokio::io::duplex(4096);
+        let mut lines = StrictLines::new(input.as_bytes(), server_out);
+        let message = lines.receive().await.expect("the valid ping");
+        assert!(serde_json::to_string(&message).unwrap().contains("\"id\":8"));
+        assert!(lines.receive().await.is_none());
+        drop(lines);
+        let mut out = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut client, &mut out)
+            .await
+            .unwrap();
+        let replies: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(replies.len(), 1, "{out}");
+        assert_eq!(replies[0]["id"], 7);
+        assert_eq!(replies[0]["error"]["code"], -32700);
+    }
+
+    #[tokio::test]
+    async fn overlong_lines_are_refused_and_skipped() {
+        let mut input = vec![b'x'; MAX_LINE_BYTES + 10];
+        input.push(b'\n');
+        input.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n");
+        let (mut client, server_out) = tokio::io::duplex(1 << 16);
+        let mut lines = StrictLines::new(std::io::Cursor::new(input), server_out);
+        assert!(lines.receive().await.is_some());
+        drop(lines);
+        let mut out = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut client, &mut out)
+            .await
+            .unwrap();
+        assert!(out.contains("too long"), "{out}");
+    }
+}

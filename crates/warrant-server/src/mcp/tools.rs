@@ -1,0 +1,517 @@
+//! `tools/list` and `tools/call`: live contracts as MCP tools, and a dispatched proposal as a
+//! tool result. Every refusal is a tool result marked as an error with its stage and code —
+//! never a JSON-RPC error, which agents would retry blindly.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ContentBlock, JsonObject, MetaObject, Tool, ToolAnnotations,
+};
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+use time::OffsetDateTime;
+use warrant_core::Contract;
+use warrant_core::Rejection;
+use warrant_core::authority::Principal;
+use warrant_core::canon::{canonical_bytes, canonical_bytes_of_map};
+use warrant_core::contract::{ApprovalMode, Effect};
+use warrant_core::decision::{Outcome, Retryable};
+use warrant_core::pipeline::Call;
+use warrant_core::store::StoreError;
+use warrant_runtime::{Dispatched, dispatch};
+
+use crate::routes::rfc3339;
+use crate::state::AppState;
+
+/// The window a derived idempotency key is stable in: identical calls by one principal within
+/// one window are one operation (the second answers the first's stored result).
+pub const DERIVED_KEY_WINDOW: Duration = Duration::from_secs(600);
+
+/// How long the list of live contracts is reused before the store is read again.
+const LIVE_TTL: Duration = Duration::from_secs(2);
+
+/// `_meta` fields carrying the caller's idempotency key, in order of preference.
+const KEY_FIELDS: [&str; 2] = ["io.warrant/idempotency_key", "idempotency_key"];
+/// `_meta` fields carrying an approval id.
+const APPROVAL_FIELDS: [&str; 2] = ["io.warrant/approval_id", "approval_id"];
+
+/// The registered contracts as tools: the newest live version of each name, and the newest
+/// version of any state (so a call to a retired tool is refused as retired, with a ledger row).
+#[derive(Debug, Default)]
+pub(crate) struct Index {
+    live: BTreeMap<String, Arc<Contract>>,
+    newest: BTreeMap<String, u32>,
+}
+
+impl Index {
+    /// The version a call to `name` pins, and the contract if it is live.
+    fn resolve(&self, name: &str) -> (u32, Option<&Arc<Contract>>) {
+        match self.live.get(name) {
+            Some(c) => (c.version(), Some(c)),
+            None => (self.newest.get(name).copied().unwrap_or(1), None),
+        }
+    }
+}
+
+/// The live contracts, re-read from the store at most every [`LIVE_TTL`] (shared by every
+/// request of one router).
+#[derive(Debug, Default)]
+pub(crate) struct LiveContracts {
+    cached: RwLock<Option<(Instant, Arc<Index>)>>,
+}
+
+impl LiveContracts {
+    pub(crate) async fn get(&self, state: &AppState) -> Result<Arc<Index>, StoreError> {
+        if let Ok(slot) = self.cached.read()
+            && let Some((at, index)) = slot.as_ref()
+            && at.elapsed() < LIVE_TTL
+        {
+            return Ok(index.clone());
+        }
+        let now = state.env.now();
+        let mut index = Index::default();
+        let mut newest_live: BTreeMap<String, (u32, String)> = BTreeMap::new();
+        for stored in state.store.list_contracts().await? {
+            let newest = index.newest.entry(stored.name.clone()).or_insert(stored.version);
+            *newest = (*newest).max(stored.version);
+            if stored.retired_at.is_some_and(|at| at <= now) {
+                continue;
+            }
+            let entry = newest_live
+                .entry(stored.name.clone())
+                .or_insert((stored.version, stored.content_id.clone()));
+            if stored.version > entry.0 {
+                *entry = (stored.version, stored.content_id.clone());
+            }
+        }
+        for (name, (_, id)) in newest_live {
+            if let Some(contract) = state.registry.by_id(&id, now).await? {
+                index.live.insert(name, contract);
+            }
+        }
+        let index = Arc::new(index);
+        if let Ok(mut slot) = self.cached.write() {
+            *slot = Some((Instant::now(), index.clone()));
+        }
+        Ok(index)
+    }
+}
+
+/// The tools `principal` may invoke: live contracts whose scopes its grants cover.
+pub(crate) fn visible(index: &Index, principal: &Principal) -> Vec<Tool> {
+    index
+        .live
+        .values()
+        .filter(|c| c.scopes().is_subset(principal.grants()))
+        .map(|c| tool(c))
+        .collect()
+}
+
+/// One contract as an MCP tool. The input schema is the contract's as authored (its
+/// `x-warrant-*` keywords are annotations clients ignore). No `outputSchema`: error results
+/// carry their own structured content, which a client validating against the contract's
+/// output schema would refuse.
+fn tool(contract: &Contract) -> Tool {
+    let schema = match contract.input_document() {
+        Some(Value::Object(map)) => map.clone(),
+        _ => {
+            let mut map = JsonObject::new();
+            map.insert("type".into(), json!("object"));
+            map
+        }
+    };
+    let mut description = contract.description().to_owned();
+    if contract.approval() == ApprovalMode::PerCall {
+        description.push_str(
+            " Each call needs a human approval: the first call answers with an approval id; once a \
+             reviewer approves, call again with the same arguments and `_meta.approval_id`.",
+        );
+    }
+    let mut tool = Tool::new_with_raw(
+        contract.name().to_owned(),
+        Some(description.into()),
+        Arc::new(schema),
+    );
+    tool.annotations = Some(annotations(
+        contract.effect(),
+        contract.idempotency().is_some_and(|i| i.honoured),
+    ));
+    let mut meta = JsonObject::new();
+    meta.insert("io.warrant/contract_id".into(), json!(contract.id_str()));
+    meta.insert("io.warrant/version".into(), json!(contract.version()));
+    meta.insert("io.warrant/effect".into(), json!(contract.effect().as_str()));
+    meta.insert("io.warrant/approval".into(), json!(contract.approval().as_str()));
+    tool.meta = Some(MetaObject(meta));
+    tool
+}
+
+/// MCP hints from the effect class: `read` is read-only; `write` is not destructive;
+/// `irreversible` is; both are idempotent when the tool honours idempotency keys; `async`
+/// says only that it is not read-only.
+pub(crate) fn annotations(effect: Effect, honoured: bool) -> ToolAnnotations {
+    match effect {
+        Effect::Read => ToolAnnotations::new().read_only(true),
+        Effect::Write => ToolAnnotations::new()
+            .read_only(false)
+            .destructive(false)
+            .idempotent(honoured),
+        Effect::Irreversible => ToolAnnotations::new()
+            .read_only(false)
+            .destructive(true)
+            .idempotent(honoured),
+        Effect::Async => ToolAnnotations::new().read_only(false),
+    }
+}
+
+/// The idempotency key derived for a call whose client sent none (PRODUCT §5):
+/// `mcp-<hex SHA-256>` over the tenant, principal, tool, the RFC 8785 canonical arguments and
+/// the index of the [`DERIVED_KEY_WINDOW`] `now` falls in (each field length-prefixed).
+pub fn derived_idempotency_key(
+    principal: &Principal,
+    tool: &str,
+    arguments: &Map<String, Value>,
+    now: OffsetDateTime,
+) -> String {
+    let window = now
+        .unix_timestamp()
+        .div_euclid(i64::try_from(DERIVED_KEY_WINDOW.as_secs()).unwrap_or(600));
+    let mut hash = Sha256::new();
+    let window = window.to_string();
+    let arguments = canonical_bytes_of_map(arguments);
+    for field in [
+        b"warrant-mcp-key-v1".as_slice(),
+        principal.tenant().as_bytes(),
+        principal.id().as_bytes(),
+        tool.as_bytes(),
+        &arguments,
+        window.as_bytes(),
+    ] {
+        hash.update((field.len() as u64).to_be_bytes());
+        hash.update(field);
+    }
+    format!("mcp-{}", hex::encode(hash.finalize()))
+}
+
+/// A string `_meta` field: `Ok(None)` when absent, `Err(field)` when present but not a string.
+fn meta_text<'a>(meta: &'a JsonObject, fields: &[&'static str]) -> Result<Option<&'a str>, &'static str> {
+    for field in fields {
+        match meta.get(*field) {
+            None | Some(Value::Null) => {}
+            Some(Value::String(s)) => return Ok(Some(s)),
+            Some(_) => return Err(field),
+        }
+    }
+    Ok(None)
+}
+
+/// Runs one `tools/call` through `dispatch` and answers it as a tool result.
+pub(crate) async fn call(
+    state: &Arc<AppState>,
+    contracts: &LiveContracts,
+    principal: Principal,
+    trace: String,
+    request: CallToolRequestParams,
+    meta: &JsonObject,
+) -> CallToolResult {
+    let name = request.name.into_owned();
+    let arguments = request.arguments.unwrap_or_default();
+    let (client_key, approval_id) = match (meta_text(meta, &KEY_FIELDS), meta_text(meta, &APPROVAL_FIELDS)) {
+        (Ok(k), Ok(a)) => (k.map(str::to_owned), a.map(str::to_owned)),
+        (Err(field), _) | (_, Err(field)) => {
+            return refusal(
+                "request",
+                "META_INVALID",
+                &format!("`_meta.{field}` must be a string"),
+                None,
+                json!({"trace_id": trace}),
+            );
+        }
+    };
+    let index = match contracts.get(state).await {
+        Ok(index) => index,
+        Err(e) => return internal(&e, &trace),
+    };
+    let (version, contract) = index.resolve(&name);
+    let needs_key = contract.is_some_and(|c| c.effect().requires_idempotency_key());
+    let key = match client_key {
+        Some(key) => Some(key),
+        None if needs_key => {
+            match derive_key(state, &principal, &name, &arguments, approval_id.as_deref()).await {
+                Ok(key) => Some(key),
+                Err(e) => return internal(&e, &trace),
+            }
+        }
+        None => None,
+    };
+    let bytes = canonical_bytes(&json!({"tool": name, "version": version, "arguments": arguments}));
+    // The call runs in its own task: a client that disconnects (which cancels the request's
+    // handler) must not cut an execution off between its attempt and its outcome.
+    let task_state = state.clone();
+    let task_trace = trace.clone();
+    let handle = tokio::spawn(async move {
+        let call = Call {
+            bytes: &bytes,
+            idempotency_key: key.as_deref(),
+            approval_id: approval_id.as_deref(),
+            trace_id: &task_trace,
+            ..Call::default()
+        };
+        dispatch(&task_state.authority, &task_state.runtime, &principal, &call)
+            .await
+            .map(|(dispatched, _)| dispatched)
+    });
+    match handle.await {
+        Ok(Ok(dispatched)) => answer(state, &name, dispatched, &trace),
+        Ok(Err(e)) => internal(&e, &trace),
+        Err(e) => internal(&e, &trace),
+    }
+}
+
+/// The key of a non-read call whose client sent none: the key the presented approval is bound
+/// to (approvals are single use, so it names one operation), else the windowed derivation.
+async fn derive_key(
+    state: &AppState,
+    principal: &Principal,
+    tool: &str,
+    arguments: &Map<String, Value>,
+    approval_id: Option<&str>,
+) -> Result<String, StoreError> {
+    if let Some(id) = approval_id
+        && warrant_core::proposal::is_valid_id(id)
+        && let Some(approval) = state.store.get_approval(principal.tenant(), id).await?
+        && let Some(key) = approval.request.idempotency_key
+    {
+        return Ok(key);
+    }
+    Ok(derived_idempotency_key(
+        principal,
+        tool,
+        arguments,
+        state.env.now(),
+    ))
+}
+
+/// The tool result of a dispatched proposal.
+fn answer(state: &AppState, tool: &str, dispatched: Dispatched, trace: &str) -> CallToolResult {
+    let ledger_id = dispatched.ledger_id().to_owned();
+    match dispatched {
+        Dispatched::Rejected { rejection, .. } => rejected(
+            &rejection,
+            json!({"decision": "reject", "ledger_id": ledger_id, "trace_id": trace}),
+        ),
+        Dispatched::NeedsApproval { needed, .. } => {
+            let id = needed.request_id.clone().unwrap_or_default();
+            let expires_at = needed.expires_at.map(rfc3339);
+            let review_url = format!(
+                "{}/console/approvals/{id}",
+                state.public_url.trim_end_matches('/')
+            );
+            let text = format!(
+                "awaiting approval: this call of `{tool}` needs a human approval before it runs. \
+                 Approval id: {id}{}. A reviewer can approve it at {review_url}. Once it is \
+                 approved, call `{tool}` again with the same arguments and \
+                 `_meta: {{\"approval_id\": \"{id}\"}}`.",
+                expires_at
+                    .as_deref()
+                    .map(|t| format!(" (expires {t})"))
+                    .unwrap_or_default(),
+            );
+            let structured = json!({
+                "decision": "needs_approval",
+                "stage": "approval",
+                "code": "APPROVAL_REQUIRED",
+                "approval_id": id,
+                "expires_at": expires_at,
+                "review_url": review_url,
+                "contract_id": needed.contract_id.to_string(),
+                "payload_digest": needed.payload_digest.to_string(),
+                "idempotency_key": needed.idempotency_key,
+                "ledger_id": ledger_id,
+                "trace_id": trace,
+            });
+            error_result(text, structured)
+        }
+        Dispatched::Executed(e) => {
+            let base = json!({
+                "decision": "allow",
+                "ledger_id": e.ledger_id,
+                "operation_id": e.operation_id.as_str(),
+                "attempts": e.attempts,
+                "replayed": e.replayed,
+                "trace_id": trace,
+            });
+            match e.result {
+                Err(rejection) => rejected(&rejection, base),
+                Ok(Outcome::Committed(result)) => {
+                    let text = result.to_string();
+                    let structured = match result {
+                        Value::Object(_) => result,
+                        other => json!({"result": other}),
+                    };
+                    let mut answer = CallToolResult::success(vec![ContentBlock::text(text)]);
+                    answer.structured_content = Some(structured);
+                    if let Value::Object(fields) = base {
+                        let mut meta = JsonObject::new();
+                        for (k, v) in fields {
+                            meta.insert(format!("io.warrant/{k}"), v);
+                        }
+                        meta.insert(
+                            "io.warrant/outcome".into(),
+                            json!(if e.replayed { "replayed" } else { "committed" }),
+                        );
+                        answer.meta = Some(MetaObject(meta));
+                    }
+                    answer
+                }
+                Ok(Outcome::Failed(code)) => {
+                    let retry = match code.retryable() {
+                        Retryable::No => "no",
+                        Retryable::Yes => "yes",
+                        Retryable::OnlyIfIdempotent => "only_if_idempotent",
+                    };
+                    let mut structured = base;
+                    extend(
+                        &mut structured,
+                        json!({"outcome": "failed", "stage": "execute", "code": code.as_str(),
+                               "message": "the tool call failed", "retryable": retry}),
+                    );
+                    error_result(
+                        format!("the tool call failed: execute {code} (retryable: {retry})"),
+                        structured,
+                    )
+                }
+                Ok(Outcome::Unknown(operation)) => {
+                    let mut structured = base;
+                    extend(
+                        &mut structured,
+                        json!({"outcome": "unknown", "stage": "execute", "code": "OUTCOME_UNKNOWN",
+                               "message": "the call may have taken effect; it is being reconciled"}),
+                    );
+                    error_result(
+                        format!(
+                            "outcome unknown: the call may have taken effect and is being reconciled \
+                             (operation {}). Calling again with the same arguments and idempotency \
+                             key answers the outcome once it is known, without a second effect.",
+                            operation.as_str()
+                        ),
+                        structured,
+                    )
+                }
+            }
+        }
+    }
+}
+
+fn extend(target: &mut Value, fields: Value) {
+    if let (Value::Object(target), Value::Object(fields)) = (target, fields) {
+        target.extend(fields);
+    }
+}
+
+fn rejected(rejection: &Rejection, base: Value) -> CallToolResult {
+    refusal(
+        rejection.stage().as_str(),
+        rejection.code().as_str(),
+        rejection.detail(),
+        rejection.pointer(),
+        base,
+    )
+}
+
+/// A refused call: `refused: <stage> <CODE>: <detail>` and the same as structured content.
+fn refusal(stage: &str, code: &str, message: &str, pointer: Option<&str>, base: Value) -> CallToolResult {
+    let mut structured = base;
+    extend(
+        &mut structured,
+        json!({"outcome": "refused", "stage": stage, "code": code, "message": message}),
+    );
+    if let (Some(p), Value::Object(map)) = (pointer, &mut structured) {
+        map.insert("pointer".into(), json!(p));
+    }
+    let at = pointer.map(|p| format!(" (at {p})")).unwrap_or_default();
+    error_result(format!("refused: {stage} {code}: {message}{at}"), structured)
+}
+
+/// A store failure or a lost task: logged with an incident id, answered without details.
+fn internal(error: &dyn std::fmt::Display, trace: &str) -> CallToolResult {
+    let incident = hex::encode(rand::random::<[u8; 8]>());
+    tracing::error!(incident, %error, "mcp: internal error");
+    refusal(
+        "internal",
+        "INTERNAL",
+        &format!("internal error (incident {incident})"),
+        None,
+        json!({"trace_id": trace}),
+    )
+}
+
+fn error_result(text: String, structured: Value) -> CallToolResult {
+    let mut result = CallToolResult::error(vec![ContentBlock::text(text)]);
+    result.structured_content = Some(structured);
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+
+    fn principal(id: &str) -> Principal {
+        Principal::new(id, "acme", Vec::new()).unwrap()
+    }
+
+    #[test]
+    fn derived_keys_are_stable_within_a_window_and_bound_to_the_call() {
+        let args: Map<String, Value> = serde_json::from_str(r#"{"b": 1, "a": "x"}"#).unwrap();
+        let reordered: Map<String, Value> = serde_json::from_str(r#"{"a": "x", "b": 1}"#).unwrap();
+        // A multiple of 600: the start of a window.
+        let t0 = OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
+        let later = t0 + time::Duration::seconds(599);
+        let next = t0 + time::Duration::seconds(600);
+        let k = derived_idempotency_key(&principal("agent"), "t", &args, t0);
+        assert!(k.starts_with("mcp-") && k.len() == 68);
+        assert_eq!(
+            k,
+            derived_idempotency_key(&principal("agent"), "t", &reordered, later)
+        );
+        assert_ne!(k, derived_idempotency_key(&principal("agent"), "t", &args, next));
+        assert_ne!(k, derived_idempotency_key(&principal("other"), "t", &args, t0));
+        assert_ne!(k, derived_idempotency_key(&principal("agent"), "u", &args, t0));
+    }
+
+    #[test]
+    fn annotations_follow_the_effect_class() {
+        let read = annotations(Effect::Read, false);
+        assert_eq!(read.read_only_hint, Some(true));
+        let write = annotations(Effect::Write, true);
+        assert_eq!(
+            (
+                write.read_only_hint,
+                write.destructive_hint,
+                write.idempotent_hint
+            ),
+            (Some(false), Some(false), Some(true))
+        );
+        let irreversible = annotations(Effect::Irreversible, false);
+        assert_eq!(
+            (irreversible.destructive_hint, irreversible.idempotent_hint),
+            (Some(true), Some(false))
+        );
+        let later = annotations(Effect::Async, true);
+        assert_eq!(
+            (later.read_only_hint, later.destructive_hint),
+            (Some(false), None)
+        );
+    }
+
+    #[test]
+    fn meta_fields_must_be_strings() {
+        let meta: JsonObject =
+            serde_json::from_str(r#"{"approval_id": "a1", "idempotency_key": 3}"#).unwrap();
+        assert_eq!(meta_text(&meta, &APPROVAL_FIELDS), Ok(Some("a1")));
+        assert_eq!(meta_text(&meta, &KEY_FIELDS), Err("idempotency_key"));
+    }
+}

@@ -1,0 +1,855 @@
+//! The MCP lane end to end, on SQLite and PostgreSQL: a real gateway on a port-0 listener,
+//! driven by rmcp's own client over streamable HTTP (and over stdio streams): tools listed by
+//! grant with hints from the effect class, a read committed, a write held for approval,
+//! approved over HTTP by another principal, committed once and replayed; refusals as tool
+//! errors; keys checked before any MCP processing.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    missing_docs,
+    reason = "tests"
+)]
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use axum::http::HeaderMap;
+use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject, MetaObject, RequestMetaObject, Tool};
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ServiceError, ServiceExt};
+use serde_json::{Value, json};
+use warrant_core::authority::Principal;
+use warrant_core::guard::Guards;
+use warrant_core::pipeline::Settings;
+use warrant_core::records::NewApiKey;
+use warrant_core::redact::RedactionKey;
+use warrant_core::store::Store;
+use warrant_policy::PolicySource;
+use warrant_runtime::adapters::AdapterConfig;
+use warrant_runtime::net::{NetPolicy, SafeClient};
+use warrant_runtime::{RuntimeSettings, Secrets};
+use warrant_server::{Gateway, GatewayConfig, HttpLimits};
+use warrant_store::testing::TestDatabase;
+use warrant_store::{DatabaseUrl, SqlStore, StoreOptions, keys};
+
+// ---------------------------------------------------------------------------------------------
+// Harness
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Sqlite,
+    Postgres,
+}
+
+/// Effects at the upstream: requests per path, and effects per idempotency key.
+#[derive(Default)]
+struct Upstream {
+    lookups: Mutex<u32>,
+    effects: Mutex<HashMap<String, u32>>,
+}
+
+impl Upstream {
+    fn effects(&self) -> u32 {
+        self.effects.lock().unwrap().values().sum()
+    }
+}
+
+async fn start_upstream() -> (SocketAddr, Arc<Upstream>) {
+    use axum::routing::post;
+    let up = Arc::new(Upstream::default());
+    let (u1, u2) = (up.clone(), up.clone());
+    let app = axum::Router::new()
+        .route(
+            "/lookup",
+            post(move |body: axum::body::Bytes| {
+                let up = u1.clone();
+                async move {
+                    *up.lookups.lock().unwrap() += 1;
+                    let args: Value = serde_json::from_slice(&body).unwrap();
+                    axum::Json(json!({"order_id": args["order_id"], "status": "paid", "total_cents": 1200}))
+                }
+            }),
+        )
+        .route(
+            "/credit",
+            post(move |headers: HeaderMap, body: axum::body::Bytes| {
+                let up = u2.clone();
+                async move {
+                    let key = headers["idempotency-key"].to_str().unwrap().to_owned();
+                    let args: Value = serde_json::from_slice(&body).unwrap();
+                    // Counts every request carrying a key: a second effect would show.
+                    *up.effects.lock().unwrap().entry(key.clone()).or_insert(0) += 1;
+                    axum::Json(json!({"credit_id": format!("cr_{}", args["customer_id"].as_str().unwrap()), "status": "applied"}))
+                }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (addr, up)
+}
+
+fn contract(name: &str, effect: &str, scope: &str, approval: &str, extra: &str, url: &str) -> String {
+    format!(
+        r#"
+name: {name}
+version: 1
+description: The {name} tool.
+owner: test
+effect: {effect}
+scopes: [{scope}]
+approval: {approval}
+{extra}
+input:
+  type: object
+  additionalProperties: false
+  required: [customer_id]
+  properties:
+    customer_id: {{ type: string, maxLength: 36 }}
+    amount_cents: {{ type: integer, minimum: 1, maximum: 500000 }}
+output:
+  type: object
+  additionalProperties: false
+  properties:
+    credit_id: {{ type: string, maxLength: 64 }}
+    status: {{ type: string, maxLength: 16 }}
+adapter: {{ kind: http, url: "{url}" }}
+"#
+    )
+}
+
+fn contracts(upstream: SocketAddr) -> Vec<(&'static str, String)> {
+    let credit = format!("http://{upstream}/credit");
+    vec![
+        (
+            "lookup.yaml",
+            format!(
+                r#"
+name: lookup
+version: 1
+description: Look up an order.
+owner: test
+effect: read
+scopes: [orders:read]
+approval: none
+input:
+  type: object
+  additionalProperties: false
+  required: [order_id]
+  properties:
+    order_id: {{ type: string, pattern: "^ord_[a-z0-9]{{4,16}}$", maxLength: 20 }}
+output:
+  type: object
+  additionalProperties: false
+  required: [order_id, status, total_cents]
+  properties:
+    order_id: {{ type: string, maxLength: 20 }}
+    status: {{ type: string, maxLength: 16 }}
+    total_cents: {{ type: integer, minimum: 0, maximum: 100000000 }}
+adapter: {{ kind: http, url: "http://{upstream}/lookup" }}
+"#
+            ),
+        ),
+        (
+            "credit.yaml",
+            contract(
+                "credit",
+                "write",
+                "credits:write",
+                "per_call",
+                "idempotency: { honoured: true, retention: 24h }",
+                &credit,
+            ),
+        ),
+        (
+            "note.yaml",
+            contract(
+                "note",
+                "write",
+                "credits:write",
+                "none",
+                "idempotency: { honoured: true, retention: 24h }",
+                &credit,
+            ),
+        ),
+        (
+            "refund.yaml",
+            contract(
+                "refund",
+                "irreversible",
+                "credits:write",
+                "none",
+                "idempotency: { honoured: false, retention: 24h }\nretry: { max_attempts: 1 }",
+                &credit,
+            ),
+        ),
+        (
+            "wipe.yaml",
+            contract(
+                "wipe",
+                "irreversible",
+                "danger:wipe",
+                "none",
+                "idempotency: { honoured: true, retention: 24h }",
+                &credit,
+            ),
+        ),
+        (
+            "old.yaml",
+            contract("old", "read", "orders:read", "none", "", &credit),
+        ),
+    ]
+}
+
+/// Everyone may invoke anything; supervisors may review anything.
+const POLICY: &str = r#"
+permit (principal, action in Warrant::Action::"invoke", resource);
+permit (principal in Warrant::Role::"supervisor", action in Warrant::Action::"review", resource);
+"#;
+
+struct Harness {
+    base: String,
+    gateway: Gateway,
+    upstream: Arc<Upstream>,
+    /// Keys by name: agent (orders:read, credits:write), reader (orders:read), reviewer.
+    keys: HashMap<&'static str, String>,
+    cleanup: Option<TestDatabase>,
+    _server: tokio::task::JoinHandle<()>,
+    _dir: tempfile::TempDir,
+}
+
+impl Harness {
+    async fn new(kind: Kind) -> Option<Harness> {
+        let dir = tempfile::tempdir().unwrap();
+        let (upstream_addr, upstream) = start_upstream().await;
+        let contracts_dir = dir.path().join("contracts");
+        std::fs::create_dir_all(&contracts_dir).unwrap();
+        for (name, text) in contracts(upstream_addr) {
+            std::fs::write(contracts_dir.join(name), text).unwrap();
+        }
+        let (store, cleanup): (Arc<dyn Store>, _) = match kind {
+            Kind::Sqlite => (
+                Arc::new(
+                    SqlStore::open(&DatabaseUrl::data_dir(dir.path()), &StoreOptions::default())
+                        .await
+                        .unwrap(),
+                ),
+                None,
+            ),
+            Kind::Postgres => {
+                let db = TestDatabase::postgres().await.unwrap()?;
+                (Arc::new(db.open().await.unwrap()), Some(db))
+            }
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let gateway = Gateway::start(GatewayConfig {
+            store: store.clone(),
+            contracts_dir: Some(contracts_dir),
+            policies: vec![PolicySource::new("test.cedar", POLICY)],
+            guards: Guards::new(),
+            budgets: Default::default(),
+            redaction: RedactionKey::new(vec![5; 32]).unwrap(),
+            adapters: AdapterConfig {
+                client: SafeClient::new(NetPolicy {
+                    allow_hosts: vec!["127.0.0.1".into()],
+                    ..NetPolicy::default()
+                }),
+                secrets: Secrets::default(),
+                smtp: None,
+                command_roots: Vec::new(),
+            },
+            runtime: RuntimeSettings::default(),
+            settings: Settings::default(),
+            limits: HttpLimits::default(),
+            public_url: base.clone(),
+            first_tenant: "acme".into(),
+            background: false,
+        })
+        .await
+        .unwrap();
+        // A retired contract is not a tool.
+        let state = &gateway.state;
+        let old = state.store.get_contract("old", 1).await.unwrap().unwrap();
+        state
+            .registry
+            .retire(&old.content_id, time::OffsetDateTime::now_utc())
+            .await
+            .unwrap();
+
+        let mut keys = HashMap::new();
+        for (name, principal, grants, roles) in [
+            (
+                "agent",
+                "agent-7",
+                vec!["orders:read", "credits:write"],
+                vec!["agent"],
+            ),
+            ("reader", "reader-1", vec!["orders:read"], vec!["agent"]),
+            ("reviewer", "sup-1", vec![], vec!["supervisor"]),
+        ] {
+            let generated = keys::generate();
+            store
+                .create_api_key(&NewApiKey {
+                    id: generated.id.clone(),
+                    key_hash: generated.hash,
+                    tenant: "acme".into(),
+                    principal: principal.into(),
+                    grants: grants.into_iter().map(str::to_owned).collect(),
+                    roles: roles.into_iter().map(str::to_owned).collect(),
+                    label: None,
+                    created_at: time::OffsetDateTime::now_utc(),
+                })
+                .await
+                .unwrap();
+            keys.insert(name, generated.key);
+        }
+        let state = gateway.state.clone();
+        let limits = gateway.limits;
+        let server = tokio::spawn(async move {
+            axum::serve(listener, warrant_server::router(state, limits))
+                .await
+                .unwrap();
+        });
+        Some(Harness {
+            base,
+            gateway,
+            upstream,
+            keys,
+            cleanup,
+            _server: server,
+            _dir: dir,
+        })
+    }
+
+    /// An MCP client over streamable HTTP with `who`'s key.
+    async fn client(&self, who: &str) -> Result<RunningService<RoleClient, ()>, String> {
+        let config = StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp", self.base))
+            .auth_header(self.keys[who].clone());
+        ().serve(StreamableHttpClientTransport::from_config(config))
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn finish(self) {
+        drop(self.gateway);
+        if let Some(db) = self.cleanup {
+            db.drop_schema().await;
+        }
+    }
+}
+
+fn args(value: Value) -> JsonObject {
+    match value {
+        Value::Object(map) => map,
+        other => panic!("not an object: {other}"),
+    }
+}
+
+fn call(name: &str, arguments: Value, meta: Option<Value>) -> CallToolRequestParams {
+    let mut params = CallToolRequestParams::new(name.to_owned()).with_arguments(args(arguments));
+    if let Some(meta) = meta {
+        params.meta = Some(RequestMetaObject(MetaObject(args(meta))));
+    }
+    params
+}
+
+async fn call_ok(
+    client: &RunningService<RoleClient, ()>,
+    params: CallToolRequestParams,
+) -> Result<CallToolResult, ServiceError> {
+    client.call_tool(params).await
+}
+
+fn structured(result: &CallToolResult) -> &Value {
+    result.structured_content.as_ref().expect("structured content")
+}
+
+fn text(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn by_name(tools: &[Tool]) -> HashMap<String, &Tool> {
+    tools.iter().map(|t| (t.name.to_string(), t)).collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cases
+// ---------------------------------------------------------------------------------------------
+
+async fn tools_are_listed_by_grant_with_hints(h: &Harness) {
+    let agent = h.client("agent").await.unwrap();
+    let tools = agent.list_all_tools().await.unwrap();
+    let tools = by_name(&tools);
+    let mut names: Vec<&str> = tools.keys().map(String::as_str).collect();
+    names.sort_unstable();
+    // `wipe` needs a scope the agent lacks; `old` is retired.
+    assert_eq!(names, ["credit", "lookup", "note", "refund"]);
+
+    let lookup = tools["lookup"];
+    assert_eq!(lookup.description.as_deref(), Some("Look up an order."));
+    assert_eq!(lookup.input_schema["required"], json!(["order_id"]));
+    assert_eq!(lookup.input_schema["additionalProperties"], json!(false));
+    let hints = lookup.annotations.as_ref().unwrap();
+    assert_eq!(hints.read_only_hint, Some(true));
+    assert!(lookup.output_schema.is_none());
+    let meta = &lookup.meta.as_ref().unwrap().0;
+    assert_eq!(meta["io.warrant/effect"], "read");
+    assert!(
+        meta["io.warrant/contract_id"]
+            .as_str()
+            .unwrap()
+            .starts_with("tool-contract@sha256:")
+    );
+
+    let credit = tools["credit"];
+    let hints = credit.annotations.as_ref().unwrap();
+    assert_eq!(
+        (
+            hints.read_only_hint,
+            hints.destructive_hint,
+            hints.idempotent_hint
+        ),
+        (Some(false), Some(false), Some(true))
+    );
+    assert!(credit.description.as_deref().unwrap().contains("approval"));
+    assert_eq!(credit.meta.as_ref().unwrap().0["io.warrant/approval"], "per_call");
+
+    let refund = tools["refund"];
+    let hints = refund.annotations.as_ref().unwrap();
+    assert_eq!(
+        (
+            hints.read_only_hint,
+            hints.destructive_hint,
+            hints.idempotent_hint
+        ),
+        (Some(false), Some(true), Some(false))
+    );
+
+    let reader = h.client("reader").await.unwrap();
+    let tools = reader.list_all_tools().await.unwrap();
+    assert_eq!(
+        tools.iter().map(|t| t.name.as_ref()).collect::<Vec<_>>(),
+        ["lookup"]
+    );
+    agent.cancel().await.unwrap();
+    reader.cancel().await.unwrap();
+}
+
+async fn a_read_is_committed(h: &Harness) {
+    let agent = h.client("agent").await.unwrap();
+    let result = call_ok(&agent, call("lookup", json!({"order_id": "ord_abc123"}), None))
+        .await
+        .unwrap();
+    assert_eq!(result.is_error, Some(false), "{}", text(&result));
+    assert_eq!(
+        structured(&result),
+        &json!({"order_id": "ord_abc123", "status": "paid", "total_cents": 1200})
+    );
+    let from_text: Value = serde_json::from_str(&text(&result)).unwrap();
+    assert_eq!(&from_text, structured(&result));
+    let meta = &result.meta.as_ref().unwrap().0;
+    assert_eq!(meta["io.warrant/outcome"], "committed");
+    let ledger_id = meta["io.warrant/ledger_id"].as_str().unwrap();
+    let row = h
+        .gateway
+        .state
+        .store
+        .get_ledger("acme", ledger_id)
+        .await
+        .unwrap()
+        .expect("the call's ledger row");
+    assert_eq!(row.tool, "lookup");
+    assert_eq!(meta["io.warrant/trace_id"].as_str(), Some(row.trace_id.as_str()));
+    assert_eq!(*h.upstream.lookups.lock().unwrap(), 1);
+    agent.cancel().await.unwrap();
+}
+
+async fn a_write_is_approved_then_committed_once(h: &Harness) {
+    let agent = h.client("agent").await.unwrap();
+    let arguments = json!({"customer_id": "cus_42", "amount_cents": 2500});
+
+    // Held: a tool error naming the approval, nothing at the upstream.
+    let held = call_ok(&agent, call("credit", arguments.clone(), None))
+        .await
+        .unwrap();
+    assert_eq!(held.is_error, Some(true));
+    let s = structured(&held).clone();
+    assert_eq!(s["decision"], "needs_approval");
+    let approval = s["approval_id"].as_str().unwrap().to_owned();
+    assert!(s["expires_at"].is_string());
+    assert_eq!(
+        s["review_url"],
+        format!("{}/console/approvals/{approval}", h.base)
+    );
+    assert!(s["idempotency_key"].as_str().unwrap().starts_with("mcp-"));
+    let t = text(&held);
+    assert!(
+        t.contains(&approval) && t.contains("approval_id") && t.contains("/console/approvals/"),
+        "{t}"
+    );
+    assert_eq!(h.upstream.effects(), 0);
+
+    // Asking again before review holds the same request.
+    let again = call_ok(&agent, call("credit", arguments.clone(), None))
+        .await
+        .unwrap();
+    assert_eq!(structured(&again)["approval_id"], approval.as_str());
+
+    // Presenting the approval while it is pending still holds.
+    let pending = call_ok(
+        &agent,
+        call(
+            "credit",
+            arguments.clone(),
+            Some(json!({"approval_id": approval})),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(pending.is_error, Some(true));
+    assert_eq!(structured(&pending)["decision"], "needs_approval");
+
+    // Another principal approves over HTTP.
+    let http = reqwest::Client::new();
+    let r = http
+        .post(format!("{}/v1/approvals/{approval}/approve", h.base))
+        .bearer_auth(&h.keys["reviewer"])
+        .json(&json!({"reason": "checked"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200, "{}", r.text().await.unwrap());
+
+    // The same call with the approval id commits, once.
+    let meta = Some(json!({"approval_id": approval}));
+    let done = call_ok(&agent, call("credit", arguments.clone(), meta.clone()))
+        .await
+        .unwrap();
+    assert_eq!(done.is_error, Some(false), "{}", text(&done));
+    assert_eq!(
+        structured(&done),
+        &json!({"credit_id": "cr_cus_42", "status": "applied"})
+    );
+    assert_eq!(done.meta.as_ref().unwrap().0["io.warrant/outcome"], "committed");
+    assert_eq!(h.upstream.effects(), 1);
+
+    // Replayed: the stored result, no second effect (with the approval id, or without it
+    // inside the derivation window).
+    for meta in [meta, None] {
+        let replay = call_ok(&agent, call("credit", arguments.clone(), meta))
+            .await
+            .unwrap();
+        assert_eq!(replay.is_error, Some(false), "{}", text(&replay));
+        assert_eq!(structured(&replay), structured(&done));
+        assert_eq!(replay.meta.as_ref().unwrap().0["io.warrant/outcome"], "replayed");
+    }
+    assert_eq!(h.upstream.effects(), 1);
+
+    // Changed arguments do not ride on the approval.
+    let changed = call_ok(
+        &agent,
+        call(
+            "credit",
+            json!({"customer_id": "cus_42", "amount_cents": 2600}),
+            Some(json!({"approval_id": approval})),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(changed.is_error, Some(true));
+    // Refused by the approval binding, or by the committed key's record, whichever runs first.
+    let code = structured(&changed)["code"].as_str().unwrap();
+    assert!(
+        ["APPROVAL_MISMATCH", "IDEMPOTENCY_KEY_REUSED"].contains(&code),
+        "{}",
+        text(&changed)
+    );
+    assert_eq!(h.upstream.effects(), 1);
+    agent.cancel().await.unwrap();
+}
+
+async fn client_keys_win_and_derived_keys_dedupe(h: &Harness) {
+    let agent = h.client("agent").await.unwrap();
+    let a = json!({"customer_id": "cus_7"});
+    // No key sent: a derived one; the same call again is the same operation.
+    let first = call_ok(&agent, call("note", a.clone(), None)).await.unwrap();
+    assert_eq!(first.is_error, Some(false), "{}", text(&first));
+    let second = call_ok(&agent, call("note", a.clone(), None)).await.unwrap();
+    assert_eq!(second.meta.as_ref().unwrap().0["io.warrant/outcome"], "replayed");
+    assert_eq!(h.upstream.effects(), 1);
+    // The client's own keys win: two keys, two operations.
+    for key in ["k-1", "k-2", "k-2"] {
+        let r = call_ok(
+            &agent,
+            call("note", a.clone(), Some(json!({"idempotency_key": key}))),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.is_error, Some(false), "{}", text(&r));
+    }
+    assert_eq!(h.upstream.effects(), 3);
+    // A key reused with other arguments is refused.
+    let reused = call_ok(
+        &agent,
+        call(
+            "note",
+            json!({"customer_id": "cus_8"}),
+            Some(json!({"io.warrant/idempotency_key": "k-1"})),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(reused.is_error, Some(true));
+    assert_eq!(
+        structured(&reused)["code"],
+        "IDEMPOTENCY_KEY_REUSED",
+        "{}",
+        text(&reused)
+    );
+    assert_eq!(h.upstream.effects(), 3);
+    agent.cancel().await.unwrap();
+}
+
+async fn refusals_are_tool_errors(h: &Harness) {
+    let agent = h.client("agent").await.unwrap();
+    let cases = [
+        (
+            call("lookup", json!({"order_id": 7}), None),
+            "schema",
+            "SCHEMA_TYPE_MISMATCH",
+        ),
+        (
+            call("lookup", json!({"order_id": "ord_abc123", "x": 1}), None),
+            "schema",
+            "SCHEMA_UNKNOWN_FIELD",
+        ),
+        (call("nope", json!({}), None), "contract", "CONTRACT_NOT_FOUND"),
+        (
+            call("old", json!({"customer_id": "c"}), None),
+            "contract",
+            "CONTRACT_RETIRED",
+        ),
+        (
+            call("wipe", json!({"customer_id": "c"}), None),
+            "scope",
+            "SCOPE_MISSING",
+        ),
+        (
+            call(
+                "lookup",
+                json!({"order_id": "ord_abc123"}),
+                Some(json!({"approval_id": 5})),
+            ),
+            "request",
+            "META_INVALID",
+        ),
+        (
+            call(
+                "note",
+                json!({"customer_id": "c"}),
+                Some(json!({"idempotency_key": "has space"})),
+            ),
+            "idempotency",
+            "IDEMPOTENCY_KEY_INVALID",
+        ),
+    ];
+    for (params, stage, code) in cases {
+        let name = params.name.to_string();
+        let result = call_ok(&agent, params)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: a protocol error instead of a tool error: {e}"));
+        assert_eq!(result.is_error, Some(true), "{name}");
+        let s = structured(&result);
+        assert_eq!(
+            (s["stage"].as_str(), s["code"].as_str()),
+            (Some(stage), Some(code)),
+            "{name}: {s}"
+        );
+        let t = text(&result);
+        assert!(t.contains(&format!("{stage} {code}")), "{name}: {t}");
+        if stage != "request" {
+            assert!(
+                s["ledger_id"].is_string(),
+                "{name}: a refusal has its ledger row: {s}"
+            );
+        }
+    }
+    assert_eq!(h.upstream.effects(), 0);
+    agent.cancel().await.unwrap();
+}
+
+async fn keys_are_checked_before_mcp(h: &Harness) {
+    let http = reqwest::Client::new();
+    let url = format!("{}/mcp", h.base);
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let post = |key: Option<&str>| {
+        let b = http
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream");
+        match key {
+            Some(k) => b.bearer_auth(k),
+            None => b,
+        }
+    };
+    for key in [None, Some("wrn_nope_nope"), Some("garbage")] {
+        let r = post(key).body(init.to_string()).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 401, "{key:?}");
+        assert!(
+            r.headers()["www-authenticate"]
+                .to_str()
+                .unwrap()
+                .starts_with("Bearer")
+        );
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "UNAUTHENTICATED");
+    }
+    // rmcp's client with a wrong key does not get in.
+    let config = StreamableHttpClientTransportConfig::with_uri(url.clone()).auth_header("wrn_nope_nope");
+    assert!(
+        ().serve(StreamableHttpClientTransport::from_config(config))
+            .await
+            .is_err()
+    );
+
+    // With a key: the stateless handshake answers JSON and opens no session.
+    let r = post(Some(&h.keys["agent"]))
+        .body(init.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(r.headers().get("mcp-session-id").is_none());
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["result"]["serverInfo"]["name"], "warrant");
+
+    // Not strict JSON (a duplicate key inside the arguments): a parse error, not a proposal.
+    let dup = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"note","arguments":{"customer_id":"a","customer_id":"b"}}}"#;
+    let r = post(Some(&h.keys["agent"]))
+        .header("mcp-protocol-version", "2025-06-18")
+        .body(dup)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["id"], 3);
+    assert_eq!(body["error"]["code"], -32700);
+    assert_eq!(h.upstream.effects(), 0);
+
+    // Stateless: no session stream to open or close.
+    for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
+        let r = http
+            .request(method.clone(), &url)
+            .bearer_auth(&h.keys["agent"])
+            .header("accept", "text/event-stream")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 405, "{method}");
+    }
+
+    // The DNS-rebinding guard stays on.
+    let r = post(Some(&h.keys["agent"]))
+        .header("host", "evil.example")
+        .body(init.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 403);
+}
+
+async fn stdio_serves_the_same_tools(h: &Harness) {
+    let key = &h.keys["agent"];
+    let record = h
+        .gateway
+        .state
+        .store
+        .find_api_key(&keys::hash_presented(key).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let principal = Principal::new(
+        &record.key.principal,
+        &record.key.tenant,
+        record.key.grants.clone(),
+    )
+    .unwrap();
+    let (client_io, server_io) = tokio::io::duplex(1 << 16);
+    let (server_read, server_write) = tokio::io::split(server_io);
+    let state = h.gateway.state.clone();
+    let server = tokio::spawn(warrant_server::mcp::serve_io(
+        state,
+        principal,
+        server_read,
+        server_write,
+    ));
+    let client = ().serve(tokio::io::split(client_io)).await.unwrap();
+    let tools = client.list_all_tools().await.unwrap();
+    assert_eq!(tools.len(), 4);
+    let result = client
+        .call_tool(call("lookup", json!({"order_id": "ord_stdio1"}), None))
+        .await
+        .unwrap();
+    assert_eq!(result.is_error, Some(false), "{}", text(&result));
+    assert_eq!(structured(&result)["order_id"], "ord_stdio1");
+    let held = client
+        .call_tool(call("credit", json!({"customer_id": "cus_9"}), None))
+        .await
+        .unwrap();
+    assert_eq!(structured(&held)["decision"], "needs_approval");
+    client.cancel().await.unwrap();
+    server.await.unwrap().unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Both backends
+// ---------------------------------------------------------------------------------------------
+
+macro_rules! on_every_backend {
+    ($($case:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let h = crate::Harness::new(crate::Kind::Sqlite).await.unwrap();
+                    crate::$case(&h).await;
+                    h.finish().await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let Some(h) = crate::Harness::new(crate::Kind::Postgres).await else { return };
+                    crate::$case(&h).await;
+                    h.finish().await;
+                }
+            )*
+        }
+    };
+}
+
+on_every_backend! {
+    tools_are_listed_by_grant_with_hints,
+    a_read_is_committed,
+    a_write_is_approved_then_committed_once,
+    client_keys_win_and_derived_keys_dedupe,
+    refusals_are_tool_errors,
+    keys_are_checked_before_mcp,
+    stdio_serves_the_same_tools,
+}
