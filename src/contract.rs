@@ -30,6 +30,9 @@ pub enum ContractCommand {
         #[arg(long)]
         binding: bool,
     },
+    /// Register, list and retire contracts on a running server.
+    #[command(flatten)]
+    Remote(crate::client::RemoteContractCommand),
 }
 
 /// Arguments of `warrant canon`.
@@ -47,6 +50,7 @@ pub struct CanonArgs {
 pub fn run(command: &ContractCommand) -> Result<Exit> {
     match command {
         ContractCommand::Lint { files } => lint(files),
+        ContractCommand::Remote(remote) => bail!("`{remote:?}` needs a server"),
         ContractCommand::Hash { file, binding } => {
             let contract = load_contract(file)?;
             if *binding {

@@ -6,6 +6,7 @@
 //! 4 NEEDS_APPROVAL.
 
 mod check;
+mod client;
 mod contract;
 mod io;
 mod mcp;
@@ -38,9 +39,13 @@ enum Command {
     Mcp(mcp::McpArgs),
     /// Audit one proposal offline: parse, resolve, validate, digest, scopes, idempotency, approval.
     Check(check::CheckArgs),
-    /// Lint and hash tool contracts.
-    #[command(subcommand)]
-    Contract(contract::ContractCommand),
+    /// Tool contracts: lint and hash files; register, list and retire on a running server.
+    Contract {
+        #[command(flatten)]
+        server: client::ServerArgs,
+        #[command(subcommand)]
+        command: contract::ContractCommand,
+    },
     /// Print the RFC 8785 canonical form of a JSON document (or, with --digest, its SHA-256).
     Canon(contract::CanonArgs),
     /// Open the durable store (creating and migrating it) and report its state.
@@ -48,6 +53,27 @@ enum Command {
     Store(StoreCommand),
     /// Resolve unknown outcomes and abandoned attempts by asking each tool what happened.
     Reconcile(reconcile::ReconcileArgs),
+    /// Approval requests on a running server: list, approve, reject.
+    Approvals {
+        #[command(flatten)]
+        server: client::ServerArgs,
+        #[command(subcommand)]
+        command: client::ApprovalsCommand,
+    },
+    /// The ledger on a running server: tail, show.
+    Ledger {
+        #[command(flatten)]
+        server: client::ServerArgs,
+        #[command(subcommand)]
+        command: client::LedgerCommand,
+    },
+    /// API keys on a running server: create, revoke.
+    Keys {
+        #[command(flatten)]
+        server: client::ServerArgs,
+        #[command(subcommand)]
+        command: client::KeysCommand,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -72,10 +98,16 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(&args),
         Command::Mcp(args) => mcp::run(&args),
         Command::Check(args) => check::run(&args),
-        Command::Contract(cmd) => contract::run(&cmd),
+        Command::Contract { server, command } => match command {
+            contract::ContractCommand::Remote(remote) => client::contracts(&server, &remote),
+            local => contract::run(&local),
+        },
         Command::Canon(args) => contract::canon(&args),
         Command::Store(StoreCommand::Check(args)) => store::check(&args),
         Command::Reconcile(args) => reconcile::run(&args),
+        Command::Approvals { server, command } => client::approvals(&server, &command),
+        Command::Ledger { server, command } => client::ledger(&server, &command),
+        Command::Keys { server, command } => client::keys(&server, &command),
     };
     match result {
         Ok(exit) => ExitCode::from(exit as u8),

@@ -385,6 +385,7 @@ pub fn run(args: &ServeArgs) -> Result<Exit> {
         let contracts = gateway.state.store.list_contracts().await?.len();
         println!("warrant is listening on {public_url}");
         println!("  API        {public_url}/v1");
+        println!("  MCP        {public_url}/mcp");
         println!("  metrics    {public_url}/metrics");
         println!("  store      {}", database.redacted());
         match &contracts_dir {

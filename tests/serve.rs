@@ -38,10 +38,14 @@ fn serve_starts_with_no_setup_answers_and_stops_on_sigterm() {
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut url = String::new();
     let mut agent = String::new();
+    let mut admin = String::new();
     for line in lines.by_ref() {
         let line = line.unwrap();
         if let Some(u) = line.strip_prefix("warrant is listening on ") {
             url = u.to_owned();
+        }
+        if let Some(k) = line.trim().strip_prefix("admin") {
+            admin = k.trim().to_owned();
         }
         if let Some(k) = line.trim().strip_prefix("agent") {
             agent = k.trim().to_owned();
@@ -70,6 +74,74 @@ fn serve_starts_with_no_setup_answers_and_stops_on_sigterm() {
     // exist here, so the call itself fails.
     assert!(answer.contains("\"decision\":\"allow\""), "{answer}");
     assert!(answer.contains("\"ledger_id\":\"led_"), "{answer}");
+
+    // The command line over the API.
+    let cli = |key: &str, args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_warrant"))
+            .args(args)
+            .env("WARRANT_SERVER", &url)
+            .env("WARRANT_KEY", key)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, _) = cli(&admin, &["contract", "list"]);
+    assert_eq!(code, Some(0));
+    assert!(out.contains("create_support_credit@1"), "{out}");
+    let credit = r#"{"tool":"create_support_credit","version":1,"idempotency_key":"cli-1","arguments":{"customer_id":"cus_8f3k2m9q","amount_cents":2500,"reason":"duplicate charge"}}"#;
+    let held = http(
+        addr,
+        &format!(
+            "POST /v1/proposals HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {agent}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{credit}",
+            credit.len()
+        ),
+    );
+    assert!(held.starts_with("HTTP/1.1 202"), "{held}");
+    let (code, out, _) = cli(&admin, &["approvals", "list"]);
+    assert_eq!(code, Some(0));
+    let id = out.split_whitespace().next().unwrap().to_owned();
+    assert!(id.starts_with("apr_"), "{out}");
+    // The proposer cannot approve its own call; the admin (a supervisor) can.
+    let (code, _, err) = cli(&agent, &["approvals", "approve", &id]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("SELF_REVIEW") || err.contains("REVIEW_FORBIDDEN"),
+        "{err}"
+    );
+    let (code, out, err) = cli(&admin, &["approvals", "approve", &id, "--reason", "checked"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("approved"), "{out}");
+    let (code, out, _) = cli(&agent, &["ledger", "tail", "-n", "5"]);
+    assert_eq!(code, Some(0));
+    assert!(
+        out.contains("create_support_credit") && out.contains("needs_approval"),
+        "{out}"
+    );
+    let (code, out, _) = cli(
+        &admin,
+        &[
+            "keys",
+            "create",
+            "--principal",
+            "bot",
+            "--grants",
+            "orders:read",
+            "--roles",
+            "agent",
+        ],
+    );
+    assert_eq!(code, Some(0));
+    let key_id = out.lines().next().unwrap().trim_start_matches("id=").to_owned();
+    let (code, _, _) = cli(&admin, &["keys", "revoke", &key_id]);
+    assert_eq!(code, Some(0));
+    let (code, _, err) = cli("wrn_nope", &["ledger", "tail"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("401"), "{err}");
 
     // SIGTERM: a clean exit.
     nix_kill(child.id());

@@ -1,0 +1,401 @@
+//! The command line over a running server's API: `approvals`, `ledger`, `keys` and
+//! `contract register|list|retire`. `--server` / `WARRANT_SERVER` names the server,
+//! `--key` / `WARRANT_KEY` the caller's key.
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::Exit;
+use crate::io::read_input;
+
+/// Where the server is and who is calling.
+#[derive(Debug, Args)]
+pub struct ServerArgs {
+    /// The server's base URL.
+    #[arg(
+        long,
+        env = "WARRANT_SERVER",
+        default_value = "http://127.0.0.1:8080",
+        global = true
+    )]
+    server: String,
+    /// The caller's API key.
+    #[arg(long, env = "WARRANT_KEY", hide_env_values = true, global = true)]
+    key: Option<String>,
+}
+
+/// `warrant approvals …`
+#[derive(Debug, Subcommand)]
+pub enum ApprovalsCommand {
+    /// Approval requests of your tenant (default: pending).
+    List {
+        /// pending, approved, rejected, expired or consumed.
+        #[arg(long, default_value = "pending")]
+        status: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve a request.
+    Approve {
+        /// The approval id.
+        id: String,
+        /// Why.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Reject a request.
+    Reject {
+        /// The approval id.
+        id: String,
+        /// Why.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+}
+
+/// `warrant ledger …`
+#[derive(Debug, Subcommand)]
+pub enum LedgerCommand {
+    /// The newest rows, one line each; `--follow` keeps printing new ones.
+    Tail {
+        /// How many rows.
+        #[arg(short = 'n', long, default_value_t = 20)]
+        lines: u32,
+        /// Only this tool.
+        #[arg(long)]
+        tool: Option<String>,
+        /// Keep polling for new rows.
+        #[arg(short, long)]
+        follow: bool,
+    },
+    /// One row, as JSON.
+    Show {
+        /// The ledger id.
+        id: String,
+    },
+}
+
+/// `warrant keys …`
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Create a key in your tenant (admin); prints it once.
+    Create {
+        /// The principal the key authenticates.
+        #[arg(long)]
+        principal: String,
+        /// Granted scopes, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        grants: Vec<String>,
+        /// Roles, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        roles: Vec<String>,
+        /// A label.
+        #[arg(long)]
+        label: Option<String>,
+    },
+    /// Revoke a key (admin).
+    Revoke {
+        /// The key id (the part after `wrn_`, before the second `_`).
+        id: String,
+    },
+}
+
+/// The server-side `contract` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum RemoteContractCommand {
+    /// Register a contract file on the server (admin).
+    Register {
+        /// The contract file (YAML or JSON).
+        file: String,
+    },
+    /// Contracts registered on the server.
+    List,
+    /// Retire a contract by content id (admin).
+    Retire {
+        /// `tool-contract@sha256:…`
+        id: String,
+    },
+}
+
+struct Client {
+    http: reqwest::Client,
+    base: String,
+    key: String,
+}
+
+impl Client {
+    fn new(args: &ServerArgs) -> Result<Self> {
+        let key = args
+            .key
+            .clone()
+            .context("no key: pass --key or set WARRANT_KEY")?;
+        Ok(Client {
+            http: reqwest::Client::builder()
+                .timeout(std::time::Duration::from_secs(70))
+                .build()?,
+            base: args.server.trim_end_matches('/').to_owned(),
+            key,
+        })
+    }
+
+    /// Sends a request; `Ok(Err(message))` for an API refusal.
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<(Vec<u8>, &str)>,
+    ) -> Result<std::result::Result<Value, String>> {
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(&self.key);
+        if let Some((bytes, content_type)) = body {
+            req = req.header("content-type", content_type).body(bytes);
+        }
+        let response = req
+            .send()
+            .await
+            .with_context(|| format!("cannot reach {}", self.base))?;
+        let status = response.status();
+        let text = response.text().await?;
+        let value: Value = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
+        if status.is_success() {
+            Ok(Ok(value))
+        } else {
+            let e = &value["error"];
+            let message = match (e["stage"].as_str(), e["code"].as_str(), e["message"].as_str()) {
+                (Some(stage), Some(code), Some(m)) => format!("{status}: {stage} {code}: {m}"),
+                _ => format!("{status}: {value}"),
+            };
+            Ok(Err(message))
+        }
+    }
+}
+
+fn block_on<F: std::future::Future<Output = Result<Exit>>>(f: F) -> Result<Exit> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(f)
+}
+
+fn refused(message: &str) -> Exit {
+    eprintln!("error: {message}");
+    Exit::Problems
+}
+
+fn print(value: &Value) {
+    println!("{}", serde_json::to_string_pretty(value).unwrap_or_default());
+}
+
+/// Runs `warrant approvals …`.
+pub fn approvals(args: &ServerArgs, command: &ApprovalsCommand) -> Result<Exit> {
+    let client = Client::new(args)?;
+    block_on(async move {
+        let (path, body) = match command {
+            ApprovalsCommand::List { status, json } => {
+                let answer = match client
+                    .call(Method::GET, &format!("/v1/approvals?status={status}"), None)
+                    .await?
+                {
+                    Ok(v) => v,
+                    Err(m) => return Ok(refused(&m)),
+                };
+                if *json {
+                    print(&answer);
+                } else {
+                    for a in answer["approvals"].as_array().into_iter().flatten() {
+                        println!(
+                            "{}  {}  {}  proposer={}  expires={}  {}",
+                            a["id"].as_str().unwrap_or(""),
+                            a["status"].as_str().unwrap_or(""),
+                            a["tool"].as_str().unwrap_or(""),
+                            a["proposer"].as_str().unwrap_or(""),
+                            a["expires_at"].as_str().unwrap_or(""),
+                            a["arguments"],
+                        );
+                    }
+                }
+                return Ok(Exit::Ok);
+            }
+            ApprovalsCommand::Approve { id, reason } => (format!("/v1/approvals/{id}/approve"), reason),
+            ApprovalsCommand::Reject { id, reason } => (format!("/v1/approvals/{id}/reject"), reason),
+        };
+        let body = json!({"reason": body}).to_string().into_bytes();
+        match client
+            .call(Method::POST, &path, Some((body, "application/json")))
+            .await?
+        {
+            Ok(v) => {
+                println!(
+                    "{} {}",
+                    v["id"].as_str().unwrap_or(""),
+                    v["status"].as_str().unwrap_or("")
+                );
+                Ok(Exit::Ok)
+            }
+            Err(m) => Ok(refused(&m)),
+        }
+    })
+}
+
+fn ledger_line(e: &Value) -> String {
+    let s = |k: &str| e[k].as_str().unwrap_or("-").to_owned();
+    format!(
+        "{}  {}  {}  {}  {}  {}  {}",
+        s("created_at"),
+        s("id"),
+        s("principal"),
+        s("tool"),
+        s("decision"),
+        e["outcome"].as_str().unwrap_or(""),
+        e["error_code"].as_str().unwrap_or(""),
+    )
+}
+
+/// Runs `warrant ledger …`.
+pub fn ledger(args: &ServerArgs, command: &LedgerCommand) -> Result<Exit> {
+    let client = Client::new(args)?;
+    block_on(async move {
+        match command {
+            LedgerCommand::Show { id } => match client
+                .call(Method::GET, &format!("/v1/ledger/{id}"), None)
+                .await?
+            {
+                Ok(v) => {
+                    print(&v);
+                    Ok(Exit::Ok)
+                }
+                Err(m) => Ok(refused(&m)),
+            },
+            LedgerCommand::Tail { lines, tool, follow } => {
+                let filter = tool.as_ref().map(|t| format!("&tool={t}")).unwrap_or_default();
+                let mut seen = std::collections::HashSet::new();
+                loop {
+                    let page = match client
+                        .call(Method::GET, &format!("/v1/ledger?limit={lines}{filter}"), None)
+                        .await?
+                    {
+                        Ok(v) => v,
+                        Err(m) => return Ok(refused(&m)),
+                    };
+                    let entries: Vec<Value> = page["entries"].as_array().cloned().unwrap_or_default();
+                    // Oldest first, each row once.
+                    for e in entries.iter().rev() {
+                        if seen.insert(e["id"].as_str().unwrap_or_default().to_owned()) {
+                            println!("{}", ledger_line(e));
+                        }
+                    }
+                    if !*follow {
+                        return Ok(Exit::Ok);
+                    }
+                    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+                }
+            }
+        }
+    })
+}
+
+/// Runs `warrant keys …`.
+pub fn keys(args: &ServerArgs, command: &KeysCommand) -> Result<Exit> {
+    let client = Client::new(args)?;
+    block_on(async move {
+        match command {
+            KeysCommand::Create {
+                principal,
+                grants,
+                roles,
+                label,
+            } => {
+                let body = json!({"principal": principal, "grants": grants, "roles": roles, "label": label});
+                match client
+                    .call(
+                        Method::POST,
+                        "/v1/keys",
+                        Some((body.to_string().into_bytes(), "application/json")),
+                    )
+                    .await?
+                {
+                    Ok(v) => {
+                        println!("id={}", v["id"].as_str().unwrap_or(""));
+                        println!("key={}", v["key"].as_str().unwrap_or(""));
+                        Ok(Exit::Ok)
+                    }
+                    Err(m) => Ok(refused(&m)),
+                }
+            }
+            KeysCommand::Revoke { id } => match client
+                .call(Method::DELETE, &format!("/v1/keys/{id}"), None)
+                .await?
+            {
+                Ok(_) => {
+                    println!("revoked {id}");
+                    Ok(Exit::Ok)
+                }
+                Err(m) => Ok(refused(&m)),
+            },
+        }
+    })
+}
+
+/// Runs `warrant contract register|list|retire`.
+pub fn contracts(args: &ServerArgs, command: &RemoteContractCommand) -> Result<Exit> {
+    let client = Client::new(args)?;
+    block_on(async move {
+        let answer = match command {
+            RemoteContractCommand::Register { file } => {
+                let bytes = read_input(file)?;
+                let content_type = if file.ends_with(".json") {
+                    "application/json"
+                } else {
+                    "application/yaml"
+                };
+                client
+                    .call(Method::POST, "/v1/contracts", Some((bytes, content_type)))
+                    .await?
+            }
+            RemoteContractCommand::List => client.call(Method::GET, "/v1/contracts", None).await?,
+            RemoteContractCommand::Retire { id } => {
+                client
+                    .call(Method::POST, &format!("/v1/contracts/{id}/retire"), None)
+                    .await?
+            }
+        };
+        match (command, answer) {
+            (RemoteContractCommand::List, Ok(v)) => {
+                for c in v["contracts"].as_array().into_iter().flatten() {
+                    println!(
+                        "{}@{}  {}  {}{}",
+                        c["name"].as_str().unwrap_or(""),
+                        c["version"],
+                        c["id"].as_str().unwrap_or(""),
+                        c["effect"].as_str().unwrap_or(""),
+                        if c["retired_at"].is_null() {
+                            ""
+                        } else {
+                            "  (retired)"
+                        },
+                    );
+                }
+                Ok(Exit::Ok)
+            }
+            (_, Ok(v)) => {
+                print(&v);
+                Ok(Exit::Ok)
+            }
+            (_, Err(m)) => {
+                if m.contains("CONTRACT_INVALID") {
+                    bail!("{m}");
+                }
+                Ok(refused(&m))
+            }
+        }
+    })
+}
