@@ -169,8 +169,12 @@ impl Client {
         if status.is_success() {
             Ok(Ok(value))
         } else {
-            let e = &value["error"];
-            let message = match (e["stage"].as_str(), e["code"].as_str(), e["message"].as_str()) {
+            let e = at(&value, "error");
+            let message = match (
+                at(e, "stage").as_str(),
+                at(e, "code").as_str(),
+                at(e, "message").as_str(),
+            ) {
                 (Some(stage), Some(code), Some(m)) => format!("{status}: {stage} {code}: {m}"),
                 _ => format!("{status}: {value}"),
             };
@@ -211,15 +215,15 @@ pub fn approvals(args: &ServerArgs, command: &ApprovalsCommand) -> Result<Exit> 
                 if *json {
                     print(&answer);
                 } else {
-                    for a in answer["approvals"].as_array().into_iter().flatten() {
+                    for a in at(&answer, "approvals").as_array().into_iter().flatten() {
                         println!(
                             "{}  {}  {}  proposer={}  expires={}  {}",
-                            a["id"].as_str().unwrap_or(""),
-                            a["status"].as_str().unwrap_or(""),
-                            a["tool"].as_str().unwrap_or(""),
-                            a["proposer"].as_str().unwrap_or(""),
-                            a["expires_at"].as_str().unwrap_or(""),
-                            a["arguments"],
+                            at(a, "id").as_str().unwrap_or(""),
+                            at(a, "status").as_str().unwrap_or(""),
+                            at(a, "tool").as_str().unwrap_or(""),
+                            at(a, "proposer").as_str().unwrap_or(""),
+                            at(a, "expires_at").as_str().unwrap_or(""),
+                            at(a, "arguments"),
                         );
                     }
                 }
@@ -236,8 +240,8 @@ pub fn approvals(args: &ServerArgs, command: &ApprovalsCommand) -> Result<Exit> 
             Ok(v) => {
                 println!(
                     "{} {}",
-                    v["id"].as_str().unwrap_or(""),
-                    v["status"].as_str().unwrap_or("")
+                    at(&v, "id").as_str().unwrap_or(""),
+                    at(&v, "status").as_str().unwrap_or("")
                 );
                 Ok(Exit::Ok)
             }
@@ -255,8 +259,8 @@ fn ledger_line(e: &Value) -> String {
         s("principal"),
         s("tool"),
         s("decision"),
-        e["outcome"].as_str().unwrap_or(""),
-        e["error_code"].as_str().unwrap_or(""),
+        at(e, "outcome").as_str().unwrap_or(""),
+        at(e, "error_code").as_str().unwrap_or(""),
     )
 }
 
@@ -286,10 +290,10 @@ pub fn ledger(args: &ServerArgs, command: &LedgerCommand) -> Result<Exit> {
                         Ok(v) => v,
                         Err(m) => return Ok(refused(&m)),
                     };
-                    let entries: Vec<Value> = page["entries"].as_array().cloned().unwrap_or_default();
+                    let entries: Vec<Value> = at(&page, "entries").as_array().cloned().unwrap_or_default();
                     // Oldest first, each row once.
                     for e in entries.iter().rev() {
-                        if seen.insert(e["id"].as_str().unwrap_or_default().to_owned()) {
+                        if seen.insert(at(e, "id").as_str().unwrap_or_default().to_owned()) {
                             println!("{}", ledger_line(e));
                         }
                     }
@@ -324,8 +328,8 @@ pub fn keys(args: &ServerArgs, command: &KeysCommand) -> Result<Exit> {
                     .await?
                 {
                     Ok(v) => {
-                        println!("id={}", v["id"].as_str().unwrap_or(""));
-                        println!("key={}", v["key"].as_str().unwrap_or(""));
+                        println!("id={}", at(&v, "id").as_str().unwrap_or(""));
+                        println!("key={}", at(&v, "key").as_str().unwrap_or(""));
                         Ok(Exit::Ok)
                     }
                     Err(m) => Ok(refused(&m)),
@@ -370,14 +374,14 @@ pub fn contracts(args: &ServerArgs, command: &RemoteContractCommand) -> Result<E
         };
         match (command, answer) {
             (RemoteContractCommand::List, Ok(v)) => {
-                for c in v["contracts"].as_array().into_iter().flatten() {
+                for c in at(&v, "contracts").as_array().into_iter().flatten() {
                     println!(
                         "{}@{}  {}  {}{}",
-                        c["name"].as_str().unwrap_or(""),
-                        c["version"],
-                        c["id"].as_str().unwrap_or(""),
-                        c["effect"].as_str().unwrap_or(""),
-                        if c["retired_at"].is_null() {
+                        at(c, "name").as_str().unwrap_or(""),
+                        at(c, "version"),
+                        at(c, "id").as_str().unwrap_or(""),
+                        at(c, "effect").as_str().unwrap_or(""),
+                        if at(c, "retired_at").is_null() {
                             ""
                         } else {
                             "  (retired)"
@@ -398,4 +402,9 @@ pub fn contracts(args: &ServerArgs, command: &RemoteContractCommand) -> Result<E
             }
         }
     })
+}
+
+/// A field of a JSON object, or `null`.
+fn at<'a>(value: &'a Value, key: &str) -> &'a Value {
+    value.get(key).unwrap_or(&Value::Null)
 }
