@@ -9,6 +9,7 @@ pub mod auth;
 pub mod bootstrap;
 pub mod error;
 pub mod mcp;
+pub mod openapi;
 pub mod routes;
 pub mod state;
 pub mod trace;

@@ -49,12 +49,18 @@ pub fn approval_json(a: &ApprovalRequest) -> Value {
 }
 
 #[derive(Debug, Deserialize)]
-struct ListQuery {
+pub(crate) struct ListQuery {
     status: Option<String>,
     limit: Option<u32>,
 }
 
-async fn list(
+/// Approval requests of the caller's tenant.
+#[utoipa::path(get, path = "/v1/approvals", tag = "approvals",
+    params(("status" = Option<String>, Query, description = "pending, approved, rejected, expired or consumed"),
+           ("limit" = Option<u32>, Query, description = "1..=500, default 100")),
+    responses((status = 200, description = "oldest first", body = crate::openapi::ApprovalList), (status = 400, description = "malformed request", body = crate::openapi::ErrorBody),
+        (status = 401, description = "no valid key", body = crate::openapi::ErrorBody)))]
+pub(crate) async fn list(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     Query(q): Query<ListQuery>,
@@ -139,7 +145,16 @@ async fn review(
     }
 }
 
-async fn approve(
+/// Approve a request (a reviewer other than the proposer, permitted by policy).
+#[utoipa::path(post, path = "/v1/approvals/{id}/approve", tag = "approvals",
+    params(("id" = String, Path, description = "approval id")),
+    request_body(content = Option<crate::openapi::ReviewBody>, content_type = "application/json"),
+    responses((status = 200, description = "approved", body = crate::openapi::Approval), (status = 400, description = "malformed request", body = crate::openapi::ErrorBody),
+        (status = 401, description = "no valid key", body = crate::openapi::ErrorBody),
+        (status = 403, description = "not allowed", body = crate::openapi::ErrorBody),
+        (status = 404, description = "not found", body = crate::openapi::ErrorBody),
+        (status = 409, description = "conflict", body = crate::openapi::ErrorBody)))]
+pub(crate) async fn approve(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     Path(id): Path<String>,
@@ -148,7 +163,16 @@ async fn approve(
     review(&state, &caller, &id, Verdict::Approve, &body).await
 }
 
-async fn reject(
+/// Reject a request.
+#[utoipa::path(post, path = "/v1/approvals/{id}/reject", tag = "approvals",
+    params(("id" = String, Path, description = "approval id")),
+    request_body(content = Option<crate::openapi::ReviewBody>, content_type = "application/json"),
+    responses((status = 200, description = "rejected", body = crate::openapi::Approval), (status = 400, description = "malformed request", body = crate::openapi::ErrorBody),
+        (status = 401, description = "no valid key", body = crate::openapi::ErrorBody),
+        (status = 403, description = "not allowed", body = crate::openapi::ErrorBody),
+        (status = 404, description = "not found", body = crate::openapi::ErrorBody),
+        (status = 409, description = "conflict", body = crate::openapi::ErrorBody)))]
+pub(crate) async fn reject(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     Path(id): Path<String>,

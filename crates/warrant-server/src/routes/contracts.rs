@@ -44,14 +44,25 @@ fn summary(c: &StoredContract) -> Value {
     })
 }
 
-async fn list(State(state): State<Arc<AppState>>, _caller: Caller) -> Result<Json<Value>, ApiError> {
+/// Registered contracts.
+#[utoipa::path(get, path = "/v1/contracts", tag = "contracts",
+    responses((status = 200, description = "every registered contract", body = crate::openapi::ContractList), (status = 401, description = "no valid key", body = crate::openapi::ErrorBody)))]
+pub(crate) async fn list(
+    State(state): State<Arc<AppState>>,
+    _caller: Caller,
+) -> Result<Json<Value>, ApiError> {
     let contracts = state.store.list_contracts().await?;
     Ok(Json(
         json!({"contracts": contracts.iter().map(summary).collect::<Vec<_>>()}),
     ))
 }
 
-async fn show(
+/// One contract, with the document its id covers.
+#[utoipa::path(get, path = "/v1/contracts/{name}/{version}", tag = "contracts",
+    params(("name" = String, Path, description = "contract name"), ("version" = u32, Path, description = "version")),
+    responses((status = 200, description = "the contract", body = crate::openapi::ContractSummary), (status = 401, description = "no valid key", body = crate::openapi::ErrorBody),
+        (status = 404, description = "not found", body = crate::openapi::ErrorBody)))]
+pub(crate) async fn show(
     State(state): State<Arc<AppState>>,
     _caller: Caller,
     Path((name, version)): Path<(String, String)>,
@@ -70,7 +81,19 @@ async fn show(
     Ok(Json(body))
 }
 
-async fn register(
+/// Register a contract (admin).
+#[utoipa::path(post, path = "/v1/contracts", tag = "contracts",
+    request_body(content = String, description = "the contract document", content_type = "application/yaml"),
+    responses(
+        (status = 201, description = "registered", body = crate::openapi::Registered),
+        (status = 200, description = "already registered with this body", body = crate::openapi::Registered),
+        (status = 400, description = "malformed request", body = crate::openapi::ErrorBody),
+        (status = 401, description = "no valid key", body = crate::openapi::ErrorBody),
+        (status = 403, description = "not allowed", body = crate::openapi::ErrorBody),
+        (status = 409, description = "conflict", body = crate::openapi::ErrorBody),
+        (status = 415, description = "wrong content type", body = crate::openapi::ErrorBody),
+        (status = 422, description = "invalid", body = crate::openapi::ErrorBody)))]
+pub(crate) async fn register(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     headers: HeaderMap,
@@ -153,7 +176,13 @@ async fn register(
     Ok((status, Json(json!({"id": id, "name": name, "version": version}))).into_response())
 }
 
-async fn retire(
+/// Retire a contract (admin): new calls are refused.
+#[utoipa::path(post, path = "/v1/contracts/{id}/retire", tag = "contracts",
+    params(("id" = String, Path, description = "content id")),
+    responses((status = 200, description = "retired", body = crate::openapi::Retired), (status = 401, description = "no valid key", body = crate::openapi::ErrorBody),
+        (status = 403, description = "not allowed", body = crate::openapi::ErrorBody),
+        (status = 404, description = "not found", body = crate::openapi::ErrorBody)))]
+pub(crate) async fn retire(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     Path(id): Path<String>,

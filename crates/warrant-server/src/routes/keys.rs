@@ -36,7 +36,13 @@ struct CreateKey {
     label: Option<String>,
 }
 
-async fn create(
+/// Create a key in the admin's tenant; the key is shown once.
+#[utoipa::path(post, path = "/v1/keys", tag = "keys",
+    request_body(content = crate::openapi::CreateKey, content_type = "application/json"),
+    responses((status = 201, description = "created", body = crate::openapi::CreatedKey), (status = 400, description = "malformed request", body = crate::openapi::ErrorBody),
+        (status = 401, description = "no valid key", body = crate::openapi::ErrorBody),
+        (status = 403, description = "not allowed", body = crate::openapi::ErrorBody)))]
+pub(crate) async fn create(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     body: axum::body::Bytes,
@@ -78,7 +84,13 @@ async fn create(
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
-async fn revoke(
+/// Revoke a key.
+#[utoipa::path(delete, path = "/v1/keys/{id}", tag = "keys",
+    params(("id" = String, Path, description = "key id")),
+    responses((status = 204, description = "revoked"), (status = 401, description = "no valid key", body = crate::openapi::ErrorBody),
+        (status = 403, description = "not allowed", body = crate::openapi::ErrorBody),
+        (status = 404, description = "not found", body = crate::openapi::ErrorBody)))]
+pub(crate) async fn revoke(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     Path(id): Path<String>,

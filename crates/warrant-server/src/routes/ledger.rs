@@ -54,7 +54,7 @@ pub fn ledger_json(e: &LedgerEntry) -> Value {
 }
 
 #[derive(Debug, Deserialize)]
-struct ListQuery {
+pub(crate) struct ListQuery {
     tool: Option<String>,
     outcome: Option<String>,
     principal: Option<String>,
@@ -73,7 +73,18 @@ fn time_param(name: &str, value: Option<&str>) -> Result<Option<OffsetDateTime>,
         .transpose()
 }
 
-async fn list(
+/// Ledger rows of the caller's tenant, newest first.
+#[utoipa::path(get, path = "/v1/ledger", tag = "ledger",
+    params(("tool" = Option<String>, Query, description = "only this tool"),
+           ("outcome" = Option<String>, Query, description = "only this outcome"),
+           ("principal" = Option<String>, Query, description = "only this principal"),
+           ("since" = Option<String>, Query, description = "RFC 3339, inclusive"),
+           ("until" = Option<String>, Query, description = "RFC 3339, exclusive"),
+           ("cursor" = Option<String>, Query, description = "from next_cursor"),
+           ("limit" = Option<u32>, Query, description = "1..=500, default 100")),
+    responses((status = 200, description = "one page", body = crate::openapi::LedgerPage), (status = 400, description = "malformed request", body = crate::openapi::ErrorBody),
+        (status = 401, description = "no valid key", body = crate::openapi::ErrorBody)))]
+pub(crate) async fn list(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     Query(q): Query<ListQuery>,
@@ -107,7 +118,12 @@ async fn list(
     })))
 }
 
-async fn show(
+/// One ledger row.
+#[utoipa::path(get, path = "/v1/ledger/{id}", tag = "ledger",
+    params(("id" = String, Path, description = "ledger id")),
+    responses((status = 200, description = "the row", body = crate::openapi::LedgerRow), (status = 401, description = "no valid key", body = crate::openapi::ErrorBody),
+        (status = 404, description = "not found", body = crate::openapi::ErrorBody)))]
+pub(crate) async fn show(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     Path(id): Path<String>,

@@ -39,7 +39,34 @@ pub(crate) fn header_text<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a 
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
-async fn propose(
+/// Decide a proposal and, when allowed, execute it.
+#[utoipa::path(
+    post,
+    path = "/v1/proposals",
+    tag = "proposals",
+    request_body(content = crate::openapi::Proposal, content_type = "application/json"),
+    params(
+        ("Idempotency-Key" = Option<String>, Header, description = "the idempotency key"),
+        ("Warrant-Approval" = Option<String>, Header, description = "an approval id"),
+        ("traceparent" = Option<String>, Header, description = "W3C trace context"),
+    ),
+    responses(
+        (status = 200, description = "committed or replayed", body = crate::openapi::ProposalAnswer),
+        (status = 202, description = "held for approval, or outcome unknown", body = crate::openapi::ProposalAnswer),
+        (status = 502, description = "executed and failed", body = crate::openapi::ProposalAnswer),
+        (status = 400, description = "malformed request", body = crate::openapi::ErrorBody),
+        (status = 401, description = "no valid key", body = crate::openapi::ErrorBody),
+        (status = 403, description = "not allowed", body = crate::openapi::ErrorBody),
+        (status = 404, description = "not found", body = crate::openapi::ErrorBody),
+        (status = 409, description = "conflict", body = crate::openapi::ErrorBody),
+        (status = 413, description = "body too large", body = crate::openapi::ErrorBody),
+        (status = 415, description = "wrong content type", body = crate::openapi::ErrorBody),
+        (status = 422, description = "invalid", body = crate::openapi::ErrorBody),
+        (status = 429, description = "budget exhausted", body = crate::openapi::ErrorBody),
+        (status = 503, description = "overloaded or store unavailable", body = crate::openapi::ErrorBody)
+    )
+)]
+pub(crate) async fn propose(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     headers: HeaderMap,
