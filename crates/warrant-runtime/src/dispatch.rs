@@ -2,11 +2,11 @@
 //! untrusted proposal — `decide`, then, on `allow`, `execute`. HTTP, MCP, workflows and
 //! inbound webhooks differ only in how they carry the call and present the answer.
 
+use warrant_core::Rejection;
 use warrant_core::authority::Principal;
 use warrant_core::decision::{ApprovalNeeded, Decision};
 use warrant_core::pipeline::{Authority, Call, Facts};
 use warrant_core::store::StoreError;
-use warrant_core::Rejection;
 
 use crate::execute::{Execution, Runtime};
 
