@@ -38,6 +38,7 @@ pub fn router(state: Arc<AppState>, limits: HttpLimits) -> Router {
         .merge(routes::keys::router())
         .merge(routes::health::router())
         .merge(mcp::router(&state))
+        .route_layer(axum::middleware::from_fn(trace::observe))
         .fallback(|| async {
             ApiError::new(StatusCode::NOT_FOUND, "route", "NOT_FOUND", "no such route").into_response()
         })

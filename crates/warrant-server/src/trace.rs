@@ -1,7 +1,38 @@
 //! Trace ids: one per proposal, taken from a W3C `traceparent` header when the caller sends a
 //! valid one, otherwise fresh.
 
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request};
 use axum::http::HeaderMap;
+use axum::middleware::Next;
+use axum::response::Response;
+use tracing::Instrument;
+
+/// The trace id of the request being served (set by [`observe`]).
+#[derive(Debug, Clone)]
+pub struct TraceId(pub String);
+
+/// Per request: one trace id (from `traceparent` or fresh) in the request's extensions and on
+/// its tracing span, and the request counter and latency histogram by route.
+pub async fn observe(mut request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |m| m.as_str().to_owned());
+    let method = request.method().as_str().to_owned();
+    let trace = trace_id(request.headers());
+    request.extensions_mut().insert(TraceId(trace.clone()));
+    let span = tracing::info_span!("request", method, route, trace_id = trace);
+    let start = Instant::now();
+    let response = next.run(request).instrument(span).await;
+    let status = response.status().as_u16().to_string();
+    metrics::histogram!("warrant_http_request_duration_seconds", "route" => route.clone(), "method" => method.clone())
+        .record(start.elapsed().as_secs_f64());
+    metrics::counter!("warrant_http_requests_total", "route" => route, "method" => method, "status" => status)
+        .increment(1);
+    response
+}
 
 /// The trace id of a request: the `trace-id` field of a valid `traceparent`
 /// (`00-<32 hex>-<16 hex>-<2 hex>`, not all zeros), or 32 fresh random hex digits.

@@ -69,6 +69,7 @@ pub(crate) fn header_text<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a 
 pub(crate) async fn propose(
     State(state): State<Arc<AppState>>,
     caller: Caller,
+    trace: Option<axum::Extension<crate::trace::TraceId>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
@@ -83,7 +84,10 @@ pub(crate) async fn propose(
             "proposals are application/json",
         ));
     }
-    let trace = trace_id(&headers);
+    let trace = match trace {
+        Some(axum::Extension(t)) => t.0,
+        None => trace_id(&headers),
+    };
     let call = Call {
         bytes: &body,
         idempotency_key: header_text(&headers, "idempotency-key"),

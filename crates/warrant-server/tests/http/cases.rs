@@ -535,11 +535,39 @@ pub async fn health_readiness_and_metrics(h: &Harness) {
     let get = |path: &str| h.http.get(format!("{}{path}", h.base())).send();
     assert_eq!(get("/healthz").await.unwrap().status().as_u16(), 200);
     assert_eq!(get("/readyz").await.unwrap().status().as_u16(), 200);
-    h.propose("agent", &lookup("ord_5555")).await;
+    // One trace id per proposal, taken from a W3C traceparent.
+    let (_, body) = h
+        .propose_with(
+            0,
+            "agent",
+            &lookup("ord_5555"),
+            &[(
+                "traceparent",
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            )],
+        )
+        .await;
+    assert_eq!(body["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
+    let r = h
+        .req(
+            Method::GET,
+            &format!("/v1/ledger/{}", body["ledger_id"].as_str().unwrap()),
+            "agent",
+        )
+        .send()
+        .await
+        .unwrap();
+    let row: Value = r.json().await.unwrap();
+    assert_eq!(row["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
     let r = get("/metrics").await.unwrap();
     assert_eq!(r.status().as_u16(), 200);
     let text = r.text().await.unwrap();
     assert!(text.contains("warrant_decisions_total"), "{text}");
+    assert!(
+        text.contains("warrant_http_request_duration_seconds_bucket"),
+        "{text}"
+    );
+    assert!(text.contains("warrant_adapter_latency_seconds"), "{text}");
 }
 
 /// Two nodes on one PostgreSQL database: the same approved call raced through both, and the
