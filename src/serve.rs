@@ -39,6 +39,9 @@ pub struct ServeArgs {
     /// `postgres://…` (or `sqlite://…`): overrides the data directory.
     #[arg(long, env = "WARRANT_DATABASE", value_name = "URL")]
     database: Option<String>,
+    /// The PostgreSQL schema to use (created if missing); default: the search path.
+    #[arg(long, env = "WARRANT_DATABASE_SCHEMA", value_name = "NAME")]
+    database_schema: Option<String>,
     /// Contract files registered at start. Default: `./contracts`, else `./examples/contracts`.
     #[arg(long, env = "WARRANT_CONTRACTS", value_name = "DIR")]
     contracts: Option<PathBuf>,
@@ -78,6 +81,7 @@ struct ServerSection {
 struct StoreSection {
     data_dir: Option<PathBuf>,
     database: Option<String>,
+    schema: Option<String>,
     redaction_key_file: Option<PathBuf>,
 }
 
@@ -339,6 +343,10 @@ pub fn run(args: &ServeArgs) -> Result<Exit> {
         DatabaseUrl::Postgres(_) => None,
     });
     let redaction = redaction_key(key_file.as_deref())?;
+    let store_options = StoreOptions {
+        postgres_schema: args.database_schema.clone().or(cfg.store.schema.clone()),
+        ..StoreOptions::default()
+    };
     let configured_url = cfg
         .server
         .public_url
@@ -356,7 +364,7 @@ pub fn run(args: &ServeArgs) -> Result<Exit> {
             None => format!("http://{}", listener.local_addr()?),
         };
         let sql = Arc::new(
-            SqlStore::open(&database, &StoreOptions::default())
+            SqlStore::open(&database, &store_options)
                 .await
                 .with_context(|| format!("cannot open {}", database.redacted()))?,
         );
@@ -397,6 +405,7 @@ pub fn run(args: &ServeArgs) -> Result<Exit> {
             println!("  admin      {}", keys.admin);
             println!("  agent      {}", keys.agent);
         }
+        println!("ready (SIGTERM or Ctrl-C stops it, finishing calls in flight)");
         warrant_server::serve(listener, &gateway, shutdown_signal()).await?;
         drop(gateway);
         sql.close().await;

@@ -72,6 +72,16 @@ impl TestDatabase {
         Ok(None)
     }
 
+    /// The server's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// This test's schema.
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
     /// Opens a store (a "node") on this schema; call it twice for two nodes.
     ///
     /// # Errors

@@ -1,0 +1,210 @@
+//! Two `warrant serve` processes on one PostgreSQL database behave as one: the same approved
+//! call raced through both commits one effect and consumes the approval once, and both replay
+//! the one result afterwards.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    missing_docs,
+    reason = "tests"
+)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+
+const CONTRACT: &str = r#"
+name: credit
+version: 1
+description: Issue a credit.
+owner: test
+effect: write
+scopes: [credits:write]
+approval: per_call
+idempotency: { honoured: false, retention: 24h }
+retry: { max_attempts: 1 }
+input:
+  type: object
+  additionalProperties: false
+  required: [customer_id, amount_cents]
+  properties:
+    customer_id: { type: string, maxLength: 36 }
+    amount_cents: { type: integer, minimum: 1, maximum: 500000 }
+output:
+  type: object
+  additionalProperties: false
+  required: [credit_id, status]
+  properties:
+    credit_id: { type: string, maxLength: 64 }
+    status: { enum: [applied, pending] }
+"#;
+
+const POLICY: &str = r#"
+permit (principal in Warrant::Role::"agent", action in Warrant::Action::"credit", resource);
+permit (principal in Warrant::Role::"supervisor", action in Warrant::Action::"review:credit", resource);
+"#;
+
+struct Node {
+    child: Child,
+    url: String,
+    keys: HashMap<String, String>,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(dir: &std::path::Path, db: &warrant_store::testing::TestDatabase) -> Node {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_warrant"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--database",
+            db.url(),
+            "--database-schema",
+            db.schema(),
+        ])
+        .arg("--contracts")
+        .arg(dir.join("contracts"))
+        .arg("--policy")
+        .arg(dir.join("policies"))
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .env("WARRANT_ALLOW_HOSTS", "127.0.0.1")
+        .env("WARRANT_REDACTION_KEY", "ab".repeat(32))
+        .env_remove("WARRANT_CONFIG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut url = String::new();
+    let mut keys = HashMap::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if let Some(u) = line.strip_prefix("warrant is listening on ") {
+            url = u.to_owned();
+        }
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if words.len() == 2 && words[1].starts_with("wrn_") {
+            keys.insert(words[0].to_owned(), words[1].to_owned());
+        }
+        if line.starts_with("ready") {
+            break;
+        }
+    }
+    assert!(!url.is_empty());
+    Node { child, url, keys }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_serve_processes_on_one_postgres_behave_as_one() {
+    let Some(db) = warrant_store::testing::TestDatabase::postgres().await.unwrap() else {
+        return;
+    };
+    // The tool: counts every effect (it does not deduplicate).
+    let effects = Arc::new(Mutex::new(0u32));
+    let counter = effects.clone();
+    let app = axum::Router::new().route(
+        "/credit",
+        axum::routing::post(move || {
+            let counter = counter.clone();
+            async move {
+                *counter.lock().unwrap() += 1;
+                axum::Json(json!({"credit_id": "cr_1", "status": "applied"}))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("contracts")).unwrap();
+    std::fs::create_dir_all(dir.path().join("policies")).unwrap();
+    std::fs::write(
+        dir.path().join("contracts/credit.yaml"),
+        format!("{CONTRACT}adapter: {{ kind: http, url: \"http://{upstream}/credit\" }}\n"),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("policies/p.cedar"), POLICY).unwrap();
+
+    let a = start(dir.path(), &db);
+    let b = start(dir.path(), &db);
+    let (agent, admin) = (a.keys["agent"].clone(), a.keys["admin"].clone());
+    assert!(
+        b.keys.is_empty(),
+        "the second node found the keys and created none"
+    );
+
+    let http = reqwest::Client::new();
+    let propose = |node: &Node, approval: Option<String>| {
+        let mut req = http
+            .post(format!("{}/v1/proposals", node.url))
+            .bearer_auth(&agent)
+            .header("content-type", "application/json")
+            .body(
+                json!({"tool": "credit", "version": 1, "idempotency_key": "race-1",
+                       "arguments": {"customer_id": "cus_1", "amount_cents": 700}})
+                .to_string(),
+            );
+        if let Some(id) = approval {
+            req = req.header("warrant-approval", id);
+        }
+        async move {
+            let r = req.send().await.unwrap();
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().await.unwrap())
+        }
+    };
+    // Held on node A, approved on node B.
+    let (status, held) = propose(&a, None).await;
+    assert_eq!(status, 202, "{held}");
+    let approval = held["approval"]["id"].as_str().unwrap().to_owned();
+    let r = http
+        .post(format!("{}/v1/approvals/{approval}/approve", b.url))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+
+    // Raced through both nodes: one commit, one effect.
+    let mut tasks = Vec::new();
+    for i in 0..12 {
+        let node = if i % 2 == 0 { &a } else { &b };
+        tasks.push(tokio::spawn(propose(node, Some(approval.clone()))));
+    }
+    let mut answers = Vec::new();
+    for t in tasks {
+        answers.push(t.await.unwrap());
+    }
+    let committed = answers
+        .iter()
+        .filter(|(s, v)| *s == 200 && v["outcome"] == "committed")
+        .count();
+    assert_eq!(committed, 1, "{answers:?}");
+    assert!(answers.iter().all(|(s, _)| *s < 500), "{answers:?}");
+    assert_eq!(*effects.lock().unwrap(), 1);
+
+    // Both nodes replay the one result.
+    for node in [&a, &b] {
+        let (status, body) = propose(node, Some(approval.clone())).await;
+        assert_eq!(
+            (status, body["outcome"].as_str()),
+            (200, Some("replayed")),
+            "{body}"
+        );
+    }
+    assert_eq!(*effects.lock().unwrap(), 1);
+    drop((a, b));
+    db.drop_schema().await;
+}
