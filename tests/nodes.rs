@@ -10,9 +10,8 @@
     reason = "tests"
 )]
 
-use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+mod common;
+
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
@@ -48,61 +47,18 @@ permit (principal in Warrant::Role::"agent", action in Warrant::Action::"credit"
 permit (principal in Warrant::Role::"supervisor", action in Warrant::Action::"review:credit", resource);
 "#;
 
-struct Node {
-    child: Child,
-    url: String,
-    keys: HashMap<String, String>,
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(dir: &std::path::Path, db: &warrant_store::testing::TestDatabase) -> Node {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_warrant"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--database",
-            db.url(),
-            "--database-schema",
-            db.schema(),
-        ])
-        .arg("--contracts")
-        .arg(dir.join("contracts"))
-        .arg("--policy")
-        .arg(dir.join("policies"))
-        .arg("--data-dir")
-        .arg(dir.join("data"))
-        .env("WARRANT_ALLOW_HOSTS", "127.0.0.1")
-        .env("WARRANT_REDACTION_KEY", "ab".repeat(32))
-        .env_remove("WARRANT_CONFIG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut url = String::new();
-    let mut keys = HashMap::new();
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        if let Some(u) = line.strip_prefix("warrant is listening on ") {
-            url = u.to_owned();
-        }
-        let words: Vec<&str> = line.split_whitespace().collect();
-        if words.len() == 2 && words[1].starts_with("wrn_") {
-            keys.insert(words[0].to_owned(), words[1].to_owned());
-        }
-        if line.starts_with("ready") {
-            break;
-        }
-    }
-    assert!(!url.is_empty());
-    Node { child, url, keys }
+fn start(dir: &std::path::Path, db: &warrant_store::testing::TestDatabase) -> common::serve::Served {
+    common::serve::serve(|cmd| {
+        cmd.args(["--database", db.url(), "--database-schema", db.schema()])
+            .arg("--contracts")
+            .arg(dir.join("contracts"))
+            .arg("--policy")
+            .arg(dir.join("policies"))
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .env("WARRANT_ALLOW_HOSTS", "127.0.0.1")
+            .env("WARRANT_REDACTION_KEY", "ab".repeat(32));
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -146,7 +102,7 @@ async fn two_serve_processes_on_one_postgres_behave_as_one() {
     );
 
     let http = reqwest::Client::new();
-    let propose = |node: &Node, approval: Option<String>| {
+    let propose = |node: &common::serve::Served, approval: Option<String>| {
         let mut req = http
             .post(format!("{}/v1/proposals", node.url))
             .bearer_auth(&agent)

@@ -9,9 +9,11 @@
     reason = "tests"
 )]
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod common;
+
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 fn http(addr: &str, request: &str) -> String {
@@ -26,34 +28,13 @@ fn http(addr: &str, request: &str) -> String {
 #[test]
 fn serve_starts_with_no_setup_answers_and_stops_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_warrant"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir.path())
-        .env_remove("WARRANT_CONFIG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut url = String::new();
-    let mut agent = String::new();
-    let mut admin = String::new();
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        if let Some(u) = line.strip_prefix("warrant is listening on ") {
-            url = u.to_owned();
-        }
-        if let Some(k) = line.trim().strip_prefix("admin") {
-            admin = k.trim().to_owned();
-        }
-        if let Some(k) = line.trim().strip_prefix("agent") {
-            agent = k.trim().to_owned();
-            break;
-        }
-    }
-    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
-    assert!(agent.starts_with("wrn_"), "{agent}");
+    let mut served = common::serve::serve(|cmd| {
+        cmd.arg("--data-dir").arg(dir.path());
+    });
+    let url = served.url.clone();
+    let agent = served.keys["agent"].clone();
+    let admin = served.keys["admin"].clone();
+    assert!(agent.starts_with("wrn_") && admin.starts_with("wrn_"));
     let addr = url.trim_start_matches("http://");
 
     let health = http(
@@ -144,8 +125,8 @@ fn serve_starts_with_no_setup_answers_and_stops_on_sigterm() {
     assert!(err.contains("401"), "{err}");
 
     // SIGTERM: a clean exit.
-    nix_kill(child.id());
-    let status = child.wait().unwrap();
+    nix_kill(served.child.id());
+    let status = served.child.wait().unwrap();
     assert_eq!(status.code(), Some(0));
 
     // A config file that cannot be read stops the start, naming it.
