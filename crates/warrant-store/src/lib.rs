@@ -10,6 +10,7 @@
 //! PostgreSQL database stay exact.
 
 mod error;
+mod group;
 pub mod keys;
 mod memory;
 mod sql;

@@ -11,7 +11,8 @@
 //! acknowledged, even across power loss), one writer connection (writes are serialized in the
 //! process; no `SQLITE_BUSY` between our own writers), `BEGIN IMMEDIATE` so a transaction
 //! holds the write lock from its first statement, and a pool of read-only connections that
-//! read concurrently with the writer.
+//! read concurrently with the writer. Concurrent writes share one commit (`group.rs`): each
+//! runs as a savepoint of an open batch and returns once the batch is on disk.
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -28,6 +29,7 @@ use time::OffsetDateTime;
 use warrant_core::canon::canonical_string;
 
 use crate::error::Db;
+use crate::group::GroupCommit;
 use warrant_core::records::*;
 use warrant_core::store::{
     Store, StoreError, attempt_row, classify_existing, ledger_page, parse_ledger_cursor, review_refusal,
@@ -119,7 +121,7 @@ impl Default for StoreOptions {
 }
 
 enum Backend {
-    Sqlite { write: SqlitePool, read: SqlitePool },
+    Sqlite { write: GroupCommit, read: SqlitePool },
     Postgres(PgPool),
 }
 
@@ -180,7 +182,10 @@ impl SqlStore {
             .await
             .db()?;
         Ok(SqlStore {
-            backend: Backend::Sqlite { write, read },
+            backend: Backend::Sqlite {
+                write: GroupCommit::new(write),
+                read,
+            },
         })
     }
 
@@ -233,7 +238,7 @@ impl SqlStore {
         match &self.backend {
             Backend::Sqlite { write, read } => {
                 read.close().await;
-                write.close().await;
+                write.pool().close().await;
             }
             Backend::Postgres(pool) => pool.close().await,
         }
@@ -246,9 +251,15 @@ macro_rules! write_tx {
     ($self:ident, |$tx:ident| $body:block) => {
         match &$self.backend {
             Backend::Sqlite { write, .. } => {
-                // BEGIN IMMEDIATE takes the write lock now, not at the first write.
-                let mut $tx = write.begin_with("BEGIN IMMEDIATE").await.db()?;
-                $body
+                // One savepoint in the open batch; durable once the batch commits (group.rs).
+                let (mut batch, epoch) = write.enter().await?;
+                let result = async {
+                    let mut $tx = batch.outer()?.begin().await.db()?;
+                    $body
+                }
+                .await;
+                write.finish(batch, epoch).await?;
+                result
             }
             Backend::Postgres(pool) => {
                 let mut $tx = pool.begin().await.db()?;
