@@ -5,8 +5,13 @@
 //! context type in the Cedar schema and the context value of a request cannot disagree: a
 //! field the mapping leaves out of the type is also left out of the value.
 
-use cedar_policy::{Context, RestrictedExpression};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use cedar_policy::Context;
+use cedar_policy_core::ast;
 use serde_json::{Map, Value, json};
+use smol_str::SmolStr;
 
 /// How deep a schema (nested objects, arrays and `$ref` chains together) may go before the
 /// node is treated as unmappable; the contract lint bounds documents already, this only keeps
@@ -24,15 +29,16 @@ pub(crate) enum CedarType {
     Boolean,
     /// `Set<T>` (a JSON Schema `array`).
     Set(Box<CedarType>),
-    /// A record (a JSON Schema `object` with `properties`).
+    /// A record (a JSON Schema `object` with `properties`); attributes sorted by name.
     Record(Vec<Attribute>),
 }
 
 /// One attribute of a record type.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Attribute {
-    /// The property name.
-    pub(crate) name: String,
+    /// The property name (the context record's key, kept in Cedar's string type so a call
+    /// copies it rather than converting it).
+    pub(crate) name: SmolStr,
     /// Its type.
     pub(crate) ty: CedarType,
     /// Required in Cedar: listed in `required` and not nullable.
@@ -60,13 +66,13 @@ pub(crate) fn record_schema_json(attributes: &[Attribute]) -> Value {
         if let Value::Object(map) = &mut ty {
             map.insert("required".into(), Value::Bool(attribute.required));
         }
-        out.insert(attribute.name.clone(), ty);
+        out.insert(attribute.name.to_string(), ty);
     }
     json!({ "type": "Record", "attributes": out })
 }
 
 /// The context attributes of a contract: its input schema's properties, each mapped, the
-/// unmappable ones left out.
+/// unmappable ones left out; sorted by name.
 pub(crate) fn context_attributes(input: Option<&Value>) -> Vec<Attribute> {
     let Some(root) = input else {
         return Vec::new();
@@ -206,7 +212,7 @@ impl<'a> Mapper<'a> {
                     for (property, schema) in properties {
                         if let Some(Shape::Typed(ty, nullable)) = self.node(schema, depth + 1, refs) {
                             attributes.push(Attribute {
-                                name: property.clone(),
+                                name: SmolStr::from(property.as_str()),
                                 ty,
                                 required: !nullable && required.contains(&property.as_str()),
                             });
@@ -307,72 +313,92 @@ fn percent_decode(text: &str) -> Option<String> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ConversionError(pub(crate) String);
 
+/// Where a value sits in the arguments (`items.sku`), as a chain of borrowed names: it is
+/// only turned into text when a conversion fails, so a call that converts allocates none.
+#[derive(Clone, Copy)]
+struct Path<'a> {
+    parent: Option<&'a Path<'a>>,
+    name: &'a str,
+}
+
+impl std::fmt::Display for Path<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(parent) = self.parent {
+            write!(f, "{parent}.")?;
+        }
+        f.write_str(self.name)
+    }
+}
+
 /// Builds the Cedar context of a call from its validated arguments, following the mapping:
 /// unmapped fields and `null`s are left out, arrays become sets, integers `Long`s.
+///
+/// The context is built directly as Cedar values (`cedar_policy_core::ast`), not as
+/// restricted expressions that Cedar would then evaluate into those same values: the
+/// arguments are already typed by the mapping, so there is nothing to evaluate, and the
+/// evaluation cost more than the authorization's own policy evaluation. The result is equal
+/// to what `Context::from_pairs` builds from the same arguments (tested below).
 pub(crate) fn context(
     attributes: &[Attribute],
     arguments: &Map<String, Value>,
 ) -> Result<Context, ConversionError> {
-    let pairs = record_pairs(attributes, arguments, "")?;
-    Context::from_pairs(pairs).map_err(|_| ConversionError("the arguments do not form a context".into()))
+    let attrs = record(attributes, arguments, None)?;
+    Ok(Context::from(ast::Context::Value(Arc::new(attrs))))
 }
 
-fn record_pairs(
+fn record(
     attributes: &[Attribute],
     object: &Map<String, Value>,
-    path: &str,
-) -> Result<Vec<(String, RestrictedExpression)>, ConversionError> {
-    let mut pairs = Vec::with_capacity(attributes.len());
-    for attribute in attributes {
-        if let Some(value) = object.get(&attribute.name) {
-            let here = format_path(path, &attribute.name);
-            if let Some(expression) = expression(&attribute.ty, value, &here)? {
-                pairs.push((attribute.name.clone(), expression));
-            }
+    parent: Option<&Path<'_>>,
+) -> Result<BTreeMap<SmolStr, ast::Value>, ConversionError> {
+    let mut out = BTreeMap::new();
+    // Walk the arguments and find each one's attribute in the (sorted) list: comparing a few
+    // names is cheaper than hashing every attribute name into the arguments' map.
+    for (name, value) in object {
+        let Ok(at) = attributes.binary_search_by(|a| a.name.as_str().cmp(name.as_str())) else {
+            continue;
+        };
+        let Some(attribute) = attributes.get(at) else {
+            continue;
+        };
+        let here = Path { parent, name };
+        if let Some(value) = cedar_value(&attribute.ty, value, &here)? {
+            out.insert(attribute.name.clone(), value);
         }
     }
-    Ok(pairs)
+    Ok(out)
 }
 
-fn format_path(path: &str, name: &str) -> String {
-    if path.is_empty() {
-        name.to_owned()
-    } else {
-        format!("{path}.{name}")
-    }
-}
-
-/// One value as a Cedar expression; `None` for `null` (the attribute is then absent).
-fn expression(
+/// One value as a Cedar value; `None` for `null` (the attribute is then absent).
+fn cedar_value(
     ty: &CedarType,
     value: &Value,
-    path: &str,
-) -> Result<Option<RestrictedExpression>, ConversionError> {
+    path: &Path<'_>,
+) -> Result<Option<ast::Value>, ConversionError> {
     let mismatch = || ConversionError(format!("argument `{path}` does not fit its policy type"));
-    let expression = match (ty, value) {
+    let kind = match (ty, value) {
         (_, Value::Null) => return Ok(None),
-        (CedarType::String, Value::String(s)) => RestrictedExpression::new_string(s.clone()),
-        (CedarType::Boolean, Value::Bool(b)) => RestrictedExpression::new_bool(*b),
+        (CedarType::String, Value::String(s)) => ast::ValueKind::Lit(ast::Literal::from(s.as_str())),
+        (CedarType::Boolean, Value::Bool(b)) => ast::ValueKind::Lit(ast::Literal::from(*b)),
         (CedarType::Long, Value::Number(n)) => {
             let n = n.as_i64().ok_or_else(|| {
                 ConversionError(format!("argument `{path}` is outside Cedar's 64-bit range"))
             })?;
-            RestrictedExpression::new_long(n)
+            ast::ValueKind::Lit(ast::Literal::from(n))
         }
         (CedarType::Set(item), Value::Array(values)) => {
             let mut elements = Vec::with_capacity(values.len());
             for element in values {
-                elements.push(expression(item, element, path)?.ok_or_else(mismatch)?);
+                elements.push(cedar_value(item, element, path)?.ok_or_else(mismatch)?);
             }
-            RestrictedExpression::new_set(elements)
+            ast::ValueKind::set(elements)
         }
         (CedarType::Record(attributes), Value::Object(object)) => {
-            RestrictedExpression::new_record(record_pairs(attributes, object, path)?)
-                .map_err(|_| mismatch())?
+            ast::ValueKind::record_arc(Arc::new(record(attributes, object, Some(path))?))
         }
         _ => return Err(mismatch()),
     };
-    Ok(Some(expression))
+    Ok(Some(ast::Value::new(kind, None)))
 }
 
 #[cfg(test)]
@@ -496,9 +522,9 @@ mod tests {
     #[test]
     fn conversion_follows_the_mapping() {
         let attributes = vec![
+            attr("opt", CedarType::Boolean, false),
             attr("s", CedarType::String, true),
             attr("set", CedarType::Set(Box::new(CedarType::Long)), false),
-            attr("opt", CedarType::Boolean, false),
         ];
         let args = json!({ "s": "x", "set": [1, 2], "opt": null, "unmapped": 1.5 });
         let ctx = context(&attributes, args.as_object().unwrap()).unwrap();
@@ -508,5 +534,84 @@ mod tests {
         assert_eq!(err.0, "argument `s` does not fit its policy type");
         let big = json!({ "set": [u64::MAX] });
         assert!(context(&attributes, big.as_object().unwrap()).is_err());
+        let nested = vec![attr(
+            "r",
+            CedarType::Record(vec![attr(
+                "inner",
+                CedarType::Set(Box::new(CedarType::String)),
+                true,
+            )]),
+            true,
+        )];
+        let err = context(&nested, json!({ "r": { "inner": [1] } }).as_object().unwrap()).unwrap_err();
+        assert_eq!(err.0, "argument `r.inner` does not fit its policy type");
+    }
+
+    /// The context as Cedar's public API builds it: restricted expressions, evaluated.
+    fn reference_context(attributes: &[Attribute], arguments: &Map<String, Value>) -> Context {
+        use cedar_policy::RestrictedExpression;
+        fn expression(ty: &CedarType, value: &Value) -> Option<RestrictedExpression> {
+            Some(match (ty, value) {
+                (CedarType::String, Value::String(s)) => RestrictedExpression::new_string(s.clone()),
+                (CedarType::Boolean, Value::Bool(b)) => RestrictedExpression::new_bool(*b),
+                (CedarType::Long, Value::Number(n)) => RestrictedExpression::new_long(n.as_i64().unwrap()),
+                (CedarType::Set(item), Value::Array(values)) => {
+                    RestrictedExpression::new_set(values.iter().map(|v| expression(item, v).unwrap()))
+                }
+                (CedarType::Record(attributes), Value::Object(object)) => {
+                    RestrictedExpression::new_record(pairs(attributes, object)).unwrap()
+                }
+                (_, Value::Null) => return None,
+                _ => panic!("mismatch"),
+            })
+        }
+        fn pairs(
+            attributes: &[Attribute],
+            object: &Map<String, Value>,
+        ) -> Vec<(String, RestrictedExpression)> {
+            attributes
+                .iter()
+                .filter_map(|a| {
+                    Some((
+                        a.name.to_string(),
+                        expression(&a.ty, object.get(a.name.as_str())?)?,
+                    ))
+                })
+                .collect()
+        }
+        Context::from_pairs(pairs(attributes, arguments)).unwrap()
+    }
+
+    #[test]
+    fn direct_values_equal_evaluated_expressions() {
+        let attributes = attrs(json!({
+            "type": "object", "additionalProperties": false,
+            "properties": {
+                "s": { "type": "string", "maxLength": 99 },
+                "n": { "type": "integer", "minimum": -9, "maximum": 9 },
+                "b": { "type": ["boolean", "null"] },
+                "tags": { "type": "array", "maxItems": 9, "items": { "type": "string", "maxLength": 9 } },
+                "rows": { "type": "array", "maxItems": 9, "items": {
+                    "type": "object", "additionalProperties": false,
+                    "properties": { "id": { "type": "integer" }, "on": { "type": "boolean" } } } },
+                "empty": { "type": "array", "maxItems": 9, "items": { "type": "integer" } },
+                "nested": { "type": "object", "additionalProperties": false, "properties": {
+                    "deep": { "type": "object", "additionalProperties": false,
+                              "properties": { "x": { "type": "string" } } } } },
+                "f": { "type": "number" }
+            }
+        }));
+        let cases = [
+            json!({}),
+            json!({ "s": "a string longer than twenty-three bytes, stored out of line", "n": -3, "b": null }),
+            json!({ "s": "", "b": true, "tags": ["b", "a", "b"], "empty": [], "f": 1.5 }),
+            json!({ "rows": [{ "id": 2, "on": true }, { "id": 1 }], "nested": { "deep": { "x": "é" } } }),
+            json!({ "nested": {}, "n": 9_007_199_254_740_991_i64 }),
+        ];
+        for args in cases {
+            let args = args.as_object().unwrap();
+            let direct = context(&attributes, args).unwrap();
+            assert_eq!(direct, reference_context(&attributes, args), "{args:?}");
+        }
     }
 }
