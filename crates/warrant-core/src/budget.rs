@@ -55,7 +55,7 @@ pub fn plan(
     let budget = contract.budget();
     if let (Some(limit), Some(run)) = (budget.calls_per_run, run_id) {
         out.push(BudgetReservation {
-            key: format!("calls_per_run:{run}:{}", contract.name()),
+            key: key(&["calls_per_run:", run, ":", contract.name()], None),
             amount: 1,
             limit,
             expires_at: now + Duration::days(30),
@@ -63,7 +63,10 @@ pub fn plan(
     }
     if let Some(limit) = budget.calls_per_day {
         out.push(BudgetReservation {
-            key: format!("calls_per_day:{}:{}:{today}", principal.id(), contract.name()),
+            key: key(
+                &["calls_per_day:", principal.id(), ":", contract.name(), ":"],
+                Some(today),
+            ),
             amount: 1,
             limit,
             expires_at: end_of(today, BudgetPeriod::Day) + Duration::days(1),
@@ -86,6 +89,39 @@ pub fn plan(
     out
 }
 
+/// A counter key: `parts`, then `date` as `YYYY-MM-DD` (as `Date`'s `Display` writes it).
+/// Built by hand: it is made on every call, and the formatting machinery costs more than the
+/// rest of the budget stage's planning.
+fn key(parts: &[&str], date: Option<Date>) -> String {
+    let mut out = String::with_capacity(parts.iter().map(|p| p.len()).sum::<usize>() + 10);
+    for part in parts {
+        out.push_str(part);
+    }
+    if let Some(date) = date {
+        push_date(&mut out, date);
+    }
+    out
+}
+
+fn push_date(out: &mut String, date: Date) {
+    let year = date.year();
+    if !(0..=9999).contains(&year) {
+        out.push_str(&date.to_string());
+        return;
+    }
+    let digits = |out: &mut String, value: u32, width: u32| {
+        for position in (0..width).rev() {
+            let digit = value / 10u32.pow(position) % 10;
+            out.push(char::from_digit(digit, 10).unwrap_or('0'));
+        }
+    };
+    digits(out, year.unsigned_abs(), 4);
+    out.push('-');
+    digits(out, u32::from(u8::from(date.month())), 2);
+    out.push('-');
+    digits(out, u32::from(date.day()), 2);
+}
+
 fn end_of(day: Date, period: BudgetPeriod) -> OffsetDateTime {
     let last = match period {
         BudgetPeriod::Day => day,
@@ -98,4 +134,26 @@ fn end_of(day: Date, period: BudgetPeriod) -> OffsetDateTime {
         }
     };
     last.next_day().unwrap_or(last).midnight().assume_utc()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_spell_dates_as_display_does() {
+        for (y, m, d) in [
+            (2026, 11, 29),
+            (1, 1, 1),
+            (0, 12, 31),
+            (9999, 2, 3),
+            (10_000, 1, 1),
+            (-5, 6, 7),
+        ] {
+            let Ok(date) = Date::from_calendar_date(y, time::Month::try_from(m).unwrap(), d) else {
+                continue;
+            };
+            assert_eq!(key(&["a:", "b"], Some(date)), format!("a:b{date}"));
+        }
+    }
 }

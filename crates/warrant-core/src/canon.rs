@@ -29,6 +29,18 @@ impl Sha256Digest {
         hex::encode(self.0)
     }
 
+    /// `sha256:<64 lowercase hex>`, as `to_string` writes it, in one allocation of the
+    /// exact size (records take a digest as text on every call).
+    pub fn text(&self) -> String {
+        let mut text = [0u8; 64];
+        let mut out = String::with_capacity(71);
+        out.push_str("sha256:");
+        if hex::encode_to_slice(self.0, &mut text).is_ok() {
+            out.push_str(std::str::from_utf8(&text).unwrap_or_default());
+        }
+        out
+    }
+
     /// Parses `sha256:<64 lowercase hex>`; anything else is `None`.
     pub fn parse(text: &str) -> Option<Self> {
         let hex_part = text.strip_prefix("sha256:")?;
@@ -122,48 +134,68 @@ fn write_object(out: &mut Vec<u8>, map: &serde_json::Map<String, Value>) {
 
 fn write_string(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
-    let mut start = 0;
-    let bytes = s.as_bytes();
-    for (i, &b) in bytes.iter().enumerate() {
-        let escape: Option<&[u8]> = match b {
-            b'"' => Some(b"\\\""),
-            b'\\' => Some(b"\\\\"),
-            0x08 => Some(b"\\b"),
-            0x0c => Some(b"\\f"),
-            b'\n' => Some(b"\\n"),
-            b'\r' => Some(b"\\r"),
-            b'\t' => Some(b"\\t"),
-            0x00..=0x1f => None,
-            _ => continue,
+    let mut rest = s.as_bytes();
+    // Runs that need no escaping are copied whole.
+    while let Some((plain, tail)) = rest
+        .iter()
+        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+        .and_then(|at| rest.split_at_checked(at))
+    {
+        out.extend_from_slice(plain);
+        let Some((&b, after)) = tail.split_first() else {
+            break;
         };
-        out.extend_from_slice(bytes.get(start..i).unwrap_or_default());
-        match escape {
-            Some(e) => out.extend_from_slice(e),
-            None => {
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            0x08 => out.extend_from_slice(b"\\b"),
+            0x0c => out.extend_from_slice(b"\\f"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            _ => {
                 const HEX: &[u8; 16] = b"0123456789abcdef";
                 out.extend_from_slice(b"\\u00");
                 out.push(HEX.get(usize::from(b >> 4)).copied().unwrap_or(b'0'));
                 out.push(HEX.get(usize::from(b & 0xf)).copied().unwrap_or(b'0'));
             }
         }
-        start = i + 1;
+        rest = after;
     }
-    out.extend_from_slice(bytes.get(start..).unwrap_or_default());
+    out.extend_from_slice(rest);
     out.push(b'"');
 }
 
 fn write_number(out: &mut Vec<u8>, n: &serde_json::Number) {
     const SAFE: u64 = 1 << 53;
     if let Some(i) = n.as_i64().filter(|i| i.unsigned_abs() <= SAFE) {
-        out.extend_from_slice(i.to_string().as_bytes());
+        if i < 0 {
+            out.push(b'-');
+        }
+        write_digits(out, i.unsigned_abs());
     } else if let Some(u) = n.as_u64().filter(|u| *u <= SAFE) {
-        out.extend_from_slice(u.to_string().as_bytes());
+        write_digits(out, u);
     } else {
         // Beyond 2^53 an integer is what every other implementation sees: the nearest double.
         let f = n.as_f64().unwrap_or(0.0);
         let mut buffer = ryu_js::Buffer::new();
         out.extend_from_slice(buffer.format_finite(f).as_bytes());
     }
+}
+
+/// The decimal digits of `n` (no allocation: integers are on every call's path).
+fn write_digits(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut len = 0;
+    for slot in digits.iter_mut() {
+        *slot = b'0' + u8::try_from(n % 10).unwrap_or(0);
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend(digits.iter().take(len).rev());
 }
 
 /// The canonical form as a string (canonical JSON is always valid UTF-8).
@@ -183,6 +215,13 @@ mod tests {
 
     fn canon(text: &str) -> String {
         canonical_string(&parse(text.as_bytes(), Limits::DOCUMENT).unwrap())
+    }
+
+    #[test]
+    fn digest_text_is_its_display() {
+        let d = Sha256Digest::of_bytes(b"x");
+        assert_eq!(d.text(), d.to_string());
+        assert_eq!(Sha256Digest::parse(&d.text()), Some(d));
     }
 
     /// The examples of RFC 8785 §3.2.2 and appendix B.

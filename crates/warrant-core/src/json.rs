@@ -154,6 +154,42 @@ pub fn push_pointer_segment(out: &mut String, segment: &str) {
 /// # Errors
 /// Returns a [`JsonError`] for every refusal listed in the module documentation.
 pub fn parse(input: &[u8], limits: Limits) -> Result<Value, JsonError> {
+    let text = check_input(input, limits)?;
+    let mut parser = Parser::new(text, limits);
+    let value = parser.value(0)?;
+    parser.finish()?;
+    Ok(value)
+}
+
+/// A document read by [`parse_top_level`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum TopLevel {
+    /// The document is an object: its members in document order, keys unique.
+    Object(Vec<(String, Value)>),
+    /// Any other value.
+    Other(Value),
+}
+
+/// [`parse`], with the members of a top-level object handed over as a list rather than a
+/// map, for callers that take them apart (the proposal envelope): no map is built for them.
+/// Exactly the same documents are refused, with the same errors.
+///
+/// # Errors
+/// As [`parse`].
+pub fn parse_top_level(input: &[u8], limits: Limits) -> Result<TopLevel, JsonError> {
+    let text = check_input(input, limits)?;
+    let mut parser = Parser::new(text, limits);
+    let top = if parser.peek() == Some(b'{') {
+        TopLevel::Object(parser.members(1)?.into_list())
+    } else {
+        TopLevel::Other(parser.value(0)?)
+    };
+    parser.finish()?;
+    Ok(top)
+}
+
+/// The size limit and the UTF-8 check, before any parsing.
+fn check_input(input: &[u8], limits: Limits) -> Result<&str, JsonError> {
     if input.len() > limits.max_bytes {
         return Err(JsonError::new(
             JsonErrorKind::TooLarge,
@@ -165,31 +201,73 @@ pub fn parse(input: &[u8], limits: Limits) -> Result<Value, JsonError> {
             ),
         ));
     }
-    let text = std::str::from_utf8(input).map_err(|e| {
+    std::str::from_utf8(input).map_err(|e| {
         JsonError::new(
             JsonErrorKind::InvalidUtf8,
             e.valid_up_to(),
             "document is not valid UTF-8",
         )
-    })?;
-    let mut parser = Parser {
-        bytes: text.as_bytes(),
-        pos: 0,
-        max_depth: limits.max_depth.min(MAX_DEPTH_CAP),
-        scratch: String::new(),
-    };
-    parser.skip_ws();
-    let value = parser.value(0)?;
-    parser.skip_ws();
-    if parser.pos != parser.bytes.len() {
-        return Err(parser.syntax("unexpected data after the document"));
+    })
+}
+
+/// Up to this many members, an object being read is a list: a duplicate check by comparing
+/// keys is cheaper than hashing them, and the map is then built once at its final size.
+/// Beyond it the members move into a map, so hostile objects with many keys stay linear.
+const FEW_MEMBERS: usize = 16;
+
+/// The members of an object being read (see [`FEW_MEMBERS`]).
+enum Members {
+    Few(Vec<(String, Value)>),
+    Many(Map<String, Value>),
+}
+
+impl Members {
+    /// Adds a member; gives the key back when the object already has it.
+    fn add(&mut self, key: String, value: Value) -> Result<(), String> {
+        match self {
+            Members::Few(list) => {
+                if list.iter().any(|(k, _)| *k == key) {
+                    return Err(key);
+                }
+                if list.len() < FEW_MEMBERS {
+                    list.push((key, value));
+                } else {
+                    let mut map: Map<String, Value> = std::mem::take(list).into_iter().collect();
+                    map.insert(key, value);
+                    *self = Members::Many(map);
+                }
+                Ok(())
+            }
+            Members::Many(map) => match map.entry(key) {
+                serde_json::map::Entry::Vacant(slot) => {
+                    slot.insert(value);
+                    Ok(())
+                }
+                serde_json::map::Entry::Occupied(slot) => Err(slot.key().clone()),
+            },
+        }
     }
-    Ok(value)
+
+    fn into_map(self) -> Map<String, Value> {
+        match self {
+            Members::Few(list) => list.into_iter().collect(),
+            Members::Many(map) => map,
+        }
+    }
+
+    fn into_list(self) -> Vec<(String, Value)> {
+        match self {
+            Members::Few(list) => list,
+            Members::Many(map) => map.into_iter().collect(),
+        }
+    }
 }
 
 struct Parser<'a> {
-    /// Valid UTF-8 (checked before parsing starts), so any slice between ASCII
-    /// delimiters is valid UTF-8 as well.
+    /// The document, valid UTF-8 (checked before parsing starts), so any slice between
+    /// ASCII delimiters is valid UTF-8 as well: slicing checks char boundaries only.
+    text: &'a str,
+    /// `text` as bytes.
     bytes: &'a [u8],
     pos: usize,
     max_depth: usize,
@@ -197,6 +275,29 @@ struct Parser<'a> {
 }
 
 impl<'a> Parser<'a> {
+    /// A parser positioned at the document's first value.
+    fn new(text: &'a str, limits: Limits) -> Self {
+        let mut parser = Parser {
+            text,
+            bytes: text.as_bytes(),
+            pos: 0,
+            max_depth: limits.max_depth.min(MAX_DEPTH_CAP),
+            scratch: String::new(),
+        };
+        parser.skip_ws();
+        parser
+    }
+
+    /// Only whitespace may follow the document.
+    fn finish(&mut self) -> Result<(), JsonError> {
+        self.skip_ws();
+        if self.pos == self.bytes.len() {
+            Ok(())
+        } else {
+            Err(self.syntax("unexpected data after the document"))
+        }
+    }
+
     fn peek(&self) -> Option<u8> {
         self.bytes.get(self.pos).copied()
     }
@@ -248,14 +349,19 @@ impl<'a> Parser<'a> {
     }
 
     fn object(&mut self, depth: usize) -> Result<Value, JsonError> {
+        Ok(Value::Object(self.members(depth)?.into_map()))
+    }
+
+    /// Reads an object (the parser is at its `{`).
+    fn members(&mut self, depth: usize) -> Result<Members, JsonError> {
         self.enter(depth)?;
         self.pos += 1; // '{'
-        let mut map = Map::new();
         self.skip_ws();
         if self.peek() == Some(b'}') {
             self.pos += 1;
-            return Ok(Value::Object(map));
+            return Ok(Members::Few(Vec::new()));
         }
+        let mut members = Members::Few(Vec::with_capacity(4));
         loop {
             self.skip_ws();
             if self.peek() != Some(b'"') {
@@ -273,19 +379,18 @@ impl<'a> Parser<'a> {
                 Ok(value) => value,
                 Err(e) => return Err(e.within(key)),
             };
-            if map.contains_key(&key) {
+            if let Err(key) = members.add(key, value) {
                 return Err(
                     JsonError::new(JsonErrorKind::DuplicateKey, key_offset, "duplicate object key")
                         .within(key),
                 );
             }
-            map.insert(key, value);
             self.skip_ws();
             match self.peek() {
                 Some(b',') => self.pos += 1,
                 Some(b'}') => {
                     self.pos += 1;
-                    return Ok(Value::Object(map));
+                    return Ok(members);
                 }
                 _ => return Err(self.syntax("expected ',' or '}' in an object")),
             }
@@ -323,32 +428,25 @@ impl<'a> Parser<'a> {
         self.pos += 1; // opening quote
         let start = self.pos;
         // Fast path: no escapes, so the string is a slice of the (valid UTF-8) input.
-        loop {
-            match self.peek() {
-                Some(b'"') => {
-                    let s = self.slice_str(start, self.pos)?;
-                    self.pos += 1;
-                    return Ok(s.to_owned());
-                }
-                Some(b'\\') => break,
-                Some(0x00..=0x1f) => {
-                    return Err(self.syntax("control character in a string must be escaped"));
-                }
-                Some(_) => self.pos += 1,
-                None => return Err(self.syntax("unterminated string")),
+        self.skip_plain();
+        match self.peek() {
+            Some(b'"') => {
+                let s = self.slice_str(start, self.pos)?;
+                self.pos += 1;
+                return Ok(s.to_owned());
             }
+            Some(b'\\') => {}
+            Some(_) => {
+                return Err(self.syntax("control character in a string must be escaped"));
+            }
+            None => return Err(self.syntax("unterminated string")),
         }
         self.scratch.clear();
         let prefix = self.slice_str(start, self.pos)?;
         self.scratch.push_str(prefix);
         loop {
             let run_start = self.pos;
-            while let Some(b) = self.peek() {
-                if b == b'"' || b == b'\\' || b < 0x20 {
-                    break;
-                }
-                self.pos += 1;
-            }
+            self.skip_plain();
             let run = self.slice_str(run_start, self.pos)?;
             self.scratch.push_str(run);
             match self.peek() {
@@ -368,10 +466,20 @@ impl<'a> Parser<'a> {
         }
     }
 
+    /// Advances over string content that needs no attention: anything but `"`, `\\` and
+    /// control characters.
+    fn skip_plain(&mut self) {
+        let rest = self.bytes.get(self.pos..).unwrap_or_default();
+        self.pos += rest
+            .iter()
+            .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+            .unwrap_or(rest.len());
+    }
+
+    /// The text between two byte offsets (ASCII delimiters, hence char boundaries).
     fn slice_str(&self, start: usize, end: usize) -> Result<&'a str, JsonError> {
-        self.bytes
+        self.text
             .get(start..end)
-            .and_then(|b| std::str::from_utf8(b).ok())
             .ok_or_else(|| JsonError::new(JsonErrorKind::InvalidUtf8, start, "invalid UTF-8"))
     }
 
@@ -559,6 +667,59 @@ mod tests {
         assert_eq!(v["a"][2], "xé😀");
         assert!(v["a"][0].is_i64());
         assert!(v["a"][1].is_f64());
+    }
+
+    #[test]
+    fn large_objects_keep_order_and_refuse_duplicates() {
+        let keys: Vec<String> = (0..40).map(|i| format!("k{}", (i * 7) % 40)).collect();
+        let body: Vec<String> = keys.iter().map(|k| format!("\"{k}\":1")).collect();
+        let text = format!("{{{}}}", body.join(","));
+        let v = parse(text.as_bytes(), Limits::PROPOSAL).unwrap();
+        // (The map's order is serde_json's: document order or sorted, by feature.)
+        let mut got: Vec<&String> = v.as_object().unwrap().keys().collect();
+        let mut want: Vec<&String> = keys.iter().collect();
+        got.sort();
+        want.sort();
+        assert_eq!(got, want);
+        for at in [3, FEW_MEMBERS, FEW_MEMBERS + 1, 39] {
+            let mut dup = body.clone();
+            dup.insert(at, format!("\"{}\":2", keys[at / 2]));
+            let text = format!("{{\"x\":{{{}}}}}", dup.join(","));
+            let e = parse(text.as_bytes(), Limits::PROPOSAL).unwrap_err();
+            assert_eq!(e.kind(), JsonErrorKind::DuplicateKey, "{at}");
+            assert_eq!(e.pointer(), format!("/x/{}", keys[at / 2]));
+        }
+    }
+
+    #[test]
+    fn top_level_members_match_the_parsed_document() {
+        for text in [
+            r#"{"b":1,"a":{"z":[1,{"y":null}]},"c":"\u00e9"}"#,
+            " { } ",
+            "[1, 2]",
+            "\"x\"",
+            "3",
+        ] {
+            let value = parse(text.as_bytes(), Limits::PROPOSAL).unwrap();
+            let top = parse_top_level(text.as_bytes(), Limits::PROPOSAL).unwrap();
+            match (top, value) {
+                (TopLevel::Object(members), Value::Object(map)) => {
+                    let mut members = members;
+                    members.sort_by(|a, b| a.0.cmp(&b.0));
+                    let mut expected: Vec<(String, Value)> = map.into_iter().collect();
+                    expected.sort_by(|a, b| a.0.cmp(&b.0));
+                    assert_eq!(members, expected);
+                }
+                (TopLevel::Other(other), value) => assert_eq!(other, value),
+                (top, value) => panic!("{top:?} vs {value:?}"),
+            }
+        }
+        for text in [r#"{"a":1,"a":2}"#, r#"{"a":1} x"#, r#"{"a":"#, &"[".repeat(40)] {
+            assert_eq!(
+                parse(text.as_bytes(), Limits::PROPOSAL).unwrap_err(),
+                parse_top_level(text.as_bytes(), Limits::PROPOSAL).unwrap_err()
+            );
+        }
     }
 
     #[test]

@@ -284,7 +284,7 @@ impl Authority {
             Ok(e) => e,
             Err(r) => reject!(r),
         };
-        p.row.tool = envelope.tool().chars().take(64).collect();
+        p.row.tool = truncated(envelope.tool(), 64).to_owned();
         if let Some(key) = call.idempotency_key {
             envelope = match envelope.with_transport_key(key) {
                 Ok(e) => e,
@@ -308,7 +308,7 @@ impl Authority {
             Err(r) => reject!(r),
         };
         p.row.contract_id = Some(contract.id_str().to_owned());
-        p.row.binding_digest = contract.adapter().map(|a| a.digest().to_string());
+        p.row.binding_digest = contract.adapter().map(|a| a.digest().text());
 
         // schema + canonical digest
         let proposal = match ValidatedProposal::validate(envelope, &contract) {
@@ -320,9 +320,13 @@ impl Authority {
         };
         p.facts.schema = Some(true);
         p.facts.payload_digest = Some(proposal.payload_digest());
-        p.row.payload_digest = Some(proposal.payload_digest().to_string());
+        p.row.payload_digest = Some(proposal.payload_digest().text());
         if let Some(schema) = contract.input_document() {
-            p.row.arguments = Some(redact_map(schema, proposal.arguments(), &self.redaction));
+            p.row.arguments = Some(if contract.input_schema().may_redact() {
+                redact_map(schema, proposal.arguments(), &self.redaction)
+            } else {
+                Value::Object(proposal.arguments().clone())
+            });
         }
 
         // identity: the principal comes from authentication; the tenant of every record
@@ -382,7 +386,7 @@ impl Authority {
                 .filter(|r| r.expires_at > now),
             None => None,
         };
-        let digest = p.row.payload_digest.clone().unwrap_or_default();
+        let digest = p.row.payload_digest.as_deref().unwrap_or_default();
         let conflict = match &existing {
             Some(r) if r.payload_digest != digest => Some(
                 Rejection::new(
@@ -437,9 +441,18 @@ impl Authority {
             }
         }
         // From here on, anything but `allow` gives the reservations back.
-        let outcome = self
-            .approve_and_finish(principal, &contract, &proposal, conflict, now, p)
-            .await;
+        let outcome = match contract.approval() {
+            ApprovalMode::None => {
+                p.facts.approval = Some(ApprovalState::NotRequired);
+                Ok(conflict.map_or(Ok(None), Err))
+            }
+            // Boxed: the approval stage's state is large and only this path needs it, so the
+            // future of every other call stays small (it is moved whenever it is polled
+            // from a new place).
+            ApprovalMode::PerCall => {
+                Box::pin(self.approve_and_finish(principal, &contract, &proposal, conflict, now, p)).await
+            }
+        };
         match outcome {
             Ok(Ok(None)) => Ok(Ok(self.allow(
                 contract,
@@ -467,8 +480,10 @@ impl Authority {
         }
     }
 
-    /// The approval stage, the idempotency conflict, and the approval's consumption.
-    /// `Ok(Ok(None))` means the call may proceed; `Ok(Ok(Some(decision)))` is a hold.
+    /// The approval stage of a contract with per-call approval, the idempotency conflict,
+    /// and the approval's consumption (a contract without approvals needs only the conflict
+    /// check, done by the caller). `Ok(Ok(None))` means the call may proceed;
+    /// `Ok(Ok(Some(decision)))` is a hold.
     async fn approve_and_finish(
         &self,
         principal: &Principal,
@@ -483,74 +498,65 @@ impl Authority {
         // operation already running (its approval consumed by it): either answer comes before
         // asking a reviewer or spending an approval.
         if let Some(rejection) = conflict {
-            p.facts.approval = Some(match (contract.approval(), proposal.approval()) {
-                (ApprovalMode::None, _) => ApprovalState::NotRequired,
-                (ApprovalMode::PerCall, None) => ApprovalState::RequiredMissing,
-                (ApprovalMode::PerCall, Some(_)) => ApprovalState::Mismatch,
+            p.facts.approval = Some(match proposal.approval() {
+                None => ApprovalState::RequiredMissing,
+                Some(_) => ApprovalState::Mismatch,
             });
             return Ok(Err(rejection));
         }
-        let presented = match contract.approval() {
-            ApprovalMode::None => {
-                p.facts.approval = Some(ApprovalState::NotRequired);
-                None
+        let request = match proposal.approval() {
+            None => {
+                p.facts.approval = Some(ApprovalState::RequiredMissing);
+                return Ok(Ok(Some(
+                    self.request_approval(principal, contract, proposal, now, p)
+                        .await?,
+                )));
             }
-            ApprovalMode::PerCall => match proposal.approval() {
-                None => {
-                    p.facts.approval = Some(ApprovalState::RequiredMissing);
-                    return Ok(Ok(Some(
-                        self.request_approval(principal, contract, proposal, now, p)
-                            .await?,
-                    )));
-                }
-                Some(id) => {
-                    let Some(request) = self.store.get_approval(tenant, id).await? else {
-                        p.facts.approval = Some(ApprovalState::Mismatch);
-                        return Ok(Err(Rejection::new(
-                            RejectCode::ApprovalNotFound,
-                            "no such approval in this tenant",
-                        )
-                        .at("/approval")));
-                    };
-                    p.row.approval_id = Some(id.to_owned());
-                    match bind(&request, proposal, principal, now) {
-                        ApprovalBinding::Bound => Some(request),
-                        ApprovalBinding::Pending => {
-                            p.facts.approval = Some(ApprovalState::RequiredMissing);
-                            return Ok(Ok(Some(needed(contract, proposal, &request))));
-                        }
-                        ApprovalBinding::Refused(state, rejection) => {
-                            p.facts.approval = Some(state);
-                            return Ok(Err(rejection.at("/approval")));
-                        }
+            Some(id) => {
+                let Some(request) = self.store.get_approval(tenant, id).await? else {
+                    p.facts.approval = Some(ApprovalState::Mismatch);
+                    return Ok(Err(Rejection::new(
+                        RejectCode::ApprovalNotFound,
+                        "no such approval in this tenant",
+                    )
+                    .at("/approval")));
+                };
+                p.row.approval_id = Some(id.to_owned());
+                match bind(&request, proposal, principal, now) {
+                    ApprovalBinding::Bound => request,
+                    ApprovalBinding::Pending => {
+                        p.facts.approval = Some(ApprovalState::RequiredMissing);
+                        return Ok(Ok(Some(needed(contract, proposal, &request))));
+                    }
+                    ApprovalBinding::Refused(state, rejection) => {
+                        p.facts.approval = Some(state);
+                        return Ok(Err(rejection.at("/approval")));
                     }
                 }
-            },
+            }
         };
-        if let Some(request) = presented {
-            let claim = ApprovalClaim {
-                approval_id: request.request.id.clone(),
-                contract_id: contract.id_str().to_owned(),
-                payload_digest: proposal.payload_digest().to_string(),
-                idempotency_key: proposal.idempotency_key().map(str::to_owned),
-                principal: principal.id().to_owned(),
-                ledger_id: p.row.id.clone(),
-            };
-            match self.store.consume_approval(tenant, &claim, now).await? {
-                ConsumeOutcome::Consumed(_) => p.facts.approval = Some(ApprovalState::BoundToCall),
-                ConsumeOutcome::Refused(current) => {
-                    // Lost a race (consumed or expired meanwhile): say exactly why.
-                    let binding = current.as_ref().map(|r| bind(r, proposal, principal, now));
-                    let (state, rejection) = match binding {
-                        Some(ApprovalBinding::Refused(state, rejection)) => (state, rejection),
-                        _ => (
-                            ApprovalState::Mismatch,
-                            Rejection::new(RejectCode::ApprovalConsumed, "the approval was already used"),
-                        ),
-                    };
-                    p.facts.approval = Some(state);
-                    return Ok(Err(rejection.at("/approval")));
-                }
+        let claim = ApprovalClaim {
+            approval_id: request.request.id.clone(),
+            contract_id: contract.id_str().to_owned(),
+            payload_digest: proposal.payload_digest().text(),
+            idempotency_key: proposal.idempotency_key().map(str::to_owned),
+            principal: principal.id().to_owned(),
+            ledger_id: p.row.id.clone(),
+        };
+        match self.store.consume_approval(tenant, &claim, now).await? {
+            ConsumeOutcome::Consumed(_) => p.facts.approval = Some(ApprovalState::BoundToCall),
+            ConsumeOutcome::Refused(current) => {
+                // Lost a race (consumed or expired meanwhile): say exactly why.
+                let binding = current.as_ref().map(|r| bind(r, proposal, principal, now));
+                let (state, rejection) = match binding {
+                    Some(ApprovalBinding::Refused(state, rejection)) => (state, rejection),
+                    _ => (
+                        ApprovalState::Mismatch,
+                        Rejection::new(RejectCode::ApprovalConsumed, "the approval was already used"),
+                    ),
+                };
+                p.facts.approval = Some(state);
+                return Ok(Err(rejection.at("/approval")));
             }
         }
         Ok(Ok(None))
@@ -568,7 +574,7 @@ impl Authority {
         let lookup = ApprovalLookup {
             proposer: principal.id().to_owned(),
             contract_id: contract.id_str().to_owned(),
-            payload_digest: proposal.payload_digest().to_string(),
+            payload_digest: proposal.payload_digest().text(),
             idempotency_key: proposal.idempotency_key().map(str::to_owned),
             now,
         };
@@ -716,6 +722,14 @@ fn needed(contract: &Contract, proposal: &ValidatedProposal, request: &ApprovalR
         idempotency_key: proposal.idempotency_key().map(str::to_owned),
         expires_at: Some(request.request.expires_at),
     })
+}
+
+/// The longest prefix of `text` with at most `max` characters.
+fn truncated(text: &str, max: usize) -> &str {
+    match text.char_indices().nth(max) {
+        Some((end, _)) => text.get(..end).unwrap_or(text),
+        None => text,
+    }
 }
 
 fn policy_denial(policies: &[String], errors: &[String]) -> Rejection {

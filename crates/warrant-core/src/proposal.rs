@@ -45,6 +45,17 @@ const ENVELOPE_FIELDS: &[&str] = &[
     "approval",
 ];
 
+/// The envelope's values, taken out of the parsed object.
+#[derive(Default)]
+struct Fields {
+    tool: Option<Value>,
+    version: Option<Value>,
+    contract: Option<Value>,
+    arguments: Option<Value>,
+    idempotency_key: Option<Value>,
+    approval: Option<Value>,
+}
+
 /// Longest accepted idempotency key.
 pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
 
@@ -65,7 +76,7 @@ impl Envelope {
     /// # Errors
     /// A parse- or identity-stage [`Rejection`], or an idempotency-stage one for a malformed key.
     pub fn parse(bytes: &[u8], limits: Limits) -> Result<Envelope, Rejection> {
-        let value = json::parse(bytes, limits).map_err(|e| {
+        let top = json::parse_top_level(bytes, limits).map_err(|e| {
             let code = match e.kind() {
                 JsonErrorKind::TooLarge => RejectCode::PayloadTooLarge,
                 JsonErrorKind::InvalidUtf8 => RejectCode::InvalidUtf8,
@@ -77,7 +88,10 @@ impl Envelope {
             };
             Rejection::new(code, format!("{} at byte {}", e.message(), e.offset())).at(e.pointer())
         })?;
-        Envelope::from_value(value)
+        match top {
+            json::TopLevel::Object(members) => Envelope::from_members(members),
+            json::TopLevel::Other(_) => Err(not_an_object()),
+        }
     }
 
     /// Applies the envelope rules to an already strictly parsed value.
@@ -85,23 +99,31 @@ impl Envelope {
     /// # Errors
     /// As [`Envelope::parse`].
     pub fn from_value(value: Value) -> Result<Envelope, Rejection> {
-        let Value::Object(mut map) = value else {
-            return Err(Rejection::new(
-                RejectCode::EnvelopeInvalid,
-                "a proposal must be a JSON object",
-            ));
-        };
-        if let Some(field) = map
-            .keys()
-            .find(|k| IDENTITY_FIELDS.iter().any(|f| f.eq_ignore_ascii_case(k)))
-        {
-            return Err(Rejection::new(
-                RejectCode::IdentityInProposal,
-                format!("a proposal cannot carry `{field}`: identity comes from authentication only"),
-            )
-            .at(format!("/{}", pointer_token(field))));
+        match value {
+            Value::Object(map) => Envelope::from_members(map.into_iter().collect()),
+            _ => Err(not_an_object()),
         }
-        if let Some(field) = map.keys().find(|k| !ENVELOPE_FIELDS.contains(&k.as_str())) {
+    }
+
+    /// The envelope rules over the members of the proposal object (keys unique).
+    fn from_members(map: Vec<(String, Value)>) -> Result<Envelope, Rejection> {
+        // An identity field anywhere is reported before any unknown field. No envelope field
+        // is an identity field, so only the others need the (case-insensitive) comparison.
+        let mut unknown = None;
+        for key in map.iter().map(|(key, _)| key) {
+            if ENVELOPE_FIELDS.contains(&key.as_str()) {
+                continue;
+            }
+            if IDENTITY_FIELDS.iter().any(|f| f.eq_ignore_ascii_case(key)) {
+                return Err(Rejection::new(
+                    RejectCode::IdentityInProposal,
+                    format!("a proposal cannot carry `{key}`: identity comes from authentication only"),
+                )
+                .at(format!("/{}", pointer_token(key))));
+            }
+            unknown = unknown.or(Some(key));
+        }
+        if let Some(field) = unknown {
             return Err(Rejection::new(
                 RejectCode::EnvelopeUnknownField,
                 format!(
@@ -111,12 +133,34 @@ impl Envelope {
             )
             .at(format!("/{}", pointer_token(field))));
         }
-        let tool = match map.remove("tool") {
+        // Every key is an envelope field now; take the values in one pass, without lookups.
+        let mut fields = Fields::default();
+        for (key, value) in map {
+            let slot = match key.as_str() {
+                "tool" => &mut fields.tool,
+                "version" => &mut fields.version,
+                "contract" => &mut fields.contract,
+                "arguments" => &mut fields.arguments,
+                "idempotency_key" => &mut fields.idempotency_key,
+                // `approval`, the only envelope field left.
+                _ => &mut fields.approval,
+            };
+            *slot = Some(value);
+        }
+        let Fields {
+            tool,
+            version,
+            contract,
+            arguments,
+            idempotency_key,
+            approval,
+        } = fields;
+        let tool = match tool {
             Some(Value::String(s)) if !s.is_empty() => s,
             Some(_) => return Err(invalid("/tool", "`tool` must be a non-empty string")),
             None => return Err(invalid("/tool", "`tool` is required")),
         };
-        let version = match map.remove("version") {
+        let version = match version {
             None => None,
             Some(Value::Number(n)) if !n.is_f64() => match n.as_u64().and_then(|v| u32::try_from(v).ok()) {
                 Some(v @ 1..) => Some(v),
@@ -124,7 +168,7 @@ impl Envelope {
             },
             Some(_) => return Err(invalid("/version", "`version` must be a positive integer")),
         };
-        let contract = match map.remove("contract") {
+        let contract = match contract {
             None => None,
             Some(Value::String(s)) => match ContractId::parse(&s) {
                 Some(id) => Some(id),
@@ -143,12 +187,12 @@ impl Envelope {
                 "a proposal must name the contract `version` or its content id `contract`",
             ));
         }
-        let arguments = match map.remove("arguments") {
+        let arguments = match arguments {
             Some(Value::Object(args)) => Value::Object(args),
             Some(_) => return Err(invalid("/arguments", "`arguments` must be an object")),
             None => return Err(invalid("/arguments", "`arguments` is required")),
         };
-        let idempotency_key = match map.remove("idempotency_key") {
+        let idempotency_key = match idempotency_key {
             None | Some(Value::Null) => None,
             Some(Value::String(key)) => Some(check_idempotency_key(&key).map(|()| key)?),
             Some(_) => {
@@ -159,7 +203,7 @@ impl Envelope {
                 .at("/idempotency_key"));
             }
         };
-        let approval = match map.remove("approval") {
+        let approval = match approval {
             None | Some(Value::Null) => None,
             Some(Value::String(id)) if is_valid_id(&id) => Some(id),
             Some(_) => {
@@ -250,6 +294,10 @@ impl Envelope {
             }
         }
     }
+}
+
+fn not_an_object() -> Rejection {
+    Rejection::new(RejectCode::EnvelopeInvalid, "a proposal must be a JSON object")
 }
 
 fn invalid(pointer: &str, detail: &str) -> Rejection {

@@ -72,6 +72,30 @@ pub fn redact_map(input_schema: &Value, arguments: &Map<String, Value>, key: &Re
 /// Bounds `$ref` chasing (schemas may be recursive).
 const MAX_DEPTH: usize = 64;
 
+/// Whether [`redact`] can change any value under `input_schema`. `false` only when no node
+/// is marked sensitive, no `$ref` can lead the walk around in circles, and the document nests
+/// no deeper than the depth bound (each step of the walk goes at least one level deeper into
+/// the document, so the walk then never reaches the bound, past which it would redact). For
+/// such a schema redaction is the identity, and the walk can be skipped: contracts compute
+/// this once ([`crate::contract::CompiledSchema::may_redact`]).
+pub fn may_redact(input_schema: &Value) -> bool {
+    fn walk(node: &Value, depth: usize) -> bool {
+        if depth > MAX_DEPTH {
+            return true;
+        }
+        match node {
+            Value::Object(map) => map.iter().any(|(key, value)| {
+                (key == "x-warrant-sensitive" && *value == Value::Bool(true))
+                    || key == "$ref"
+                    || walk(value, depth + 1)
+            }),
+            Value::Array(items) => items.iter().any(|item| walk(item, depth + 1)),
+            _ => false,
+        }
+    }
+    walk(input_schema, 0)
+}
+
 fn redact_at(root: &Value, schema: &Value, value: &Value, key: &RedactionKey, depth: usize) -> Value {
     let Value::Object(node) = schema else {
         return value.clone();
@@ -176,6 +200,30 @@ mod tests {
         assert_ne!(out["body"], redact(&schema, &args, &other)["body"]);
         assert!(RedactionKey::new(vec![0; 8]).is_none());
         assert_eq!(format!("{:?}", key()), "RedactionKey(..)");
+    }
+
+    #[test]
+    fn schemas_that_cannot_redact_are_recognised() {
+        let plain = json!({
+            "type": "object",
+            "properties": {
+                "to": {"type": "array", "items": {"type": "string"}},
+                "card": {"allOf": [{"type": "object", "properties": {"n": {"type": "string"}}}]},
+                "flag": {"type": "boolean", "x-warrant-sensitive": false}
+            }
+        });
+        assert!(!may_redact(&plain));
+        let args = json!({"to": ["a"], "card": {"n": "4242"}, "flag": true});
+        assert_eq!(redact(&plain, &args, &key()), args);
+        assert!(may_redact(
+            &json!({"properties": {"a": {"x-warrant-sensitive": true}}})
+        ));
+        assert!(may_redact(&json!({"items": [{"$ref": "#"}]})));
+        let mut deep = json!({"type": "string"});
+        for _ in 0..40 {
+            deep = json!({"type": "object", "properties": {"a": deep}});
+        }
+        assert!(may_redact(&deep));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! first use. Cached entries are re-read after a short time-to-live, so a retirement made on
 //! another node takes effect within that time.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 
 use time::{Duration, OffsetDateTime};
@@ -24,7 +24,9 @@ struct Entry {
 /// The registry (see the module documentation).
 pub struct Registry {
     store: Arc<dyn Store>,
-    by_version: RwLock<HashMap<(String, u32), Entry>>,
+    /// name → version → entry; nested so a lookup borrows the proposal's name (and a
+    /// name has few versions: an ordered map, no hashing).
+    by_version: RwLock<HashMap<String, BTreeMap<u32, Entry>>>,
     by_id: RwLock<HashMap<String, (String, u32)>>,
     ttl: Duration,
 }
@@ -86,8 +88,8 @@ impl Registry {
     pub async fn retire(&self, content_id: &str, now: OffsetDateTime) -> Result<bool, StoreError> {
         let done = self.store.retire_contract(content_id, now).await?;
         let key = self.by_id.read().ok().and_then(|m| m.get(content_id).cloned());
-        if let (Some(key), Ok(mut map)) = (key, self.by_version.write()) {
-            if let Some(entry) = map.get_mut(&key) {
+        if let (Some((name, version)), Ok(mut map)) = (key, self.by_version.write()) {
+            if let Some(entry) = map.get_mut(&name).and_then(|v| v.get_mut(&version)) {
                 entry.retired_at.get_or_insert(now);
             }
         }
@@ -164,8 +166,7 @@ impl Registry {
         version: u32,
         now: OffsetDateTime,
     ) -> Result<Option<Entry>, StoreError> {
-        let key = (name.to_owned(), version);
-        if let Some(entry) = self.cached(&key, now) {
+        if let Some(entry) = self.cached(name, version, now) {
             return Ok(Some(entry));
         }
         match self.store.get_contract(name, version).await? {
@@ -180,7 +181,7 @@ impl Registry {
 
     async fn by_content_id(&self, id: &str, now: OffsetDateTime) -> Result<Option<Entry>, StoreError> {
         let key = self.by_id.read().ok().and_then(|m| m.get(id).cloned());
-        if let Some(entry) = key.and_then(|k| self.cached(&k, now)) {
+        if let Some(entry) = key.and_then(|(name, version)| self.cached(&name, version, now)) {
             return Ok(Some(entry));
         }
         match self.store.get_contract_by_id(id).await? {
@@ -196,14 +197,16 @@ impl Registry {
     /// The versions of `name` this registry has seen, e.g. `1, 2`.
     fn known_versions(&self, name: &str) -> Option<String> {
         let map = self.by_version.read().ok()?;
-        let mut versions: Vec<u32> = map.keys().filter(|(n, _)| n == name).map(|(_, v)| *v).collect();
-        versions.sort_unstable();
+        let versions: Vec<u32> = map.get(name)?.keys().copied().collect();
         (!versions.is_empty()).then(|| versions.iter().map(u32::to_string).collect::<Vec<_>>().join(", "))
     }
 
-    fn cached(&self, key: &(String, u32), now: OffsetDateTime) -> Option<Entry> {
+    fn cached(&self, name: &str, version: u32, now: OffsetDateTime) -> Option<Entry> {
         let map = self.by_version.read().ok()?;
-        map.get(key).filter(|e| now - e.fetched_at < self.ttl).cloned()
+        map.get(name)?
+            .get(&version)
+            .filter(|e| now - e.fetched_at < self.ttl)
+            .cloned()
     }
 
     fn insert(
@@ -219,7 +222,7 @@ impl Registry {
             fetched_at: now,
         };
         if let Ok(mut map) = self.by_version.write() {
-            map.insert(key.clone(), entry.clone());
+            map.entry(key.0.clone()).or_default().insert(key.1, entry.clone());
         }
         if let Ok(mut map) = self.by_id.write() {
             map.insert(contract.id().to_string(), key);

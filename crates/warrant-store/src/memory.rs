@@ -455,21 +455,40 @@ impl Store for MemoryStore {
         tenant: &str,
         reservations: &[BudgetReservation],
     ) -> Result<BudgetOutcome, StoreError> {
+        let fits = |r: &BudgetReservation, used: u64| {
+            r.amount <= r.limit && used.saturating_add(r.amount) <= r.limit
+        };
         self.with(|s| {
+            let counters = match s.budgets.get_mut(tenant) {
+                Some(counters) => counters,
+                None => {
+                    // The tenant's first counters: nothing is used yet.
+                    if let Some(r) = reservations.iter().find(|r| !fits(r, 0)) {
+                        return Ok(BudgetOutcome::Exhausted { key: r.key.clone() });
+                    }
+                    s.budgets.entry(tenant.to_owned()).or_default()
+                }
+            };
+            if let [r] = reservations {
+                // One counter (the usual case): a single lookup both checks and takes it.
+                return Ok(match counters.get_mut(&r.key) {
+                    Some(slot) if fits(r, slot.0) => {
+                        slot.0 += r.amount;
+                        BudgetOutcome::Granted
+                    }
+                    None if fits(r, 0) => {
+                        counters.insert(r.key.clone(), (r.amount, trunc(r.expires_at)));
+                        BudgetOutcome::Granted
+                    }
+                    _ => BudgetOutcome::Exhausted { key: r.key.clone() },
+                });
+            }
             for r in reservations {
-                let used = s
-                    .budgets
-                    .get(tenant)
-                    .and_then(|t| t.get(&r.key))
-                    .map_or(0, |(u, _)| *u);
-                if r.amount > r.limit || used.saturating_add(r.amount) > r.limit {
+                let used = counters.get(&r.key).map_or(0, |(u, _)| *u);
+                if !fits(r, used) {
                     return Ok(BudgetOutcome::Exhausted { key: r.key.clone() });
                 }
             }
-            let counters = match s.budgets.get_mut(tenant) {
-                Some(counters) => counters,
-                None => s.budgets.entry(tenant.to_owned()).or_default(),
-            };
             for r in reservations {
                 match counters.get_mut(&r.key) {
                     Some(slot) => slot.0 += r.amount,

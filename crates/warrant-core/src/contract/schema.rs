@@ -319,6 +319,7 @@ fn child(pointer: &str, segment: &str) -> String {
 #[derive(Clone)]
 pub struct CompiledSchema {
     validator: Arc<jsonschema::Validator>,
+    may_redact: bool,
 }
 
 impl std::fmt::Debug for CompiledSchema {
@@ -349,7 +350,14 @@ impl CompiledSchema {
             })?;
         Ok(CompiledSchema {
             validator: Arc::new(validator),
+            may_redact: crate::redact::may_redact(schema),
         })
+    }
+
+    /// Whether redaction can change a value this schema accepts (see
+    /// [`crate::redact::may_redact`]); when not, the ledger copy of the arguments is taken as is.
+    pub fn may_redact(&self) -> bool {
+        self.may_redact
     }
 
     /// Whether `instance` is valid (no error details).
