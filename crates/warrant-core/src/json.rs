@@ -18,6 +18,8 @@
 //! The parser recurses once per nesting level and the depth limit is capped at
 //! [`MAX_DEPTH_CAP`], so hostile input cannot exhaust the stack.
 
+use std::borrow::Cow;
+
 use serde_json::{Map, Number, Value};
 
 /// Largest integer every JSON implementation represents exactly (2^53 − 1).
@@ -163,9 +165,10 @@ pub fn parse(input: &[u8], limits: Limits) -> Result<Value, JsonError> {
 
 /// A document read by [`parse_top_level`].
 #[derive(Debug, Clone, PartialEq)]
-pub enum TopLevel {
-    /// The document is an object: its members in document order, keys unique.
-    Object(Vec<(String, Value)>),
+pub enum TopLevel<'a> {
+    /// The document is an object: its members in document order, keys unique (borrowed
+    /// from the input unless they had escapes).
+    Object(Vec<(Cow<'a, str>, Value)>),
     /// Any other value.
     Other(Value),
 }
@@ -176,7 +179,7 @@ pub enum TopLevel {
 ///
 /// # Errors
 /// As [`parse`].
-pub fn parse_top_level(input: &[u8], limits: Limits) -> Result<TopLevel, JsonError> {
+pub fn parse_top_level(input: &[u8], limits: Limits) -> Result<TopLevel<'_>, JsonError> {
     let text = check_input(input, limits)?;
     let mut parser = Parser::new(text, limits);
     let top = if parser.peek() == Some(b'{') {
@@ -215,30 +218,31 @@ fn check_input(input: &[u8], limits: Limits) -> Result<&str, JsonError> {
 /// Beyond it the members move into a map, so hostile objects with many keys stay linear.
 const FEW_MEMBERS: usize = 16;
 
-/// The members of an object being read (see [`FEW_MEMBERS`]).
-enum Members {
-    Few(Vec<(String, Value)>),
+/// The members of an object being read (see [`FEW_MEMBERS`]); keys stay borrowed from the
+/// input until the object becomes a map (the envelope's never do).
+enum Members<'a> {
+    Few(Vec<(Cow<'a, str>, Value)>),
     Many(Map<String, Value>),
 }
 
-impl Members {
+impl<'a> Members<'a> {
     /// Adds a member; gives the key back when the object already has it.
-    fn add(&mut self, key: String, value: Value) -> Result<(), String> {
+    fn add(&mut self, key: Cow<'a, str>, value: Value) -> Result<(), String> {
         match self {
             Members::Few(list) => {
                 if list.iter().any(|(k, _)| *k == key) {
-                    return Err(key);
+                    return Err(key.into_owned());
                 }
                 if list.len() < FEW_MEMBERS {
                     list.push((key, value));
                 } else {
-                    let mut map: Map<String, Value> = std::mem::take(list).into_iter().collect();
-                    map.insert(key, value);
+                    let mut map = owned(std::mem::take(list));
+                    map.insert(key.into_owned(), value);
                     *self = Members::Many(map);
                 }
                 Ok(())
             }
-            Members::Many(map) => match map.entry(key) {
+            Members::Many(map) => match map.entry(key.into_owned()) {
                 serde_json::map::Entry::Vacant(slot) => {
                     slot.insert(value);
                     Ok(())
@@ -250,17 +254,21 @@ impl Members {
 
     fn into_map(self) -> Map<String, Value> {
         match self {
-            Members::Few(list) => list.into_iter().collect(),
+            Members::Few(list) => owned(list),
             Members::Many(map) => map,
         }
     }
 
-    fn into_list(self) -> Vec<(String, Value)> {
+    fn into_list(self) -> Vec<(Cow<'a, str>, Value)> {
         match self {
             Members::Few(list) => list,
-            Members::Many(map) => map.into_iter().collect(),
+            Members::Many(map) => map.into_iter().map(|(k, v)| (Cow::Owned(k), v)).collect(),
         }
     }
+}
+
+fn owned(list: Vec<(Cow<'_, str>, Value)>) -> Map<String, Value> {
+    list.into_iter().map(|(k, v)| (k.into_owned(), v)).collect()
 }
 
 struct Parser<'a> {
@@ -353,7 +361,7 @@ impl<'a> Parser<'a> {
     }
 
     /// Reads an object (the parser is at its `{`).
-    fn members(&mut self, depth: usize) -> Result<Members, JsonError> {
+    fn members(&mut self, depth: usize) -> Result<Members<'a>, JsonError> {
         self.enter(depth)?;
         self.pos += 1; // '{'
         self.skip_ws();
@@ -368,16 +376,18 @@ impl<'a> Parser<'a> {
                 return Err(self.syntax("expected a string key"));
             }
             let key_offset = self.pos;
-            let key = self.string()?;
+            let key = self.text()?;
             self.skip_ws();
             if self.peek() != Some(b':') {
-                return Err(self.syntax("expected ':' after an object key").within(key));
+                return Err(self
+                    .syntax("expected ':' after an object key")
+                    .within(key.into_owned()));
             }
             self.pos += 1;
             self.skip_ws();
             let value = match self.value(depth) {
                 Ok(value) => value,
-                Err(e) => return Err(e.within(key)),
+                Err(e) => return Err(e.within(key.into_owned())),
             };
             if let Err(key) = members.add(key, value) {
                 return Err(
@@ -425,6 +435,11 @@ impl<'a> Parser<'a> {
     }
 
     fn string(&mut self) -> Result<String, JsonError> {
+        self.text().map(Cow::into_owned)
+    }
+
+    /// A string's text: a slice of the input when it has no escapes.
+    fn text(&mut self) -> Result<Cow<'a, str>, JsonError> {
         self.pos += 1; // opening quote
         let start = self.pos;
         // Fast path: no escapes, so the string is a slice of the (valid UTF-8) input.
@@ -433,7 +448,7 @@ impl<'a> Parser<'a> {
             Some(b'"') => {
                 let s = self.slice_str(start, self.pos)?;
                 self.pos += 1;
-                return Ok(s.to_owned());
+                return Ok(Cow::Borrowed(s));
             }
             Some(b'\\') => {}
             Some(_) => {
@@ -452,7 +467,7 @@ impl<'a> Parser<'a> {
             match self.peek() {
                 Some(b'"') => {
                     self.pos += 1;
-                    return Ok(std::mem::take(&mut self.scratch));
+                    return Ok(Cow::Owned(std::mem::take(&mut self.scratch)));
                 }
                 Some(b'\\') => {
                     self.pos += 1;
@@ -706,7 +721,8 @@ mod tests {
                 (TopLevel::Object(members), Value::Object(map)) => {
                     let mut members = members;
                     members.sort_by(|a, b| a.0.cmp(&b.0));
-                    let mut expected: Vec<(String, Value)> = map.into_iter().collect();
+                    let mut expected: Vec<(Cow<'_, str>, Value)> =
+                        map.into_iter().map(|(k, v)| (Cow::Owned(k), v)).collect();
                     expected.sort_by(|a, b| a.0.cmp(&b.0));
                     assert_eq!(members, expected);
                 }

@@ -5,6 +5,8 @@
 //! Fields that try to state identity (principal, tenant, scopes, …) are refused at the
 //! identity stage; any other extra field at the parse stage.
 
+use std::borrow::Cow;
+
 use serde_json::{Map, Value};
 
 use crate::canon::{Sha256Digest, canonical_bytes_of_map};
@@ -100,18 +102,20 @@ impl Envelope {
     /// As [`Envelope::parse`].
     pub fn from_value(value: Value) -> Result<Envelope, Rejection> {
         match value {
-            Value::Object(map) => Envelope::from_members(map.into_iter().collect()),
+            Value::Object(map) => {
+                Envelope::from_members(map.into_iter().map(|(k, v)| (k.into(), v)).collect())
+            }
             _ => Err(not_an_object()),
         }
     }
 
     /// The envelope rules over the members of the proposal object (keys unique).
-    fn from_members(map: Vec<(String, Value)>) -> Result<Envelope, Rejection> {
+    fn from_members(map: Vec<(Cow<'_, str>, Value)>) -> Result<Envelope, Rejection> {
         // An identity field anywhere is reported before any unknown field. No envelope field
         // is an identity field, so only the others need the (case-insensitive) comparison.
         let mut unknown = None;
-        for key in map.iter().map(|(key, _)| key) {
-            if ENVELOPE_FIELDS.contains(&key.as_str()) {
+        for key in map.iter().map(|(key, _)| key.as_ref()) {
+            if ENVELOPE_FIELDS.contains(&key) {
                 continue;
             }
             if IDENTITY_FIELDS.iter().any(|f| f.eq_ignore_ascii_case(key)) {
@@ -136,7 +140,7 @@ impl Envelope {
         // Every key is an envelope field now; take the values in one pass, without lookups.
         let mut fields = Fields::default();
         for (key, value) in map {
-            let slot = match key.as_str() {
+            let slot = match key.as_ref() {
                 "tool" => &mut fields.tool,
                 "version" => &mut fields.version,
                 "contract" => &mut fields.contract,
