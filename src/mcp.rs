@@ -4,14 +4,13 @@
 //! once at start, and then serves every call as that key's principal. stdout carries only
 //! the protocol; logs go to stderr.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use warrant_core::guard::Guards;
 use warrant_core::pipeline::Settings;
-use warrant_core::redact::RedactionKey;
 use warrant_core::store::Store;
 use warrant_policy::PolicySource;
 use warrant_runtime::adapters::AdapterConfig;
@@ -21,6 +20,7 @@ use warrant_server::{Gateway, GatewayConfig, HttpLimits};
 use warrant_store::{DatabaseUrl, SqlStore, StoreOptions};
 
 use crate::Exit;
+use crate::serve::{allow_hosts_from_env, first_existing, init_logging, redaction_key};
 
 /// Flags of `warrant mcp` (each also read from its `WARRANT_*` variable).
 #[derive(Debug, Args)]
@@ -45,71 +45,9 @@ pub struct McpArgs {
     public_url: Option<String>,
 }
 
-fn first_existing(candidates: &[&str]) -> Option<PathBuf> {
-    candidates.iter().map(PathBuf::from).find(|p| p.is_dir())
-}
-
-fn policies(dir: Option<&Path>) -> Result<Vec<PolicySource>> {
-    let Some(dir) = dir else {
-        return Ok(Vec::new());
-    };
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
-        .with_context(|| format!("cannot read policy directory {}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "cedar"))
-        .collect();
-    paths.sort();
-    let mut out = Vec::new();
-    for path in paths {
-        let text =
-            std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        out.push(PolicySource::new(name, text));
-    }
-    Ok(out)
-}
-
-/// The redaction key `warrant serve` uses: `WARRANT_REDACTION_KEY`, else the key file beside
-/// the embedded store (created as `warrant serve` would), so both write comparable ledgers.
-fn redaction_key(file: Option<&Path>) -> Result<RedactionKey> {
-    if let Ok(hex_key) = std::env::var("WARRANT_REDACTION_KEY") {
-        let bytes = hex::decode(hex_key.trim()).context("WARRANT_REDACTION_KEY is not hex")?;
-        return RedactionKey::new(bytes).context("WARRANT_REDACTION_KEY must be at least 32 bytes");
-    }
-    let Some(path) = file else {
-        tracing::warn!("no WARRANT_REDACTION_KEY: redacted values are comparable only within this process");
-        return RedactionKey::new(rand::random::<[u8; 32]>().to_vec()).context("redaction key");
-    };
-    if !path.exists() {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        }
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(path)
-            .with_context(|| format!("cannot create {}", path.display()))?;
-        f.write_all(hex::encode(rand::random::<[u8; 32]>()).as_bytes())?;
-    }
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let bytes = hex::decode(text.trim()).with_context(|| format!("{} is not hex", path.display()))?;
-    RedactionKey::new(bytes).with_context(|| format!("{} must hold at least 32 bytes", path.display()))
-}
-
 /// Runs `warrant mcp` until the client closes stdin.
 pub fn run(args: &McpArgs) -> Result<Exit> {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("WARRANT_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+    init_logging(false, "warn");
     let data_dir = args
         .data_dir
         .clone()
@@ -126,17 +64,14 @@ pub fn run(args: &McpArgs) -> Result<Exit> {
         .policy
         .clone()
         .or_else(|| first_existing(&["policies", "examples/policies"]));
-    let policies = policies(policy_dir.as_deref())?;
-    let mut net = NetPolicy::default();
-    if let Ok(extra) = std::env::var("WARRANT_ALLOW_HOSTS") {
-        net.allow_hosts.extend(
-            extra
-                .split(',')
-                .map(str::trim)
-                .filter(|h| !h.is_empty())
-                .map(str::to_owned),
-        );
-    }
+    let policies = match &policy_dir {
+        Some(dir) => PolicySource::read_dir(dir)?,
+        None => Vec::new(),
+    };
+    let net = NetPolicy {
+        allow_hosts: allow_hosts_from_env(),
+        ..NetPolicy::default()
+    };
     let key_file = match &database {
         DatabaseUrl::Sqlite(_) => Some(data_dir.join("redaction.key")),
         DatabaseUrl::Postgres(_) => None,

@@ -140,13 +140,13 @@ fn duration(key: &str, text: Option<&String>, default: Duration) -> Result<Durat
     }
 }
 
-fn first_existing(candidates: &[&str]) -> Option<PathBuf> {
+pub(crate) fn first_existing(candidates: &[&str]) -> Option<PathBuf> {
     candidates.iter().map(PathBuf::from).find(|p| p.is_dir())
 }
 
 /// The redaction key: `WARRANT_REDACTION_KEY` (hex), else a key file (created on first start
 /// beside the embedded store), so redacted values stay comparable across restarts.
-fn redaction_key(file: Option<&Path>) -> Result<RedactionKey> {
+pub(crate) fn redaction_key(file: Option<&Path>) -> Result<RedactionKey> {
     if let Ok(hex_key) = std::env::var("WARRANT_REDACTION_KEY") {
         let bytes = hex::decode(hex_key.trim()).context("WARRANT_REDACTION_KEY is not hex")?;
         return RedactionKey::new(bytes).context("WARRANT_REDACTION_KEY must be at least 32 bytes");
@@ -180,9 +180,23 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-fn init_logging(json: bool) {
+/// The hosts `WARRANT_ALLOW_HOSTS` (comma-separated) allows besides the config file's.
+pub(crate) fn allow_hosts_from_env() -> Vec<String> {
+    std::env::var("WARRANT_ALLOW_HOSTS")
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|h| !h.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Logs to stderr, filtered by `WARRANT_LOG` (else `default`), as JSON lines if asked.
+pub(crate) fn init_logging(json: bool, default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("WARRANT_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -214,7 +228,7 @@ async fn shutdown_signal() {
 
 /// Runs `warrant serve` until SIGTERM or SIGINT.
 pub fn run(args: &ServeArgs) -> Result<Exit> {
-    init_logging(args.log_json);
+    init_logging(args.log_json, "info");
     let file = match (&args.config, Path::new("warrant.toml").is_file()) {
         (Some(path), _) => Some(path.clone()),
         (None, true) => Some(PathBuf::from("warrant.toml")),
@@ -252,24 +266,10 @@ pub fn run(args: &ServeArgs) -> Result<Exit> {
         .clone()
         .or(cfg.policies.dir.clone())
         .or_else(|| first_existing(&["policies", "examples/policies"]));
-    let mut policies = Vec::new();
-    if let Some(dir) = &policy_dir {
-        let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
-            .with_context(|| format!("cannot read policy directory {}", dir.display()))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|e| e == "cedar"))
-            .collect();
-        paths.sort();
-        for path in paths {
-            let text =
-                std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
-            let name = path
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            policies.push(PolicySource::new(name, text));
-        }
-    }
+    let policies = match &policy_dir {
+        Some(dir) => PolicySource::read_dir(dir)?,
+        None => Vec::new(),
+    };
     let mut guards = Guards::new();
     for (tenant, lists) in &cfg.guards {
         for (name, entries) in lists {
@@ -301,15 +301,7 @@ pub fn run(args: &ServeArgs) -> Result<Exit> {
         allow_plain_http: cfg.network.allow_plain_http,
         ..NetPolicy::default()
     };
-    if let Ok(extra) = std::env::var("WARRANT_ALLOW_HOSTS") {
-        net.allow_hosts.extend(
-            extra
-                .split(',')
-                .map(str::trim)
-                .filter(|h| !h.is_empty())
-                .map(str::to_owned),
-        );
-    }
+    net.allow_hosts.extend(allow_hosts_from_env());
     net.timeout = duration("network.timeout", cfg.network.timeout.as_ref(), net.timeout)?;
     if let Some(n) = cfg.network.max_response_bytes {
         net.max_response_bytes = n;

@@ -36,6 +36,32 @@ impl PolicySource {
             text: text.into(),
         }
     }
+
+    /// Every `*.cedar` file of `dir`, sorted by file name (the name is the source's name).
+    ///
+    /// # Errors
+    /// [`PolicyLoadError::Io`] when the directory or a file cannot be read.
+    pub fn read_dir(dir: &Path) -> Result<Vec<PolicySource>, PolicyLoadError> {
+        let io = |path: &Path, e: std::io::Error| PolicyLoadError::Io {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        };
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(|e| io(dir, e))? {
+            let entry = entry.map_err(|e| io(dir, e))?;
+            let path = entry.path();
+            if path.extension().is_some_and(|ext| ext == "cedar") && path.is_file() {
+                files.push((entry.file_name().to_string_lossy().into_owned(), path));
+            }
+        }
+        files.sort();
+        let mut sources = Vec::with_capacity(files.len());
+        for (name, path) in files {
+            let text = std::fs::read_to_string(&path).map_err(|e| io(&path, e))?;
+            sources.push(PolicySource { name, text });
+        }
+        Ok(sources)
+    }
 }
 
 /// One reason a set of policies was refused.
@@ -327,25 +353,7 @@ impl CedarEngine {
     /// [`PolicyLoadError::Io`] when the directory or a file cannot be read, otherwise as
     /// [`CedarEngine::new`].
     pub fn load_dir(contracts: &[Arc<Contract>], dir: &Path) -> Result<Self, PolicyLoadError> {
-        let io = |path: &Path, e: std::io::Error| PolicyLoadError::Io {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        };
-        let mut files = Vec::new();
-        for entry in std::fs::read_dir(dir).map_err(|e| io(dir, e))? {
-            let entry = entry.map_err(|e| io(dir, e))?;
-            let path = entry.path();
-            if path.extension().is_some_and(|ext| ext == "cedar") && path.is_file() {
-                files.push((entry.file_name().to_string_lossy().into_owned(), path));
-            }
-        }
-        files.sort();
-        let mut sources = Vec::with_capacity(files.len());
-        for (name, path) in files {
-            let text = std::fs::read_to_string(&path).map_err(|e| io(&path, e))?;
-            sources.push(PolicySource { name, text });
-        }
-        CedarEngine::new(contracts, &sources)
+        CedarEngine::new(contracts, &PolicySource::read_dir(dir)?)
     }
 
     /// The Cedar schema generated for `contracts`, in Cedar's JSON schema format (for `docs`

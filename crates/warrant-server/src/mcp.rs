@@ -244,22 +244,29 @@ impl Gateway {
         }
     }
 
-    /// The caller and the trace headers of a request.
-    fn caller(&self, context: &RequestContext<RoleServer>) -> Result<(Principal, HeaderMap), ErrorData> {
+    /// The caller and the trace id of a request: a `traceparent` in `_meta` (SEP-414) wins;
+    /// otherwise the id the HTTP layer gave the request (from its header or fresh), so the
+    /// span, the ledger and the answer agree; over stdio a fresh one.
+    fn caller(&self, context: &RequestContext<RoleServer>) -> Result<(Principal, String), ErrorData> {
         let parts = context.extensions.get::<axum::http::request::Parts>();
-        let mut headers = parts.map(|p| p.headers.clone()).unwrap_or_default();
-        // SEP-414: a `traceparent` in `_meta` wins over the HTTP header.
-        if let Some(tp) = context.meta.0.get_traceparent()
-            && let Ok(value) = HeaderValue::from_str(tp)
-        {
-            headers.insert("traceparent", value);
-        }
+        let from_meta = context
+            .meta
+            .0
+            .get_traceparent()
+            .and_then(crate::trace::parse_traceparent);
+        let trace = from_meta
+            .or_else(|| {
+                parts
+                    .and_then(|p| p.extensions.get::<crate::trace::TraceId>())
+                    .map(|t| t.0.clone())
+            })
+            .unwrap_or_else(|| crate::trace::trace_id(&HeaderMap::new()));
         if let Some(principal) = &self.principal {
-            return Ok((principal.clone(), headers));
+            return Ok((principal.clone(), trace));
         }
         parts
             .and_then(|p| p.extensions.get::<Caller>())
-            .map(|c| (c.principal.clone(), headers))
+            .map(|c| (c.principal.clone(), trace))
             .ok_or_else(|| ErrorData::internal_error("the request was not authenticated", None))
     }
 }
@@ -298,8 +305,7 @@ impl ServerHandler for Gateway {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let (principal, headers) = self.caller(&context)?;
-        let trace = crate::trace::trace_id(&headers);
+        let (principal, trace) = self.caller(&context)?;
         let result = tools::call(
             &self.state,
             &self.contracts,

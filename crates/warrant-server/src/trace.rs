@@ -44,7 +44,8 @@ pub fn trace_id(headers: &HeaderMap) -> String {
         .unwrap_or_else(|| hex::encode(rand::random::<[u8; 16]>()))
 }
 
-fn parse_traceparent(text: &str) -> Option<String> {
+/// The trace id of a valid W3C `traceparent` value.
+pub fn parse_traceparent(text: &str) -> Option<String> {
     let mut parts = text.trim().split('-');
     let (version, trace, parent, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
     let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));

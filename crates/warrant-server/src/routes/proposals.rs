@@ -27,7 +27,6 @@ use warrant_runtime::{Dispatched, dispatch};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::trace::trace_id;
 
 /// The routes.
 pub fn router() -> Router<Arc<AppState>> {
@@ -69,7 +68,7 @@ pub(crate) fn header_text<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a 
 pub(crate) async fn propose(
     State(state): State<Arc<AppState>>,
     caller: Caller,
-    trace: Option<axum::Extension<crate::trace::TraceId>>,
+    axum::Extension(crate::trace::TraceId(trace)): axum::Extension<crate::trace::TraceId>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
@@ -84,10 +83,6 @@ pub(crate) async fn propose(
             "proposals are application/json",
         ));
     }
-    let trace = match trace {
-        Some(axum::Extension(t)) => t.0,
-        None => trace_id(&headers),
-    };
     let call = Call {
         bytes: &body,
         idempotency_key: header_text(&headers, "idempotency-key"),

@@ -312,6 +312,21 @@ impl Harness {
         }
     }
 
+    /// `who` approves approval `id` through node `node`; answers the status.
+    pub async fn approve_on(&self, node: usize, who: &str, id: &str) -> u16 {
+        self.req_on(
+            node,
+            reqwest::Method::POST,
+            &format!("/v1/approvals/{id}/approve"),
+            who,
+        )
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+    }
+
     /// POSTs a proposal as `who`; answers (status, body).
     pub async fn propose(&self, who: &str, proposal: &Value) -> (u16, Value) {
         self.propose_with(0, who, proposal, &[]).await
