@@ -10,10 +10,11 @@
 //! PostgreSQL database stay exact.
 
 mod error;
-mod group;
+mod exec;
 pub mod keys;
 mod memory;
 mod sql;
+mod sqlite;
 pub mod testing;
 
 use time::OffsetDateTime;

@@ -1,18 +1,20 @@
 //! [`SqlStore`]: the SQLite and PostgreSQL backends behind one implementation.
 //!
 //! Both backends share the schema (BIGINT epoch milliseconds, TEXT for ids and canonical JSON)
-//! and every statement: placeholders are written `$1, $2, …`, which both sqlx drivers bind by
-//! number. Each method body is written once and expanded for each backend by the `write_tx!`
-//! and `read!` macros, so the two backends cannot drift apart. The only dialect differences —
-//! connection setup, `BEGIN IMMEDIATE` on SQLite and `FOR UPDATE SKIP LOCKED` on PostgreSQL —
-//! are visible at their single place of use.
+//! and every statement: placeholders are written `$1, $2, …`, which both backends bind by
+//! number. Each operation is written once, against the [`Exec`] interface (`exec.rs`), and
+//! the `write_op!` / `read_op!` macros run it on either backend — PostgreSQL through sqlx,
+//! SQLite through rusqlite on the store's own threads (`sqlite.rs`) — so the two cannot drift
+//! apart. The only dialect differences — connection setup and `FOR UPDATE SKIP LOCKED` on
+//! PostgreSQL — are visible at their single place of use.
 //!
 //! **SQLite durability:** WAL journal, `synchronous=FULL` (a commit is on disk before it is
 //! acknowledged, even across power loss), one writer connection (writes are serialized in the
 //! process; no `SQLITE_BUSY` between our own writers), `BEGIN IMMEDIATE` so a transaction
-//! holds the write lock from its first statement, and a pool of read-only connections that
-//! read concurrently with the writer. Concurrent writes share one commit (`group.rs`): each
-//! runs as a savepoint of an open batch and returns once the batch is on disk.
+//! holds the write lock from its first statement, and a few read-only connections that read
+//! concurrently with the writer. Concurrent writes share one commit (group commit, in
+//! `sqlite.rs`): each runs as a savepoint of a batch and is answered once the batch is on
+//! disk.
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -20,16 +22,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::Value;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
-};
-use sqlx::{ConnectOptions, Connection, Row};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
+use sqlx::{ConnectOptions, Connection};
 use time::OffsetDateTime;
 use warrant_core::canon::canonical_string;
 
 use crate::error::Db;
-use crate::group::GroupCommit;
+use crate::exec::{Arg, Exec, PgRead, PgTx, RowExt, args};
+use crate::sqlite::{Sqlite, SqliteExec};
 use warrant_core::records::*;
 use warrant_core::store::{
     Store, StoreError, attempt_row, classify_existing, ledger_page, parse_ledger_cursor, review_refusal,
@@ -121,7 +122,7 @@ impl Default for StoreOptions {
 }
 
 enum Backend {
-    Sqlite { write: GroupCommit, read: SqlitePool },
+    Sqlite(Sqlite),
     Postgres(PgPool),
 }
 
@@ -141,6 +142,9 @@ impl std::fmt::Debug for SqlStore {
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
+/// SQLite reader threads: reads are short and the writer is the bottleneck, so a few suffice.
+const MAX_SQLITE_READERS: u32 = 4;
+
 impl SqlStore {
     /// Opens (creating on first use) the store and applies pending migrations.
     ///
@@ -159,36 +163,29 @@ impl SqlStore {
             std::fs::create_dir_all(dir)
                 .map_err(|e| StoreError::Unavailable(format!("cannot create {}: {e}", dir.display())))?;
         }
-        let base = SqliteConnectOptions::new()
+        // The schema is brought up to date through sqlx's migrator (its bookkeeping table is
+        // the one existing databases have); the store then runs on its own connections.
+        let mut conn = SqliteConnectOptions::new()
             .filename(path)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(10))
-            .foreign_keys(true)
-            .pragma("temp_store", "memory")
-            .disable_statement_logging();
-        let write = SqlitePoolOptions::new()
-            .max_connections(1)
-            .min_connections(1)
-            .acquire_timeout(options.acquire_timeout.max(Duration::from_secs(30)))
-            .connect_with(base.clone().create_if_missing(true))
+            .create_if_missing(true)
+            .disable_statement_logging()
+            .connect()
             .await
             .db()?;
-        SQLITE_MIGRATIONS.run(&write).await.db()?;
-        let read = SqlitePoolOptions::new()
-            .max_connections(options.max_connections.max(1))
-            .acquire_timeout(options.acquire_timeout)
-            .connect_with(base.read_only(true))
+        SQLITE_MIGRATIONS.run(&mut conn).await.db()?;
+        conn.close().await.db()?;
+        let readers = options.max_connections.clamp(1, MAX_SQLITE_READERS);
+        let path = path.to_owned();
+        let sqlite = tokio::task::spawn_blocking(move || Sqlite::open(&path, readers as usize))
             .await
-            .db()?;
+            .map_err(|e| StoreError::Unavailable(format!("cannot open the store: {e}")))??;
         Ok(SqlStore {
-            backend: Backend::Sqlite {
-                write: GroupCommit::new(write),
-                read,
-            },
+            backend: Backend::Sqlite(sqlite),
         })
     }
-
     async fn open_postgres(url: &str, options: &StoreOptions) -> Result<Self, StoreError> {
         let mut connect = PgConnectOptions::from_str(url)
             .map_err(|e| StoreError::Invalid(format!("bad PostgreSQL URL: {e}")))?
@@ -234,86 +231,61 @@ impl SqlStore {
     }
 
     /// Closes every connection (waits for checked-out ones).
+    /// Closes every connection (after the queued work, on SQLite; waits for checked-out
+    /// connections on PostgreSQL).
     pub async fn close(&self) {
         match &self.backend {
-            Backend::Sqlite { write, read } => {
-                read.close().await;
-                write.pool().close().await;
-            }
+            Backend::Sqlite(sqlite) => sqlite.close().await,
             Backend::Postgres(pool) => pool.close().await,
         }
     }
 }
 
-/// Runs `$body` inside a write transaction, once per backend. `$tx` is the transaction; the
-/// body must commit it.
-macro_rules! write_tx {
-    ($self:ident, |$tx:ident| $body:block) => {
+/// Runs `$body` as one write transaction, written once for both backends. `$ex` is the
+/// transaction ([`Exec`]); the `[name = value]` list makes the owned copies the body uses
+/// (SQLite runs it on the writer thread, which cannot borrow from the caller). The
+/// transaction commits when the body answers `Ok` (unless it called `rollback`).
+macro_rules! write_op {
+    ($self:ident, [$($owned:ident = $value:expr),* $(,)?], |$ex:ident| $body:expr) => {
         match &$self.backend {
-            Backend::Sqlite { write, .. } => {
-                // One savepoint in the open batch; durable once the batch commits (group.rs).
-                let (mut batch, epoch) = write.enter().await?;
-                let result = async {
-                    let mut $tx = batch.outer()?.begin().await.db()?;
-                    $body
-                }
-                .await;
-                write.finish(batch, epoch).await?;
-                result
+            Backend::Sqlite(sqlite) => {
+                $(let $owned = $value;)*
+                sqlite
+                    .write(move |$ex: &mut SqliteExec<'_>| crate::sqlite::now(async move { $body }))
+                    .await
             }
             Backend::Postgres(pool) => {
-                let mut $tx = pool.begin().await.db()?;
-                $body
+                $(let $owned = $value;)*
+                let mut tx = PgTx::begin(pool).await?;
+                let result = {
+                    let $ex = &mut tx;
+                    async move { $body }.await
+                };
+                tx.finish(result).await
             }
         }
     };
 }
 
-/// Runs `$body` with a read executor, once per backend.
-macro_rules! read {
-    ($self:ident, |$ex:ident| $body:block) => {
+/// Runs `$body` as a read, written once for both backends (see [`write_op!`]).
+macro_rules! read_op {
+    ($self:ident, [$($owned:ident = $value:expr),* $(,)?], |$ex:ident| $body:expr) => {
         match &$self.backend {
-            Backend::Sqlite { read, .. } => {
-                let $ex = read;
-                $body
+            Backend::Sqlite(sqlite) => {
+                $(let $owned = $value;)*
+                sqlite
+                    .read(move |$ex: &mut SqliteExec<'_>| crate::sqlite::now(async move { $body }))
+                    .await
             }
             Backend::Postgres(pool) => {
-                let $ex = pool;
-                $body
+                $(let $owned = $value;)*
+                let mut read = PgRead(pool);
+                let $ex = &mut read;
+                async move { $body }.await
             }
         }
     };
 }
-
-/// Uniform, typed column access for both row types.
-trait RowExt {
-    fn text(&self, column: &str) -> Result<String, StoreError>;
-    fn opt_text(&self, column: &str) -> Result<Option<String>, StoreError>;
-    fn int(&self, column: &str) -> Result<i64, StoreError>;
-    fn opt_int(&self, column: &str) -> Result<Option<i64>, StoreError>;
-}
-
-macro_rules! impl_row_ext {
-    ($row:ty) => {
-        impl RowExt for $row {
-            fn text(&self, column: &str) -> Result<String, StoreError> {
-                self.try_get::<String, _>(column).db()
-            }
-            fn opt_text(&self, column: &str) -> Result<Option<String>, StoreError> {
-                self.try_get::<Option<String>, _>(column).db()
-            }
-            fn int(&self, column: &str) -> Result<i64, StoreError> {
-                self.try_get::<i64, _>(column).db()
-            }
-            fn opt_int(&self, column: &str) -> Result<Option<i64>, StoreError> {
-                self.try_get::<Option<i64>, _>(column).db()
-            }
-        }
-    };
-}
-
-impl_row_ext!(SqliteRow);
-impl_row_ext!(PgRow);
 
 // ----- value conversions -----
 
@@ -452,6 +424,12 @@ macro_rules! approval_columns {
     };
 }
 
+const SELECT_APPROVAL: &str = concat!(
+    "SELECT ",
+    approval_columns!(),
+    " FROM approvals WHERE tenant = $1 AND id = $2"
+);
+
 fn approval_of(row: &impl RowExt) -> Result<ApprovalRequest, StoreError> {
     Ok(ApprovalRequest {
         request: NewApproval {
@@ -540,7 +518,8 @@ fn contract_of(row: &impl RowExt) -> Result<StoredContract, StoreError> {
     })
 }
 
-/// Values bound for one ledger row, in `LEDGER_COLUMNS` order.
+/// Values bound for one ledger row, in `INSERT_LEDGER` order.
+#[derive(Clone)]
 struct LedgerValues {
     attempts: i64,
     latency_ms: Option<i64>,
@@ -568,41 +547,46 @@ const INSERT_LEDGER: &str = "INSERT INTO ledger (id, tenant, principal, trace_id
      outcome, created_at, updated_at, latency_ms, cost, arguments) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)";
 
-/// Binds a ledger entry to `INSERT_LEDGER` (the same expression for both backends).
-macro_rules! bind_ledger {
-    ($entry:expr, $values:expr) => {
-        sqlx::query(INSERT_LEDGER)
-            .bind(&$entry.id)
-            .bind(&$entry.tenant)
-            .bind(&$entry.principal)
-            .bind(&$entry.trace_id)
-            .bind(&$entry.run_id)
-            .bind(&$entry.step_id)
-            .bind(&$entry.tool)
-            .bind(&$entry.contract_id)
-            .bind(&$entry.binding_digest)
-            .bind(&$entry.payload_digest)
-            .bind($entry.decision.as_str())
-            .bind(&$entry.stage)
-            .bind(&$entry.error_code)
-            .bind(&$entry.detail)
-            .bind(&$entry.approval_id)
-            .bind(&$entry.idempotency_key)
-            .bind($values.attempts)
-            .bind($entry.outcome.map(Outcome::as_str))
-            .bind($values.created_at)
-            .bind($values.updated_at)
-            .bind($values.latency_ms)
-            .bind($values.cost)
-            .bind(&$values.arguments)
-    };
+/// The parameters of `INSERT_LEDGER` for one entry.
+fn ledger_args<'a>(e: &'a LedgerEntry, v: &'a LedgerValues) -> [Arg<'a>; 23] {
+    args![
+        &e.id,
+        &e.tenant,
+        &e.principal,
+        &e.trace_id,
+        &e.run_id,
+        &e.step_id,
+        &e.tool,
+        &e.contract_id,
+        &e.binding_digest,
+        &e.payload_digest,
+        e.decision.as_str(),
+        &e.stage,
+        &e.error_code,
+        &e.detail,
+        &e.approval_id,
+        &e.idempotency_key,
+        v.attempts,
+        e.outcome.map(Outcome::as_str),
+        v.created_at,
+        v.updated_at,
+        v.latency_ms,
+        v.cost,
+        &v.arguments,
+    ]
 }
+
+const SELECT_IDEMPOTENCY: &str = concat!(
+    "SELECT ",
+    idempotency_columns!(),
+    " FROM idempotency WHERE tenant = $1 AND principal = $2 AND contract_id = $3 AND key = $4"
+);
 
 #[async_trait]
 impl Store for SqlStore {
     async fn ping(&self) -> Result<(), StoreError> {
-        read!(self, |ex| {
-            sqlx::query("SELECT 1").execute(ex).await.db()?;
+        read_op!(self, [], |ex| {
+            ex.fetch_optional("SELECT 1 AS one", &[]).await?;
             Ok(())
         })
     }
@@ -615,29 +599,23 @@ impl Store for SqlStore {
             contract_columns!(),
             " FROM contracts WHERE name = $1 AND version = $2"
         );
-        write_tx!(self, |tx| {
-            let done = sqlx::query(sql)
-                .bind(&c.name)
-                .bind(i64::from(c.version))
-                .bind(&c.content_id)
-                .bind(json_text(&c.body))
-                .bind(c.binding.as_ref().map(json_text))
-                .bind(&c.binding_digest)
-                .bind(ms(c.registered_at))
-                .execute(&mut *tx)
-                .await
-                .db()?;
-            if done.rows_affected() == 1 {
-                tx.commit().await.db()?;
+        let body = json_text(&c.body);
+        let binding = c.binding.as_ref().map(json_text);
+        write_op!(self, [c = c.clone()], |ex| {
+            let version = i64::from(c.version);
+            let args = args![
+                &c.name,
+                version,
+                &c.content_id,
+                &body,
+                &binding,
+                &c.binding_digest,
+                ms(c.registered_at),
+            ];
+            if ex.execute(sql, &args).await? == 1 {
                 return Ok(Registration::Registered);
             }
-            let existing = sqlx::query(select)
-                .bind(&c.name)
-                .bind(i64::from(c.version))
-                .fetch_optional(&mut *tx)
-                .await
-                .db()?;
-            tx.commit().await.db()?;
+            let existing = ex.fetch_optional(select, &args![&c.name, version]).await?;
             match existing.map(|r| contract_of(&r)).transpose()? {
                 Some(e) if e.content_id == c.content_id => Ok(Registration::Unchanged),
                 Some(e) => Err(StoreError::Conflict(format!(
@@ -658,13 +636,8 @@ impl Store for SqlStore {
             contract_columns!(),
             " FROM contracts WHERE name = $1 AND version = $2"
         );
-        read!(self, |ex| {
-            let row = sqlx::query(sql)
-                .bind(name)
-                .bind(i64::from(version))
-                .fetch_optional(ex)
-                .await
-                .db()?;
+        read_op!(self, [name = name.to_owned()], |ex| {
+            let row = ex.fetch_optional(sql, &args![&name, i64::from(version)]).await?;
             row.map(|r| contract_of(&r)).transpose()
         })
     }
@@ -675,8 +648,8 @@ impl Store for SqlStore {
             contract_columns!(),
             " FROM contracts WHERE content_id = $1"
         );
-        read!(self, |ex| {
-            let row = sqlx::query(sql).bind(content_id).fetch_optional(ex).await.db()?;
+        read_op!(self, [content_id = content_id.to_owned()], |ex| {
+            let row = ex.fetch_optional(sql, &args![&content_id]).await?;
             row.map(|r| contract_of(&r)).transpose()
         })
     }
@@ -687,31 +660,23 @@ impl Store for SqlStore {
             contract_columns!(),
             " FROM contracts ORDER BY name, version"
         );
-        read!(self, |ex| {
-            let rows = sqlx::query(sql).fetch_all(ex).await.db()?;
+        read_op!(self, [], |ex| {
+            let rows = ex.fetch_all(sql, &[]).await?;
             rows.iter().map(contract_of).collect()
         })
     }
 
     async fn retire_contract(&self, content_id: &str, at: OffsetDateTime) -> Result<bool, StoreError> {
         let sql = "UPDATE contracts SET retired_at = COALESCE(retired_at, $1) WHERE content_id = $2";
-        write_tx!(self, |tx| {
-            let done = sqlx::query(sql)
-                .bind(ms(at))
-                .bind(content_id)
-                .execute(&mut *tx)
-                .await
-                .db()?;
-            tx.commit().await.db()?;
-            Ok(done.rows_affected() == 1)
+        write_op!(self, [content_id = content_id.to_owned()], |ex| {
+            Ok(ex.execute(sql, &args![ms(at), &content_id]).await? == 1)
         })
     }
 
     async fn insert_ledger(&self, entry: &LedgerEntry) -> Result<(), StoreError> {
         let values = LedgerValues::of(entry)?;
-        write_tx!(self, |tx| {
-            bind_ledger!(entry, values).execute(&mut *tx).await.db()?;
-            tx.commit().await.db()?;
+        write_op!(self, [entry = entry.clone()], |ex| {
+            ex.execute(INSERT_LEDGER, &ledger_args(&entry, &values)).await?;
             Ok(())
         })
     }
@@ -722,13 +687,8 @@ impl Store for SqlStore {
             ledger_columns!(),
             " FROM ledger WHERE tenant = $1 AND id = $2"
         );
-        read!(self, |ex| {
-            let row = sqlx::query(sql)
-                .bind(tenant)
-                .bind(id)
-                .fetch_optional(ex)
-                .await
-                .db()?;
+        read_op!(self, [tenant = tenant.to_owned(), id = id.to_owned()], |ex| {
+            let row = ex.fetch_optional(sql, &args![&tenant, &id]).await?;
             row.map(|r| ledger_of(&r)).transpose()
         })
     }
@@ -764,31 +724,35 @@ impl Store for SqlStore {
             next(&mut sql, &format!(" OR (created_at = ${at} AND id < ?))"));
         }
         sql.push_str(&format!(" ORDER BY created_at DESC, id DESC LIMIT {}", limit + 1));
-        read!(self, |ex| {
-            // Built only from fixed fragments above; every value is a bound parameter.
-            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql.as_str())).bind(tenant);
-            if let Some(tool) = &filter.tool {
-                query = query.bind(tool);
+        read_op!(
+            self,
+            [tenant = tenant.to_owned(), filter = filter.clone()],
+            |ex| {
+                let mut params = vec![Arg::Text(&tenant)];
+                if let Some(tool) = &filter.tool {
+                    params.push(Arg::Text(tool));
+                }
+                if let Some(outcome) = filter.outcome {
+                    params.push(Arg::Text(outcome.as_str()));
+                }
+                if let Some(principal) = &filter.principal {
+                    params.push(Arg::Text(principal));
+                }
+                if let Some(since) = filter.since {
+                    params.push(Arg::Int(ms(since)));
+                }
+                if let Some(until) = filter.until {
+                    params.push(Arg::Int(ms(until)));
+                }
+                if let Some((at, id)) = &cursor {
+                    params.push(Arg::Int(*at));
+                    params.push(Arg::Text(id));
+                }
+                let rows = ex.fetch_all(&sql, &params).await?;
+                let entries = rows.iter().map(ledger_of).collect::<Result<Vec<_>, _>>()?;
+                Ok(ledger_page(entries, limit as usize))
             }
-            if let Some(outcome) = filter.outcome {
-                query = query.bind(outcome.as_str());
-            }
-            if let Some(principal) = &filter.principal {
-                query = query.bind(principal);
-            }
-            if let Some(since) = filter.since {
-                query = query.bind(ms(since));
-            }
-            if let Some(until) = filter.until {
-                query = query.bind(ms(until));
-            }
-            if let Some((at, id)) = &cursor {
-                query = query.bind(*at).bind(id);
-            }
-            let rows = query.fetch_all(ex).await.db()?;
-            let entries = rows.iter().map(ledger_of).collect::<Result<Vec<_>, _>>()?;
-            Ok(ledger_page(entries, limit as usize))
-        })
+        )
     }
 
     async fn list_unresolved(
@@ -802,13 +766,10 @@ impl Store for SqlStore {
             " FROM ledger WHERE outcome IN ('attempting', 'unknown') AND updated_at <= $1 \
              ORDER BY updated_at LIMIT $2"
         );
-        read!(self, |ex| {
-            let rows = sqlx::query(sql)
-                .bind(ms(older_than))
-                .bind(i64::from(limit))
-                .fetch_all(ex)
-                .await
-                .db()?;
+        read_op!(self, [], |ex| {
+            let rows = ex
+                .fetch_all(sql, &args![ms(older_than), i64::from(limit)])
+                .await?;
             rows.iter().map(ledger_of).collect()
         })
     }
@@ -826,33 +787,25 @@ impl Store for SqlStore {
         let take_over = "UPDATE idempotency SET payload_digest = $5, status = 'in_flight', result = NULL, \
                          error_code = NULL, ledger_id = $6, created_at = $7, updated_at = $7, expires_at = $8 \
                          WHERE tenant = $1 AND principal = $2 AND contract_id = $3 AND key = $4 AND expires_at <= $7";
-        let select = concat!(
-            "SELECT ",
-            idempotency_columns!(),
-            " FROM idempotency \
-             WHERE tenant = $1 AND principal = $2 AND contract_id = $3 AND key = $4"
-        );
         let now = ms(entry.created_at);
-        write_tx!(self, |tx| {
-            let start = match scope {
+        write_op!(self, [entry = entry.clone(), scope = scope.cloned()], |ex| {
+            let start = match &scope {
                 None => AttemptStart::Started,
                 Some(scope) => {
                     let digest = entry.payload_digest.as_deref().unwrap_or_default();
+                    let claim = args![
+                        &scope.tenant,
+                        &scope.principal,
+                        &scope.contract_id,
+                        &scope.key,
+                        digest,
+                        &entry.id,
+                        now,
+                        ms(expires_at),
+                    ];
                     let mut claimed = false;
                     for statement in [insert, take_over] {
-                        let done = sqlx::query(statement)
-                            .bind(&scope.tenant)
-                            .bind(&scope.principal)
-                            .bind(&scope.contract_id)
-                            .bind(&scope.key)
-                            .bind(digest)
-                            .bind(&entry.id)
-                            .bind(now)
-                            .bind(ms(expires_at))
-                            .execute(&mut *tx)
-                            .await
-                            .db()?;
-                        if done.rows_affected() == 1 {
+                        if ex.execute(statement, &claim).await? == 1 {
                             claimed = true;
                             break;
                         }
@@ -860,22 +813,18 @@ impl Store for SqlStore {
                     if claimed {
                         AttemptStart::Started
                     } else {
-                        let row = sqlx::query(select)
-                            .bind(&scope.tenant)
-                            .bind(&scope.principal)
-                            .bind(&scope.contract_id)
-                            .bind(&scope.key)
-                            .fetch_one(&mut *tx)
-                            .await
-                            .db()?;
+                        let key = args![&scope.tenant, &scope.principal, &scope.contract_id, &scope.key];
+                        let row = ex
+                            .fetch_optional(SELECT_IDEMPOTENCY, &key)
+                            .await?
+                            .ok_or(StoreError::NotFound)?;
                         classify_existing(idempotency_of(&row)?, entry.payload_digest.as_deref())
                     }
                 }
             };
-            let row = attempt_row(entry, &start);
+            let row = attempt_row(&entry, &start);
             let values = LedgerValues::of(&row)?;
-            bind_ledger!(row, values).execute(&mut *tx).await.db()?;
-            tx.commit().await.db()?;
+            ex.execute(INSERT_LEDGER, &ledger_args(&row, &values)).await?;
             Ok(start)
         })
     }
@@ -900,89 +849,86 @@ impl Store for SqlStore {
                        WHERE tenant = $1 AND principal = $2 AND contract_id = $3 AND key = $4 AND ledger_id = $5";
         let latency = int(finish.latency_ms)?;
         let cost = int(finish.cost)?;
-        write_tx!(self, |tx| {
-            let done = sqlx::query(ledger)
-                .bind(finish.outcome.as_str())
-                .bind(i64::from(finish.attempts))
-                .bind(&finish.error_code)
-                .bind(latency)
-                .bind(cost)
-                .bind(ms(now))
-                .bind(tenant)
-                .bind(ledger_id)
-                .bind(&finish.detail)
-                .execute(&mut *tx)
-                .await
-                .db()?;
-            if done.rows_affected() != 1 {
-                return Err(StoreError::Conflict(format!(
-                    "ledger row {ledger_id} is not awaiting an outcome"
-                )));
-            }
-            for c in &finish.charges {
-                sqlx::query(charge)
-                    .bind(tenant)
-                    .bind(&c.key)
-                    .bind(int(c.amount)?)
-                    .bind(ms(c.expires_at))
-                    .execute(&mut *tx)
-                    .await
-                    .db()?;
-            }
-            if let Some(scope) = scope {
-                match status {
-                    Some(status) => {
-                        sqlx::query(update)
-                            .bind(status.as_str())
-                            .bind(finish.result.as_ref().map(json_text))
-                            .bind(&finish.error_code)
-                            .bind(ms(now))
-                            .bind(&scope.tenant)
-                            .bind(&scope.principal)
-                            .bind(&scope.contract_id)
-                            .bind(&scope.key)
-                            .bind(ledger_id)
-                            .execute(&mut *tx)
-                            .await
-                            .db()?;
-                    }
-                    None => {
-                        sqlx::query(release)
-                            .bind(&scope.tenant)
-                            .bind(&scope.principal)
-                            .bind(&scope.contract_id)
-                            .bind(&scope.key)
-                            .bind(ledger_id)
-                            .execute(&mut *tx)
-                            .await
-                            .db()?;
+        let charges = finish
+            .charges
+            .iter()
+            .map(|c| Ok((c.key.clone(), int(c.amount)?, ms(c.expires_at))))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        let result = finish.result.as_ref().map(json_text);
+        write_op!(
+            self,
+            [
+                tenant = tenant.to_owned(),
+                ledger_id = ledger_id.to_owned(),
+                scope = scope.cloned(),
+                finish = finish.clone(),
+            ],
+            |ex| {
+                let done = ex
+                    .execute(
+                        ledger,
+                        &args![
+                            finish.outcome.as_str(),
+                            i64::from(finish.attempts),
+                            &finish.error_code,
+                            latency,
+                            cost,
+                            ms(now),
+                            &tenant,
+                            &ledger_id,
+                            &finish.detail,
+                        ],
+                    )
+                    .await?;
+                if done != 1 {
+                    return Err(StoreError::Conflict(format!(
+                        "ledger row {ledger_id} is not awaiting an outcome"
+                    )));
+                }
+                for (key, amount, expires) in &charges {
+                    ex.execute(charge, &args![&tenant, key, *amount, *expires])
+                        .await?;
+                }
+                if let Some(scope) = &scope {
+                    match status {
+                        Some(status) => {
+                            let params = args![
+                                status.as_str(),
+                                &result,
+                                &finish.error_code,
+                                ms(now),
+                                &scope.tenant,
+                                &scope.principal,
+                                &scope.contract_id,
+                                &scope.key,
+                                &ledger_id,
+                            ];
+                            ex.execute(update, &params).await?;
+                        }
+                        None => {
+                            let params = args![
+                                &scope.tenant,
+                                &scope.principal,
+                                &scope.contract_id,
+                                &scope.key,
+                                &ledger_id,
+                            ];
+                            ex.execute(release, &params).await?;
+                        }
                     }
                 }
+                Ok(())
             }
-            tx.commit().await.db()?;
-            Ok(())
-        })
+        )
     }
 
     async fn get_idempotency(
         &self,
         scope: &IdempotencyScope,
     ) -> Result<Option<IdempotencyRecord>, StoreError> {
-        let sql = concat!(
-            "SELECT ",
-            idempotency_columns!(),
-            " FROM idempotency \
-             WHERE tenant = $1 AND principal = $2 AND contract_id = $3 AND key = $4"
-        );
-        read!(self, |ex| {
-            let row = sqlx::query(sql)
-                .bind(&scope.tenant)
-                .bind(&scope.principal)
-                .bind(&scope.contract_id)
-                .bind(&scope.key)
-                .fetch_optional(ex)
-                .await
-                .db()?;
+        read_op!(self, [scope = scope.clone()], |ex| {
+            let key = args![&scope.tenant, &scope.principal, &scope.contract_id, &scope.key];
+            let row = ex.fetch_optional(SELECT_IDEMPOTENCY, &key).await?;
             row.map(|r| idempotency_of(&r)).transpose()
         })
     }
@@ -991,39 +937,28 @@ impl Store for SqlStore {
         let sql = "INSERT INTO approvals (id, tenant, contract_id, tool, proposer, payload_digest, idempotency_key, \
                    arguments, status, created_at, expires_at) \
                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9, $10)";
-        write_tx!(self, |tx| {
-            sqlx::query(sql)
-                .bind(&a.id)
-                .bind(&a.tenant)
-                .bind(&a.contract_id)
-                .bind(&a.tool)
-                .bind(&a.proposer)
-                .bind(&a.payload_digest)
-                .bind(&a.idempotency_key)
-                .bind(json_text(&a.arguments))
-                .bind(ms(a.created_at))
-                .bind(ms(a.expires_at))
-                .execute(&mut *tx)
-                .await
-                .db()?;
-            tx.commit().await.db()?;
+        let arguments = json_text(&a.arguments);
+        write_op!(self, [a = a.clone()], |ex| {
+            let params = args![
+                &a.id,
+                &a.tenant,
+                &a.contract_id,
+                &a.tool,
+                &a.proposer,
+                &a.payload_digest,
+                &a.idempotency_key,
+                &arguments,
+                ms(a.created_at),
+                ms(a.expires_at),
+            ];
+            ex.execute(sql, &params).await?;
             Ok(())
         })
     }
 
     async fn get_approval(&self, tenant: &str, id: &str) -> Result<Option<ApprovalRequest>, StoreError> {
-        let sql = concat!(
-            "SELECT ",
-            approval_columns!(),
-            " FROM approvals WHERE tenant = $1 AND id = $2"
-        );
-        read!(self, |ex| {
-            let row = sqlx::query(sql)
-                .bind(tenant)
-                .bind(id)
-                .fetch_optional(ex)
-                .await
-                .db()?;
+        read_op!(self, [tenant = tenant.to_owned(), id = id.to_owned()], |ex| {
+            let row = ex.fetch_optional(SELECT_APPROVAL, &args![&tenant, &id]).await?;
             row.map(|r| approval_of(&r)).transpose()
         })
     }
@@ -1040,17 +975,16 @@ impl Store for SqlStore {
             "AND payload_digest = $4 AND idempotency_key IS NOT DISTINCT FROM $5 AND expires_at > $6 ",
             "ORDER BY created_at, id LIMIT 1"
         );
-        read!(self, |ex| {
-            let row = sqlx::query(sql)
-                .bind(tenant)
-                .bind(&call.proposer)
-                .bind(&call.contract_id)
-                .bind(&call.payload_digest)
-                .bind(&call.idempotency_key)
-                .bind(ms(call.now))
-                .fetch_optional(ex)
-                .await
-                .db()?;
+        read_op!(self, [tenant = tenant.to_owned(), call = call.clone()], |ex| {
+            let params = args![
+                &tenant,
+                &call.proposer,
+                &call.contract_id,
+                &call.payload_digest,
+                &call.idempotency_key,
+                ms(call.now),
+            ];
+            let row = ex.fetch_optional(sql, &params).await?;
             row.map(|r| approval_of(&r)).transpose()
         })
     }
@@ -1067,14 +1001,13 @@ impl Store for SqlStore {
             " FROM approvals WHERE tenant = $1 AND ($2 = '' OR status = $2) \
              ORDER BY created_at, id LIMIT $3"
         );
-        read!(self, |ex| {
-            let rows = sqlx::query(sql)
-                .bind(tenant)
-                .bind(status.map_or("", ApprovalStatus::as_str))
-                .bind(i64::from(limit.clamp(1, 1000)))
-                .fetch_all(ex)
-                .await
-                .db()?;
+        read_op!(self, [tenant = tenant.to_owned()], |ex| {
+            let params = args![
+                &tenant,
+                status.map_or("", ApprovalStatus::as_str),
+                i64::from(limit.clamp(1, 1000)),
+            ];
+            let rows = ex.fetch_all(sql, &params).await?;
             rows.iter().map(approval_of).collect()
         })
     }
@@ -1098,43 +1031,31 @@ impl Store for SqlStore {
              RETURNING ",
             approval_columns!()
         );
-        let select = concat!(
-            "SELECT ",
-            approval_columns!(),
-            " FROM approvals WHERE tenant = $1 AND id = $2"
-        );
-        write_tx!(self, |tx| {
-            let row = sqlx::query(update)
-                .bind(status.as_str())
-                .bind(reviewer)
-                .bind(reason)
-                .bind(ms(now))
-                .bind(tenant)
-                .bind(id)
-                .fetch_optional(&mut *tx)
-                .await
-                .db()?;
-            let result = match row {
-                Some(row) => Ok(approval_of(&row)?),
-                None => {
-                    let current = sqlx::query(select)
-                        .bind(tenant)
-                        .bind(id)
-                        .fetch_optional(&mut *tx)
-                        .await
-                        .db()?;
-                    let current = current.map(|r| approval_of(&r)).transpose()?;
-                    // `None` means another reviewer won the race since the update.
-                    Err(
-                        review_refusal(current.as_ref(), reviewer, now).unwrap_or_else(|| {
-                            current.map_or(DecideRefusal::NotFound, |a| DecideRefusal::NotPending(a.status))
-                        }),
-                    )
+        write_op!(
+            self,
+            [
+                tenant = tenant.to_owned(),
+                id = id.to_owned(),
+                reviewer = reviewer.to_owned(),
+                reason = reason.map(str::to_owned),
+            ],
+            |ex| {
+                let params = args![status.as_str(), &reviewer, &reason, ms(now), &tenant, &id];
+                match ex.fetch_optional(update, &params).await? {
+                    Some(row) => Ok(Ok(approval_of(&row)?)),
+                    None => {
+                        let current = ex.fetch_optional(SELECT_APPROVAL, &args![&tenant, &id]).await?;
+                        let current = current.map(|r| approval_of(&r)).transpose()?;
+                        // `None` means another reviewer won the race since the update.
+                        Ok(Err(review_refusal(current.as_ref(), &reviewer, now)
+                            .unwrap_or_else(|| {
+                                current
+                                    .map_or(DecideRefusal::NotFound, |a| DecideRefusal::NotPending(a.status))
+                            })))
+                    }
                 }
-            };
-            tx.commit().await.db()?;
-            Ok(result)
-        })
+            }
+        )
     }
 
     async fn consume_approval(
@@ -1150,38 +1071,26 @@ impl Store for SqlStore {
              RETURNING ",
             approval_columns!()
         );
-        let select = concat!(
-            "SELECT ",
-            approval_columns!(),
-            " FROM approvals WHERE tenant = $1 AND id = $2"
-        );
-        write_tx!(self, |tx| {
-            let row = sqlx::query(update)
-                .bind(ms(now))
-                .bind(&claim.ledger_id)
-                .bind(tenant)
-                .bind(&claim.approval_id)
-                .bind(&claim.contract_id)
-                .bind(&claim.payload_digest)
-                .bind(&claim.idempotency_key)
-                .bind(&claim.principal)
-                .fetch_optional(&mut *tx)
-                .await
-                .db()?;
-            let outcome = match row {
+        write_op!(self, [tenant = tenant.to_owned(), claim = claim.clone()], |ex| {
+            let params = args![
+                ms(now),
+                &claim.ledger_id,
+                &tenant,
+                &claim.approval_id,
+                &claim.contract_id,
+                &claim.payload_digest,
+                &claim.idempotency_key,
+                &claim.principal,
+            ];
+            Ok(match ex.fetch_optional(update, &params).await? {
                 Some(row) => ConsumeOutcome::Consumed(approval_of(&row)?),
                 None => {
-                    let current = sqlx::query(select)
-                        .bind(tenant)
-                        .bind(&claim.approval_id)
-                        .fetch_optional(&mut *tx)
-                        .await
-                        .db()?;
+                    let current = ex
+                        .fetch_optional(SELECT_APPROVAL, &args![&tenant, &claim.approval_id])
+                        .await?;
                     ConsumeOutcome::Refused(current.map(|r| approval_of(&r)).transpose()?)
                 }
-            };
-            tx.commit().await.db()?;
-            Ok(outcome)
+            })
         })
     }
 
@@ -1195,25 +1104,30 @@ impl Store for SqlStore {
         let sql = "INSERT INTO budget_counters (tenant, key, used, expires_at) VALUES ($1, $2, $3, $4) \
                    ON CONFLICT (tenant, key) DO UPDATE SET used = budget_counters.used + excluded.used \
                    WHERE budget_counters.used + excluded.used <= $5 RETURNING used";
-        write_tx!(self, |tx| {
-            for r in reservations {
-                let fits = r.amount <= r.limit
-                    && sqlx::query(sql)
-                        .bind(tenant)
-                        .bind(&r.key)
-                        .bind(int(r.amount)?)
-                        .bind(ms(r.expires_at))
-                        .bind(int(r.limit)?)
-                        .fetch_optional(&mut *tx)
-                        .await
-                        .db()?
+        let planned = reservations
+            .iter()
+            .map(|r| {
+                Ok((
+                    r.key.clone(),
+                    int(r.amount)?,
+                    ms(r.expires_at),
+                    int(r.limit)?,
+                    r.amount <= r.limit,
+                ))
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        write_op!(self, [tenant = tenant.to_owned()], |ex| {
+            for (key, amount, expires, limit, within) in &planned {
+                let fits = *within
+                    && ex
+                        .fetch_optional(sql, &args![&tenant, key, *amount, *expires, *limit])
+                        .await?
                         .is_some();
                 if !fits {
-                    tx.rollback().await.db()?;
-                    return Ok(BudgetOutcome::Exhausted { key: r.key.clone() });
+                    ex.rollback();
+                    return Ok(BudgetOutcome::Exhausted { key: key.clone() });
                 }
             }
-            tx.commit().await.db()?;
             Ok(BudgetOutcome::Granted)
         })
     }
@@ -1225,31 +1139,22 @@ impl Store for SqlStore {
     ) -> Result<(), StoreError> {
         let sql = "UPDATE budget_counters SET used = CASE WHEN used > $1 THEN used - $1 ELSE 0 END \
                    WHERE tenant = $2 AND key = $3";
-        write_tx!(self, |tx| {
-            for r in reservations {
-                sqlx::query(sql)
-                    .bind(int(r.amount)?)
-                    .bind(tenant)
-                    .bind(&r.key)
-                    .execute(&mut *tx)
-                    .await
-                    .db()?;
+        let planned = reservations
+            .iter()
+            .map(|r| Ok((r.key.clone(), int(r.amount)?)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        write_op!(self, [tenant = tenant.to_owned()], |ex| {
+            for (key, amount) in &planned {
+                ex.execute(sql, &args![*amount, &tenant, key]).await?;
             }
-            tx.commit().await.db()?;
             Ok(())
         })
     }
 
     async fn budget_used(&self, tenant: &str, key: &str) -> Result<u64, StoreError> {
         let sql = "SELECT used FROM budget_counters WHERE tenant = $1 AND key = $2";
-        read!(self, |ex| {
-            let row = sqlx::query(sql)
-                .bind(tenant)
-                .bind(key)
-                .fetch_optional(ex)
-                .await
-                .db()?;
-            match row {
+        read_op!(self, [tenant = tenant.to_owned(), key = key.to_owned()], |ex| {
+            match ex.fetch_optional(sql, &args![&tenant, &key]).await? {
                 Some(row) => uint(row.int("used")?),
                 None => Ok(0),
             }
@@ -1259,28 +1164,28 @@ impl Store for SqlStore {
     async fn create_api_key(&self, k: &NewApiKey) -> Result<(), StoreError> {
         let sql = "INSERT INTO api_keys (id, key_hash, tenant, principal, grants, roles, label, created_at) \
                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
-        write_tx!(self, |tx| {
-            sqlx::query(sql)
-                .bind(&k.id)
-                .bind(&k.key_hash)
-                .bind(&k.tenant)
-                .bind(&k.principal)
-                .bind(list_text(&k.grants))
-                .bind(list_text(&k.roles))
-                .bind(&k.label)
-                .bind(ms(k.created_at))
-                .execute(&mut *tx)
-                .await
-                .db()?;
-            tx.commit().await.db()?;
+        let grants = list_text(&k.grants);
+        let roles = list_text(&k.roles);
+        write_op!(self, [k = k.clone()], |ex| {
+            let params = args![
+                &k.id,
+                &k.key_hash,
+                &k.tenant,
+                &k.principal,
+                &grants,
+                &roles,
+                &k.label,
+                ms(k.created_at),
+            ];
+            ex.execute(sql, &params).await?;
             Ok(())
         })
     }
 
     async fn find_api_key(&self, key_hash: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
         let sql = concat!("SELECT ", key_columns!(), " FROM api_keys WHERE key_hash = $1");
-        read!(self, |ex| {
-            let row = sqlx::query(sql).bind(key_hash).fetch_optional(ex).await.db()?;
+        read_op!(self, [key_hash = key_hash.to_owned()], |ex| {
+            let row = ex.fetch_optional(sql, &args![&key_hash]).await?;
             row.map(|r| key_of(&r)).transpose()
         })
     }
@@ -1291,52 +1196,48 @@ impl Store for SqlStore {
             key_columns!(),
             " FROM api_keys WHERE tenant = $1 ORDER BY created_at, id"
         );
-        read!(self, |ex| {
-            let rows = sqlx::query(sql).bind(tenant).fetch_all(ex).await.db()?;
+        read_op!(self, [tenant = tenant.to_owned()], |ex| {
+            let rows = ex.fetch_all(sql, &args![&tenant]).await?;
             rows.iter().map(key_of).collect()
         })
     }
 
     async fn revoke_api_key(&self, tenant: &str, id: &str, at: OffsetDateTime) -> Result<bool, StoreError> {
         let sql = "UPDATE api_keys SET revoked_at = $1 WHERE tenant = $2 AND id = $3 AND revoked_at IS NULL";
-        write_tx!(self, |tx| {
-            let done = sqlx::query(sql)
-                .bind(ms(at))
-                .bind(tenant)
-                .bind(id)
-                .execute(&mut *tx)
-                .await
-                .db()?;
-            tx.commit().await.db()?;
-            Ok(done.rows_affected() == 1)
+        write_op!(self, [tenant = tenant.to_owned(), id = id.to_owned()], |ex| {
+            Ok(ex.execute(sql, &args![ms(at), &tenant, &id]).await? == 1)
         })
     }
 
     async fn has_api_keys(&self) -> Result<bool, StoreError> {
-        read!(self, |ex| {
-            let row = sqlx::query("SELECT COUNT(*) AS n FROM (SELECT 1 FROM api_keys LIMIT 1) AS k")
-                .fetch_one(ex)
-                .await
-                .db()?;
-            Ok(row.int("n")? > 0)
+        read_op!(self, [], |ex| {
+            let row = ex
+                .fetch_optional(
+                    "SELECT COUNT(*) AS n FROM (SELECT 1 FROM api_keys LIMIT 1) AS k",
+                    &[],
+                )
+                .await?;
+            Ok(match row {
+                Some(row) => row.int("n")? > 0,
+                None => false,
+            })
         })
     }
 
     async fn enqueue_job(&self, j: &NewJob) -> Result<(), StoreError> {
         let sql = "INSERT INTO jobs (id, tenant, kind, payload, status, attempts, max_attempts, run_at, created_at, \
                    updated_at) VALUES ($1, $2, $3, $4, 'pending', 0, $5, $6, $6, $6)";
-        write_tx!(self, |tx| {
-            sqlx::query(sql)
-                .bind(&j.id)
-                .bind(&j.tenant)
-                .bind(&j.kind)
-                .bind(json_text(&j.payload))
-                .bind(i64::from(j.max_attempts.max(1)))
-                .bind(ms(j.run_at))
-                .execute(&mut *tx)
-                .await
-                .db()?;
-            tx.commit().await.db()?;
+        let payload = json_text(&j.payload);
+        write_op!(self, [j = j.clone()], |ex| {
+            let params = args![
+                &j.id,
+                &j.tenant,
+                &j.kind,
+                &payload,
+                i64::from(j.max_attempts.max(1)),
+                ms(j.run_at),
+            ];
+            ex.execute(sql, &params).await?;
             Ok(())
         })
     }
@@ -1364,20 +1265,13 @@ impl Store for SqlStore {
             };
         }
         let sql = match self.backend {
-            Backend::Sqlite { .. } => claim!(""),
+            Backend::Sqlite(_) => claim!(""),
             Backend::Postgres(_) => claim!(" FOR UPDATE SKIP LOCKED"),
         };
         let until = now + lease;
-        write_tx!(self, |tx| {
-            let rows = sqlx::query(sql)
-                .bind(worker)
-                .bind(ms(until))
-                .bind(ms(now))
-                .bind(i64::from(limit.clamp(1, 1000)))
-                .fetch_all(&mut *tx)
-                .await
-                .db()?;
-            tx.commit().await.db()?;
+        write_op!(self, [worker = worker.to_owned()], |ex| {
+            let params = args![&worker, ms(until), ms(now), i64::from(limit.clamp(1, 1000))];
+            let rows = ex.fetch_all(sql, &params).await?;
             let mut jobs = rows.iter().map(job_of).collect::<Result<Vec<_>, _>>()?;
             jobs.sort_by(|a, b| (a.job.run_at, &a.job.id).cmp(&(b.job.run_at, &b.job.id)));
             Ok(jobs)
@@ -1394,27 +1288,17 @@ impl Store for SqlStore {
         let (status, run_at, error) = match completion {
             JobCompletion::Done => (JobStatus::Done, None, None),
             JobCompletion::Retry { run_at, error } => {
-                (JobStatus::Pending, Some(ms(*run_at)), Some(error.as_str()))
+                (JobStatus::Pending, Some(ms(*run_at)), Some(error.clone()))
             }
-            JobCompletion::Dead { error } => (JobStatus::Dead, None, Some(error.as_str())),
+            JobCompletion::Dead { error } => (JobStatus::Dead, None, Some(error.clone())),
         };
         // A retry out of attempts becomes dead.
         let sql = "UPDATE jobs SET status = CASE WHEN $1 = 'pending' AND attempts >= max_attempts THEN 'dead' ELSE $1 END, \
                    run_at = COALESCE($2, run_at), last_error = COALESCE($3, last_error), locked_by = NULL, \
                    locked_until = NULL, updated_at = $4 WHERE id = $5 AND locked_by = $6 AND status = 'running'";
-        write_tx!(self, |tx| {
-            let done = sqlx::query(sql)
-                .bind(status.as_str())
-                .bind(run_at)
-                .bind(error)
-                .bind(ms(now))
-                .bind(id)
-                .bind(worker)
-                .execute(&mut *tx)
-                .await
-                .db()?;
-            tx.commit().await.db()?;
-            Ok(done.rows_affected() == 1)
+        write_op!(self, [id = id.to_owned(), worker = worker.to_owned()], |ex| {
+            let params = args![status.as_str(), run_at, &error, ms(now), &id, &worker];
+            Ok(ex.execute(sql, &params).await? == 1)
         })
     }
 
@@ -1424,43 +1308,34 @@ impl Store for SqlStore {
             job_columns!(),
             " FROM jobs WHERE tenant = $1 AND status = 'dead' ORDER BY updated_at, id LIMIT $2"
         );
-        read!(self, |ex| {
-            let rows = sqlx::query(sql)
-                .bind(tenant)
-                .bind(i64::from(limit.clamp(1, 1000)))
-                .fetch_all(ex)
-                .await
-                .db()?;
+        read_op!(self, [tenant = tenant.to_owned()], |ex| {
+            let rows = ex
+                .fetch_all(sql, &args![&tenant, i64::from(limit.clamp(1, 1000))])
+                .await?;
             rows.iter().map(job_of).collect()
         })
     }
 
     async fn purge_expired(&self, now: OffsetDateTime) -> Result<PurgeCounts, StoreError> {
         let now = ms(now);
-        write_tx!(self, |tx| {
+        write_op!(self, [], |ex| {
             // In-flight and unknown records are kept until reconciled, whatever their age.
-            let idempotency = sqlx::query(
-                "DELETE FROM idempotency WHERE expires_at <= $1 AND status IN ('committed', 'failed')",
-            )
-            .bind(now)
-            .execute(&mut *tx)
-            .await
-            .db()?
-            .rows_affected();
-            let budget_counters = sqlx::query("DELETE FROM budget_counters WHERE expires_at <= $1")
-                .bind(now)
-                .execute(&mut *tx)
-                .await
-                .db()?
-                .rows_affected();
-            let approvals_expired = sqlx::query(
-                "UPDATE approvals SET status = 'expired' WHERE status IN ('pending', 'approved') AND expires_at <= $1",
-            )
-            .bind(now)
-            .execute(&mut *tx)
-            .await.db()?
-            .rows_affected();
-            tx.commit().await.db()?;
+            let idempotency = ex
+                .execute(
+                    "DELETE FROM idempotency WHERE expires_at <= $1 AND status IN ('committed', 'failed')",
+                    &args![now],
+                )
+                .await?;
+            let budget_counters = ex
+                .execute("DELETE FROM budget_counters WHERE expires_at <= $1", &args![now])
+                .await?;
+            let approvals_expired = ex
+                .execute(
+                    "UPDATE approvals SET status = 'expired' WHERE status IN ('pending', 'approved') \
+                     AND expires_at <= $1",
+                    &args![now],
+                )
+                .await?;
             Ok(PurgeCounts {
                 idempotency,
                 budget_counters,

@@ -1,0 +1,649 @@
+//! The embedded SQLite backend: rusqlite connections on the store's own threads, and group
+//! commit.
+//!
+//! **One hop per operation.** A store operation (all its statements) is sent as one closure to
+//! the thread that owns a connection and runs there synchronously; the caller awaits a single
+//! answer. (A driver that sends every statement to a connection thread separately pays a
+//! thread round trip per `BEGIN`, savepoint, statement and `COMMIT`: about ten per gateway
+//! call, which is what dominated its CPU.)
+//!
+//! **Group commit.** One writer thread owns the only read-write connection. It takes the first
+//! waiting write, opens `BEGIN IMMEDIATE`, runs it in a savepoint, then runs every further
+//! write already queued (up to [`MAX_BATCH`]) in its own savepoint, and commits once. Each
+//! caller is answered only after that `COMMIT` returned, so **acknowledged means durable**
+//! (`synchronous=FULL`), while writes arriving during one `fsync` share the next. A write
+//! whose operation fails (or asks for a rollback) is rolled back to its savepoint and leaves
+//! the rest of the batch alone; a failed `COMMIT` fails every write of the batch.
+//!
+//! **Reads** run on a few reader threads, each with a read-only connection (WAL: readers never
+//! wait for the writer), pulling operations from one queue.
+//!
+//! Written by hand because no crate does group commit over rusqlite; the operations themselves
+//! are the shared ones of `sql.rs`, run through [`SqliteExec`].
+
+use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::Path;
+use std::pin::pin;
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use rusqlite::types::{Value, ValueRef};
+use rusqlite::{CachedStatement, Connection, OpenFlags};
+use tokio::sync::oneshot;
+use warrant_core::store::StoreError;
+
+use crate::exec::{Arg, Exec, RowExt};
+
+/// The most writes one commit takes; the rest wait for the next batch.
+pub(crate) const MAX_BATCH: usize = 512;
+
+/// Prepared statements kept per connection (the store uses about forty distinct ones).
+const STATEMENT_CACHE: usize = 96;
+
+/// Statements against one connection, on the thread that owns it.
+pub(crate) struct SqliteExec<'c> {
+    conn: &'c mut Connection,
+    rollback: bool,
+}
+
+/// A row read into owned values.
+pub(crate) struct SqliteRow {
+    columns: Arc<[String]>,
+    values: Vec<Value>,
+}
+
+impl SqliteRow {
+    fn value(&self, column: &str) -> Result<&Value, StoreError> {
+        self.columns
+            .iter()
+            .position(|c| c == column)
+            .and_then(|i| self.values.get(i))
+            .ok_or_else(|| StoreError::Corrupt(format!("no column `{column}`")))
+    }
+}
+
+impl RowExt for SqliteRow {
+    fn text(&self, column: &str) -> Result<String, StoreError> {
+        self.opt_text(column)?
+            .ok_or_else(|| StoreError::Corrupt(format!("`{column}` is NULL")))
+    }
+
+    fn opt_text(&self, column: &str) -> Result<Option<String>, StoreError> {
+        match self.value(column)? {
+            Value::Null => Ok(None),
+            Value::Text(s) => Ok(Some(s.clone())),
+            _ => Err(StoreError::Corrupt(format!("`{column}` is not text"))),
+        }
+    }
+
+    fn int(&self, column: &str) -> Result<i64, StoreError> {
+        self.opt_int(column)?
+            .ok_or_else(|| StoreError::Corrupt(format!("`{column}` is NULL")))
+    }
+
+    fn opt_int(&self, column: &str) -> Result<Option<i64>, StoreError> {
+        match self.value(column)? {
+            Value::Null => Ok(None),
+            Value::Integer(v) => Ok(Some(*v)),
+            _ => Err(StoreError::Corrupt(format!("`{column}` is not an integer"))),
+        }
+    }
+}
+
+/// Prepares (from the connection's cache) and binds a statement. `$N` placeholders become
+/// SQLite's `?N`, whose index is exactly `N`.
+fn statement<'c>(
+    conn: &'c Connection,
+    sql: &str,
+    args: &[Arg<'_>],
+) -> Result<CachedStatement<'c>, StoreError> {
+    let sql = sql.replace('$', "?");
+    let mut stmt = conn.prepare_cached(&sql).map_err(from_rusqlite)?;
+    let count = stmt.parameter_count();
+    for (i, arg) in args.iter().enumerate().take(count) {
+        let index = i + 1;
+        match *arg {
+            Arg::Int(v) => stmt.raw_bind_parameter(index, v),
+            Arg::Text(v) => stmt.raw_bind_parameter(index, v),
+            Arg::NullInt | Arg::NullText => stmt.raw_bind_parameter(index, rusqlite::types::Null),
+        }
+        .map_err(from_rusqlite)?;
+    }
+    Ok(stmt)
+}
+
+/// Runs a query to its end, keeping at most `keep` rows.
+fn query(conn: &Connection, sql: &str, args: &[Arg<'_>], keep: usize) -> Result<Vec<SqliteRow>, StoreError> {
+    let mut stmt = statement(conn, sql, args)?;
+    let columns: Arc<[String]> = stmt.column_names().into_iter().map(str::to_owned).collect();
+    let mut rows = stmt.raw_query();
+    let mut out = Vec::new();
+    // Stepped to the end even when only one row is kept, so a statement with side effects
+    // (`UPDATE … RETURNING`) always completes.
+    while let Some(row) = rows.next().map_err(from_rusqlite)? {
+        if out.len() < keep {
+            let mut values = Vec::with_capacity(columns.len());
+            for i in 0..columns.len() {
+                values.push(owned(row.get_ref(i).map_err(from_rusqlite)?)?);
+            }
+            out.push(SqliteRow {
+                columns: Arc::clone(&columns),
+                values,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// An owned copy of a column value (the store reads only integers, text and NULL).
+fn owned(value: ValueRef<'_>) -> Result<Value, StoreError> {
+    Ok(match value {
+        ValueRef::Null => Value::Null,
+        ValueRef::Integer(v) => Value::Integer(v),
+        ValueRef::Real(v) => Value::Real(v),
+        ValueRef::Text(bytes) => Value::Text(
+            String::from_utf8(bytes.to_vec()).map_err(|_| StoreError::Corrupt("text is not UTF-8".into()))?,
+        ),
+        ValueRef::Blob(bytes) => Value::Blob(bytes.to_vec()),
+    })
+}
+
+impl Exec for SqliteExec<'_> {
+    type Row = SqliteRow;
+
+    async fn execute(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<u64, StoreError> {
+        let mut stmt = statement(self.conn, sql, args)?;
+        let changed = stmt.raw_execute().map_err(from_rusqlite)?;
+        Ok(u64::try_from(changed).unwrap_or(u64::MAX))
+    }
+
+    async fn fetch_optional(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<Option<SqliteRow>, StoreError> {
+        Ok(query(self.conn, sql, args, 1)?.into_iter().next())
+    }
+
+    async fn fetch_all(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<SqliteRow>, StoreError> {
+        query(self.conn, sql, args, usize::MAX)
+    }
+
+    fn rollback(&mut self) {
+        self.rollback = true;
+    }
+}
+
+/// Runs an operation written as an `async fn` over [`Exec`] to completion on this thread.
+/// SQLite statements never wait, so the future is ready on its first poll; one that is not
+/// is refused rather than blocked on.
+pub(crate) fn now<T>(operation: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+    let mut operation = pin!(operation);
+    match operation.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(result) => result,
+        Poll::Pending => Err(StoreError::Database(
+            "a SQLite operation did not complete synchronously".into(),
+        )),
+    }
+}
+
+/// The typed error for a SQLite error.
+pub(crate) fn from_rusqlite(error: rusqlite::Error) -> StoreError {
+    use rusqlite::ErrorCode;
+    match &error {
+        rusqlite::Error::SqliteFailure(failure, message) => {
+            let text = message.clone().unwrap_or_else(|| error.to_string());
+            match failure.code {
+                ErrorCode::ConstraintViolation
+                    if failure.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
+                        || failure.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY =>
+                {
+                    StoreError::Conflict(text)
+                }
+                ErrorCode::DatabaseBusy
+                | ErrorCode::DatabaseLocked
+                | ErrorCode::CannotOpen
+                | ErrorCode::SystemIoFailure
+                | ErrorCode::DiskFull
+                | ErrorCode::ReadOnly
+                | ErrorCode::OutOfMemory
+                | ErrorCode::FileLockingProtocolFailed => StoreError::Unavailable(text),
+                ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase => StoreError::Corrupt(text),
+                _ => StoreError::Database(text),
+            }
+        }
+        rusqlite::Error::FromSqlConversionFailure(..)
+        | rusqlite::Error::IntegralValueOutOfRange(..)
+        | rusqlite::Error::InvalidColumnIndex(_)
+        | rusqlite::Error::InvalidColumnName(_)
+        | rusqlite::Error::InvalidColumnType(..) => StoreError::Corrupt(error.to_string()),
+        _ => StoreError::Database(error.to_string()),
+    }
+}
+
+fn closed() -> StoreError {
+    StoreError::Unavailable("the store is closed".into())
+}
+
+/// One queued write: its operation, then its answer once the batch's fate is known.
+trait WriteJob: Send {
+    /// Runs the operation; answers whether its changes are to be kept.
+    fn run(&mut self, ex: &mut SqliteExec<'_>) -> bool;
+    /// Answers the caller: the operation's result if the batch committed, else `error`.
+    fn reply(self: Box<Self>, commit: Result<(), StoreError>);
+}
+
+struct Job<R, F> {
+    operation: Option<F>,
+    result: Option<Result<R, StoreError>>,
+    answer: oneshot::Sender<Result<R, StoreError>>,
+}
+
+fn guarded<R>(operation: impl FnOnce() -> Result<R, StoreError>) -> Result<R, StoreError> {
+    // A panicking operation must not take the connection's thread (and every later caller)
+    // down with it.
+    catch_unwind(AssertUnwindSafe(operation))
+        .unwrap_or_else(|_| Err(StoreError::Database("a store operation panicked".into())))
+}
+
+impl<R, F> WriteJob for Job<R, F>
+where
+    R: Send,
+    F: FnOnce(&mut SqliteExec<'_>) -> Result<R, StoreError> + Send,
+{
+    fn run(&mut self, ex: &mut SqliteExec<'_>) -> bool {
+        let Some(operation) = self.operation.take() else {
+            return false;
+        };
+        let result = guarded(|| operation(ex));
+        let keep = result.is_ok() && !ex.rollback;
+        self.result = Some(result);
+        keep
+    }
+
+    fn reply(self: Box<Self>, commit: Result<(), StoreError>) {
+        let answer = match (self.result, commit) {
+            (Some(Ok(value)), Ok(())) => Ok(value),
+            (Some(Err(e)), _) | (Some(Ok(_)), Err(e)) => Err(e),
+            (None, Err(e)) => Err(e),
+            (None, Ok(())) => Err(StoreError::Database("the write was not run".into())),
+        };
+        // The caller may have gone away; the write's fate is in the ledger either way.
+        let _ = self.answer.send(answer);
+    }
+}
+
+enum WriteMsg {
+    Job(Box<dyn WriteJob>),
+    Stop(oneshot::Sender<()>),
+}
+
+type ReadJob = Box<dyn FnOnce(&mut SqliteExec<'_>) + Send>;
+
+enum ReadMsg {
+    Job(ReadJob),
+    Stop(oneshot::Sender<()>),
+}
+
+/// The SQLite backend's connections and threads.
+pub(crate) struct Sqlite {
+    writer: Sender<WriteMsg>,
+    readers: Sender<ReadMsg>,
+    reader_count: usize,
+}
+
+/// Opens a connection with the store's settings.
+fn connect(path: &Path, read_only: bool) -> Result<Connection, StoreError> {
+    let flags = if read_only {
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+    } else {
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX
+    };
+    let conn = Connection::open_with_flags(path, flags)
+        .map_err(|e| StoreError::Unavailable(format!("cannot open {}: {e}", path.display())))?;
+    conn.busy_timeout(Duration::from_secs(10))
+        .map_err(from_rusqlite)?;
+    conn.pragma_update(None, "foreign_keys", "ON")
+        .map_err(from_rusqlite)?;
+    conn.pragma_update(None, "temp_store", "MEMORY")
+        .map_err(from_rusqlite)?;
+    if !read_only {
+        // WAL: readers proceed while the writer writes. FULL: a commit is on disk (WAL and
+        // its fsync) before it is acknowledged, even across power loss.
+        let mode: String = conn
+            .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
+            .map_err(from_rusqlite)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::Unavailable(format!(
+                "{} cannot use the WAL journal (got {mode})",
+                path.display()
+            )));
+        }
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(from_rusqlite)?;
+    }
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    Ok(conn)
+}
+
+impl Sqlite {
+    /// Opens the writer and `readers` reader connections (the schema must be in place) and
+    /// starts their threads.
+    pub(crate) fn open(path: &Path, readers: usize) -> Result<Self, StoreError> {
+        let writer_conn = connect(path, false)?;
+        let reader_conns = (0..readers.max(1))
+            .map(|_| connect(path, true))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (writer, write_rx) = mpsc::channel();
+        spawn("warrant-sqlite-w", move || write_loop(writer_conn, &write_rx))?;
+        let (reader_tx, read_rx) = mpsc::channel();
+        let read_rx = Arc::new(Mutex::new(read_rx));
+        let reader_count = reader_conns.len();
+        for conn in reader_conns {
+            let rx = Arc::clone(&read_rx);
+            spawn("warrant-sqlite-r", move || read_loop(conn, &rx))?;
+        }
+        Ok(Sqlite {
+            writer,
+            readers: reader_tx,
+            reader_count,
+        })
+    }
+
+    /// Runs a write operation in the next batch; answers once the batch is durable.
+    pub(crate) async fn write<R, F>(&self, operation: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&mut SqliteExec<'_>) -> Result<R, StoreError> + Send + 'static,
+    {
+        let (answer, wait) = oneshot::channel();
+        let job = Job {
+            operation: Some(operation),
+            result: None,
+            answer,
+        };
+        self.writer
+            .send(WriteMsg::Job(Box::new(job)))
+            .map_err(|_| closed())?;
+        wait.await.map_err(|_| closed())?
+    }
+
+    /// Runs a read operation on a reader connection.
+    pub(crate) async fn read<R, F>(&self, operation: F) -> Result<R, StoreError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&mut SqliteExec<'_>) -> Result<R, StoreError> + Send + 'static,
+    {
+        let (answer, wait) = oneshot::channel();
+        let job: ReadJob = Box::new(move |ex| {
+            let _ = answer.send(guarded(|| operation(ex)));
+        });
+        self.readers.send(ReadMsg::Job(job)).map_err(|_| closed())?;
+        wait.await.map_err(|_| closed())?
+    }
+
+    /// Finishes the queued work, closes every connection and stops the threads. Later
+    /// operations fail as unavailable.
+    pub(crate) async fn close(&self) {
+        let mut acks = Vec::new();
+        let (ack, done) = oneshot::channel();
+        if self.writer.send(WriteMsg::Stop(ack)).is_ok() {
+            acks.push(done);
+        }
+        for _ in 0..self.reader_count {
+            let (ack, done) = oneshot::channel();
+            if self.readers.send(ReadMsg::Stop(ack)).is_ok() {
+                acks.push(done);
+            }
+        }
+        for done in acks {
+            let _ = done.await;
+        }
+    }
+}
+
+fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> Result<(), StoreError> {
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(body)
+        .map(drop)
+        .map_err(|e| StoreError::Unavailable(format!("cannot start a store thread: {e}")))
+}
+
+/// The writer thread: batches, savepoints, one commit per batch.
+fn write_loop(mut conn: Connection, queue: &Receiver<WriteMsg>) {
+    let mut batch: Vec<Box<dyn WriteJob>> = Vec::new();
+    let mut stop = None;
+    while stop.is_none() {
+        match queue.recv() {
+            Ok(WriteMsg::Job(job)) => batch.push(job),
+            Ok(WriteMsg::Stop(ack)) => stop = Some(ack),
+            Err(_) => break,
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE").map_err(from_rusqlite) {
+            for job in batch.drain(..) {
+                job.reply(Err(e.clone()));
+            }
+            continue;
+        }
+        let mut broken = None;
+        let mut next = 0;
+        while let Some(job) = batch.get_mut(next) {
+            if let Err(e) = run_in_savepoint(&mut conn, job.as_mut()) {
+                // The savepoint machinery itself failed: the batch cannot be trusted.
+                broken = Some(e);
+                break;
+            }
+            next += 1;
+            if next == batch.len() && batch.len() < MAX_BATCH && stop.is_none() {
+                match queue.try_recv() {
+                    Ok(WriteMsg::Job(job)) => batch.push(job),
+                    Ok(WriteMsg::Stop(ack)) => stop = Some(ack),
+                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => {}
+                }
+            }
+        }
+        let commit = match broken {
+            Some(e) => Err(e),
+            None => conn.execute_batch("COMMIT").map_err(from_rusqlite),
+        };
+        if commit.is_err() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        for job in batch.drain(..) {
+            job.reply(commit.clone());
+        }
+    }
+    drop(conn);
+    if let Some(ack) = stop {
+        let _ = ack.send(());
+    }
+}
+
+fn run_in_savepoint(conn: &mut Connection, job: &mut dyn WriteJob) -> Result<(), StoreError> {
+    conn.execute_batch("SAVEPOINT op").map_err(from_rusqlite)?;
+    let mut ex = SqliteExec {
+        conn,
+        rollback: false,
+    };
+    let keep = job.run(&mut ex);
+    let end = if keep {
+        "RELEASE op"
+    } else {
+        "ROLLBACK TO op; RELEASE op"
+    };
+    conn.execute_batch(end).map_err(from_rusqlite)
+}
+
+/// A reader thread: takes the next read from the shared queue until told to stop.
+fn read_loop(mut conn: Connection, queue: &Mutex<Receiver<ReadMsg>>) {
+    loop {
+        let msg = match queue.lock() {
+            Ok(queue) => queue.recv(),
+            Err(_) => return,
+        };
+        match msg {
+            Ok(ReadMsg::Job(job)) => {
+                let mut ex = SqliteExec {
+                    conn: &mut conn,
+                    rollback: false,
+                };
+                job(&mut ex);
+            }
+            Ok(ReadMsg::Stop(ack)) => {
+                drop(conn);
+                let _ = ack.send(());
+                return;
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "tests")]
+
+    use super::*;
+    use crate::exec::args;
+
+    async fn store() -> (tempfile::TempDir, Arc<Sqlite>) {
+        let dir = tempfile::tempdir().unwrap();
+        let sqlite = Sqlite::open(&dir.path().join("t.db"), 2).unwrap();
+        sqlite
+            .write(|ex| {
+                now(async {
+                    ex.execute("CREATE TABLE t (k TEXT PRIMARY KEY, v INTEGER)", &[])
+                        .await
+                })
+            })
+            .await
+            .unwrap();
+        (dir, Arc::new(sqlite))
+    }
+
+    fn insert(
+        k: String,
+        v: i64,
+    ) -> impl FnOnce(&mut SqliteExec<'_>) -> Result<u64, StoreError> + Send + 'static {
+        move |ex| {
+            now(async move {
+                ex.execute("INSERT INTO t (k, v) VALUES ($1, $2)", &args![&k, v])
+                    .await
+            })
+        }
+    }
+
+    async fn count(sqlite: &Sqlite) -> i64 {
+        sqlite
+            .read(|ex| {
+                now(async {
+                    let row = ex.fetch_optional("SELECT COUNT(*) AS n FROM t", &[]).await?;
+                    row.map_or(Ok(0), |r| r.int("n"))
+                })
+            })
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_writes_share_batches_and_a_failed_one_leaves_the_others() {
+        let (_dir, sqlite) = store().await;
+        let mut tasks = Vec::new();
+        for i in 0..200 {
+            let sqlite = Arc::clone(&sqlite);
+            // Every tenth write reuses a key and fails on the primary key; its batch commits
+            // the others.
+            let key = if i % 10 == 9 {
+                format!("k{}", i - 1)
+            } else {
+                format!("k{i}")
+            };
+            tasks.push(tokio::spawn(async move { sqlite.write(insert(key, i)).await }));
+        }
+        let mut ok = 0;
+        let mut conflicts = 0;
+        for task in tasks {
+            match task.await.unwrap() {
+                Ok(1) => ok += 1,
+                Err(StoreError::Conflict(_)) => conflicts += 1,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!((ok, conflicts), (180, 20));
+        assert_eq!(count(&sqlite).await, 180);
+    }
+
+    #[tokio::test]
+    async fn a_rollback_or_a_panic_discards_only_that_write() {
+        let (_dir, sqlite) = store().await;
+        let rolled_back = sqlite.write(|ex| {
+            now(async {
+                ex.execute("INSERT INTO t (k, v) VALUES ('a', 1)", &[]).await?;
+                ex.rollback();
+                Ok("answered")
+            })
+        });
+        let panicked = sqlite.write(|ex| -> Result<u64, StoreError> {
+            let _ = now(async { ex.execute("INSERT INTO t (k, v) VALUES ('b', 2)", &[]).await });
+            panic!("an operation that panics");
+        });
+        let kept = sqlite.write(insert("c".into(), 3));
+        let (rolled_back, panicked, kept) = tokio::join!(rolled_back, panicked, kept);
+        assert_eq!(rolled_back.unwrap(), "answered");
+        assert!(matches!(panicked, Err(StoreError::Database(_))), "{panicked:?}");
+        assert_eq!(kept.unwrap(), 1);
+        assert_eq!(count(&sqlite).await, 1);
+        // The writer thread is still there.
+        assert_eq!(sqlite.write(insert("d".into(), 4)).await.unwrap(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_write_whose_caller_went_away_still_commits() {
+        let (_dir, sqlite) = store().await;
+        let abandoned = sqlite.write(insert("gone".into(), 1));
+        // Polled once (queued), then dropped.
+        let _ = tokio::time::timeout(std::time::Duration::ZERO, abandoned).await;
+        assert_eq!(sqlite.write(insert("next".into(), 2)).await.unwrap(), 1);
+        assert_eq!(count(&sqlite).await, 2);
+    }
+
+    #[tokio::test]
+    async fn a_closed_store_refuses_work() {
+        let (_dir, sqlite) = store().await;
+        sqlite.write(insert("x".into(), 1)).await.unwrap();
+        sqlite.close().await;
+        assert!(matches!(
+            sqlite.write(insert("y".into(), 2)).await,
+            Err(StoreError::Unavailable(_))
+        ));
+        assert!(matches!(
+            sqlite
+                .read(|ex| now(async { ex.execute("SELECT 1", &[]).await }))
+                .await,
+            Err(StoreError::Unavailable(_))
+        ));
+    }
+
+    #[test]
+    fn placeholders_bind_by_number_in_any_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = connect(&dir.path().join("p.db"), false).unwrap();
+        let mut ex = SqliteExec {
+            conn: &mut conn,
+            rollback: false,
+        };
+        let row = now(ex.fetch_optional(
+            "SELECT $3 AS c, $1 AS a, $2 AS b, $3 AS c2",
+            &args!["one", 2, "three"],
+        ))
+        .unwrap()
+        .unwrap();
+        assert_eq!(row.text("a").unwrap(), "one");
+        assert_eq!(row.int("b").unwrap(), 2);
+        assert_eq!(row.text("c").unwrap(), "three");
+        assert_eq!(row.text("c2").unwrap(), "three");
+    }
+}
