@@ -24,15 +24,13 @@ use warrant_store::{DatabaseUrl, SqlStore, StoreOptions};
 
 use crate::Exit;
 
-/// Flags of `warrant serve` (each also read from its `WARRANT_*` variable).
+/// Where a gateway's configuration comes from: the flags `warrant serve` and `warrant mcp`
+/// share (each also read from its `WARRANT_*` variable).
 #[derive(Debug, Args)]
-pub struct ServeArgs {
+pub struct ConfigArgs {
     /// The config file (TOML). Default: `./warrant.toml` if it exists.
     #[arg(long, env = "WARRANT_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Address to listen on.
-    #[arg(long, env = "WARRANT_LISTEN", value_name = "ADDR")]
-    listen: Option<String>,
     /// The embedded SQLite store's directory.
     #[arg(long, env = "WARRANT_DATA_DIR", value_name = "DIR")]
     data_dir: Option<PathBuf>,
@@ -48,6 +46,16 @@ pub struct ServeArgs {
     /// Cedar policy files. Default: `./policies`, else `./examples/policies`.
     #[arg(long, env = "WARRANT_POLICY", value_name = "DIR")]
     policy: Option<PathBuf>,
+}
+
+/// Flags of `warrant serve` (each also read from its `WARRANT_*` variable).
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    common: ConfigArgs,
+    /// Address to listen on.
+    #[arg(long, env = "WARRANT_LISTEN", value_name = "ADDR")]
+    listen: Option<String>,
     /// Log lines as JSON.
     #[arg(long, env = "WARRANT_LOG_JSON")]
     log_json: bool,
@@ -59,7 +67,7 @@ pub struct ServeArgs {
 struct FileConfig {
     server: ServerSection,
     store: StoreSection,
-    contracts: DirSection,
+    contracts: ContractsSection,
     policies: DirSection,
     network: NetworkSection,
     adapters: AdaptersSection,
@@ -89,6 +97,14 @@ struct StoreSection {
 #[serde(deny_unknown_fields, default)]
 struct DirSection {
     dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct ContractsSection {
+    dir: Option<PathBuf>,
+    /// How often to look for contracts registered or retired by other nodes (`0s`: never).
+    sync_interval: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -140,13 +156,13 @@ fn duration(key: &str, text: Option<&String>, default: Duration) -> Result<Durat
     }
 }
 
-pub(crate) fn first_existing(candidates: &[&str]) -> Option<PathBuf> {
+fn first_existing(candidates: &[&str]) -> Option<PathBuf> {
     candidates.iter().map(PathBuf::from).find(|p| p.is_dir())
 }
 
 /// The redaction key: `WARRANT_REDACTION_KEY` (hex), else a key file (created on first start
 /// beside the embedded store), so redacted values stay comparable across restarts.
-pub(crate) fn redaction_key(file: Option<&Path>) -> Result<RedactionKey> {
+fn redaction_key(file: Option<&Path>) -> Result<RedactionKey> {
     if let Ok(hex_key) = std::env::var("WARRANT_REDACTION_KEY") {
         let bytes = hex::decode(hex_key.trim()).context("WARRANT_REDACTION_KEY is not hex")?;
         return RedactionKey::new(bytes).context("WARRANT_REDACTION_KEY must be at least 32 bytes");
@@ -181,7 +197,7 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 /// The hosts `WARRANT_ALLOW_HOSTS` (comma-separated) allows besides the config file's.
-pub(crate) fn allow_hosts_from_env() -> Vec<String> {
+fn allow_hosts_from_env() -> Vec<String> {
     std::env::var("WARRANT_ALLOW_HOSTS")
         .map(|v| {
             v.split(',')
@@ -226,9 +242,68 @@ async fn shutdown_signal() {
     tracing::info!("shutting down: finishing calls in flight");
 }
 
-/// Runs `warrant serve` until SIGTERM or SIGINT.
-pub fn run(args: &ServeArgs) -> Result<Exit> {
-    init_logging(args.log_json, "info");
+/// A gateway's configuration, resolved from flags, `WARRANT_*` variables, the config file and
+/// defaults (in that order) and validated: what `warrant serve` and `warrant mcp` both start
+/// from.
+pub(crate) struct Loaded {
+    /// The config file as read (or its defaults).
+    file: FileConfig,
+    /// The store.
+    pub(crate) database: DatabaseUrl,
+    /// How to open it.
+    pub(crate) store_options: StoreOptions,
+    /// The contracts registered at start.
+    pub(crate) contracts_dir: Option<PathBuf>,
+    /// `WARRANT_PUBLIC_URL`, else the file's `server.public_url`.
+    pub(crate) public_url: Option<String>,
+    /// The tenant of the first keys of an empty store.
+    pub(crate) first_tenant: String,
+    policies: Vec<PolicySource>,
+    guards: Guards,
+    secrets: Secrets,
+    smtp: Option<SmtpRelay>,
+    net: NetPolicy,
+    limits: HttpLimits,
+    runtime: RuntimeSettings,
+    settings: Settings,
+    redaction: RedactionKey,
+    contract_sync_every: Duration,
+}
+
+impl Loaded {
+    /// The configured listen address (`server.listen`), if any.
+    fn listen(&self) -> Option<String> {
+        self.file.server.listen.clone()
+    }
+
+    /// The gateway over `store`, reached by clients at `public_url`.
+    pub(crate) fn gateway(self, store: Arc<dyn Store>, public_url: String) -> GatewayConfig {
+        GatewayConfig {
+            store,
+            contracts_dir: self.contracts_dir,
+            policies: self.policies,
+            guards: self.guards,
+            budgets: Default::default(),
+            redaction: self.redaction,
+            adapters: AdapterConfig {
+                client: SafeClient::new(self.net),
+                secrets: self.secrets,
+                smtp: self.smtp,
+                command_roots: self.file.adapters.command_roots,
+            },
+            runtime: self.runtime,
+            settings: self.settings,
+            limits: self.limits,
+            public_url,
+            first_tenant: self.first_tenant,
+            background: true,
+            contract_sync_every: self.contract_sync_every,
+        }
+    }
+}
+
+/// Reads and validates the configuration (see [`Loaded`]).
+pub(crate) fn load(args: &ConfigArgs) -> Result<Loaded> {
     let file = match (&args.config, Path::new("warrant.toml").is_file()) {
         (Some(path), _) => Some(path.clone()),
         (None, true) => Some(PathBuf::from("warrant.toml")),
@@ -242,11 +317,6 @@ pub fn run(args: &ServeArgs) -> Result<Exit> {
         }
         None => FileConfig::default(),
     };
-    let listen = args
-        .listen
-        .clone()
-        .or(cfg.server.listen.clone())
-        .unwrap_or_else(|| "127.0.0.1:8080".into());
     let data_dir = args
         .data_dir
         .clone()
@@ -316,13 +386,13 @@ pub fn run(args: &ServeArgs) -> Result<Exit> {
         )?,
         concurrency: cfg.limits.concurrency.unwrap_or(defaults.concurrency).max(1),
     };
-    let mut runtime_settings = RuntimeSettings::default();
-    runtime_settings.retry.deadline = duration(
+    let mut runtime = RuntimeSettings::default();
+    runtime.retry.deadline = duration(
         "limits.call_deadline",
         cfg.limits.call_deadline.as_ref(),
-        runtime_settings.retry.deadline,
+        runtime.retry.deadline,
     )?;
-    runtime_settings.stale_after = runtime_settings.retry.deadline + Duration::from_secs(30);
+    runtime.stale_after = runtime.retry.deadline + Duration::from_secs(30);
     let mut settings = Settings::default();
     let ttl = duration(
         "limits.approval_ttl",
@@ -330,6 +400,11 @@ pub fn run(args: &ServeArgs) -> Result<Exit> {
         Duration::from_secs(15 * 60),
     )?;
     settings.approval_ttl = time::Duration::try_from(ttl).context("`limits.approval_ttl` is too long")?;
+    let contract_sync_every = duration(
+        "contracts.sync_interval",
+        cfg.contracts.sync_interval.as_ref(),
+        warrant_server::CONTRACT_SYNC_EVERY,
+    )?;
     let key_file = cfg.store.redaction_key_file.clone().or_else(|| match &database {
         DatabaseUrl::Sqlite(_) => Some(data_dir.join("redaction.key")),
         DatabaseUrl::Postgres(_) => None,
@@ -339,49 +414,59 @@ pub fn run(args: &ServeArgs) -> Result<Exit> {
         postgres_schema: args.database_schema.clone().or(cfg.store.schema.clone()),
         ..StoreOptions::default()
     };
-    let configured_url = cfg
-        .server
-        .public_url
-        .clone()
-        .or_else(|| std::env::var("WARRANT_PUBLIC_URL").ok());
+    let public_url = std::env::var("WARRANT_PUBLIC_URL")
+        .ok()
+        .or_else(|| cfg.server.public_url.clone());
     let first_tenant = cfg.server.first_tenant.clone().unwrap_or_else(|| "demo".into());
+    Ok(Loaded {
+        file: cfg,
+        database,
+        store_options,
+        contracts_dir,
+        public_url,
+        first_tenant,
+        policies,
+        guards,
+        secrets,
+        smtp,
+        net,
+        limits,
+        runtime,
+        settings,
+        redaction,
+        contract_sync_every,
+    })
+}
+
+/// Runs `warrant serve` until SIGTERM or SIGINT.
+pub fn run(args: &ServeArgs) -> Result<Exit> {
+    init_logging(args.log_json, "info");
+    let loaded = load(&args.common)?;
+    let listen = args
+        .listen
+        .clone()
+        .or_else(|| loaded.listen())
+        .unwrap_or_else(|| "127.0.0.1:8080".into());
+    let database = loaded.database.clone();
+    let contracts_dir = loaded.contracts_dir.clone();
+    let first_tenant = loaded.first_tenant.clone();
 
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(&listen)
             .await
             .with_context(|| format!("cannot listen on {listen}"))?;
-        let public_url = match configured_url {
+        let public_url = match &loaded.public_url {
             Some(url) => url.trim_end_matches('/').to_owned(),
             None => format!("http://{}", listener.local_addr()?),
         };
         let sql = Arc::new(
-            SqlStore::open(&database, &store_options)
+            SqlStore::open(&database, &loaded.store_options)
                 .await
                 .with_context(|| format!("cannot open {}", database.redacted()))?,
         );
         let store: Arc<dyn Store> = sql.clone();
-        let gateway = Gateway::start(GatewayConfig {
-            store,
-            contracts_dir: contracts_dir.clone(),
-            policies,
-            guards,
-            budgets: Default::default(),
-            redaction,
-            adapters: AdapterConfig {
-                client: SafeClient::new(net),
-                secrets,
-                smtp,
-                command_roots: cfg.adapters.command_roots.clone(),
-            },
-            runtime: runtime_settings,
-            settings,
-            limits,
-            public_url: public_url.clone(),
-            first_tenant: first_tenant.clone(),
-            background: true,
-        })
-        .await?;
+        let gateway = Gateway::start(loaded.gateway(store, public_url.clone())).await?;
         let contracts = gateway.state.store.list_contracts().await?.len();
         println!("warrant is listening on {public_url}");
         println!("  API        {public_url}/v1");
@@ -414,6 +499,7 @@ mod tests {
         let cfg: FileConfig = toml::from_str(include_str!("../warrant.example.toml")).unwrap();
         assert_eq!(cfg.server.listen.as_deref(), Some("127.0.0.1:8080"));
         assert_eq!(cfg.limits.approval_ttl.as_deref(), Some("15m"));
+        assert_eq!(cfg.contracts.sync_interval.as_deref(), Some("1s"));
         let err = toml::from_str::<FileConfig>("[server]\nlisten = \"x\"\nport = 1\n").unwrap_err();
         assert!(err.to_string().contains("port"), "{err}");
         let err = toml::from_str::<FileConfig>("[limits]\nconcurrency = \"many\"\n").unwrap_err();

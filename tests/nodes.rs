@@ -1,6 +1,7 @@
 //! Two `warrant serve` processes on one PostgreSQL database behave as one: the same approved
 //! call raced through both commits one effect and consumes the approval once, and both replay
-//! the one result afterwards.
+//! the one result afterwards; a contract registered or retired through one is honoured by the
+//! other within a few seconds, without a restart.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -13,6 +14,7 @@
 mod common;
 
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -161,6 +163,164 @@ async fn two_serve_processes_on_one_postgres_behave_as_one() {
         );
     }
     assert_eq!(*effects.lock().unwrap(), 1);
+    drop((a, b));
+    db.drop_schema().await;
+}
+
+const LOOKUP: &str = r#"
+name: NAME
+version: VERSION
+description: Look up a customer.
+owner: test
+effect: read
+scopes: [customers:read]
+approval: none
+retry: { max_attempts: 1 }
+input:
+  type: object
+  additionalProperties: false
+  required: [customer_id]
+  properties:
+    customer_id: { type: string, maxLength: 36 }
+output:
+  type: object
+  additionalProperties: false
+  required: [name]
+  properties:
+    name: { type: string, maxLength: 64 }
+adapter: { kind: http, url: "UPSTREAM" }
+"#;
+
+fn lookup(name: &str, version: u32, upstream: std::net::SocketAddr) -> String {
+    LOOKUP
+        .replace("NAME", name)
+        .replace("VERSION", &version.to_string())
+        .replace("UPSTREAM", &format!("http://{upstream}/lookup"))
+}
+
+/// Asks `node` until `accept` holds for its answer to a call of `tool@version`, for at most
+/// `limit`; returns the last answer and how long it took.
+async fn until(
+    http: &reqwest::Client,
+    node: &common::serve::Served,
+    key: &str,
+    (tool, version): (&str, u32),
+    limit: Duration,
+    accept: impl Fn(u16, &Value) -> bool,
+) -> (u16, Value, Duration) {
+    let start = Instant::now();
+    loop {
+        let r = http
+            .post(format!("{}/v1/proposals", node.url))
+            .bearer_auth(key)
+            .header("content-type", "application/json")
+            .body(
+                json!({"tool": tool, "version": version, "arguments": {"customer_id": "cus_1"}}).to_string(),
+            )
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let body: Value = r.json().await.unwrap();
+        if accept(status, &body) || start.elapsed() > limit {
+            return (status, body, start.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn contracts_registered_or_retired_on_one_node_reach_the_other() {
+    let Some(db) = warrant_store::testing::TestDatabase::postgres().await.unwrap() else {
+        return;
+    };
+    let app = axum::Router::new().route(
+        "/lookup",
+        axum::routing::post(|| async { axum::Json(json!({"name": "Ada"})) }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("contracts")).unwrap();
+    std::fs::create_dir_all(dir.path().join("policies")).unwrap();
+    std::fs::write(
+        dir.path().join("contracts/lookup.yaml"),
+        lookup("lookup", 1, upstream),
+    )
+    .unwrap();
+    // Every tool, so the policies validate against contracts registered later.
+    std::fs::write(
+        dir.path().join("policies/p.cedar"),
+        r#"permit (principal in Warrant::Role::"agent", action in Warrant::Action::"invoke", resource);"#,
+    )
+    .unwrap();
+    let a = start(dir.path(), &db);
+    let b = start(dir.path(), &db);
+    let (agent, admin) = (a.keys["agent"].clone(), a.keys["admin"].clone());
+    let http = reqwest::Client::new();
+    let allowed = |status: u16, body: &Value| status == 200 && body["outcome"] == "committed";
+    let retired = |status: u16, body: &Value| status == 404 && body["error"]["code"] == "CONTRACT_RETIRED";
+    let now = Duration::ZERO;
+    let soon = Duration::from_secs(10);
+
+    let (status, body, _) = until(&http, &b, &agent, ("lookup", 1), now, allowed).await;
+    assert!(allowed(status, &body), "{status} {body}");
+
+    // A new version and a new contract, registered on node A.
+    let mut ids = Vec::new();
+    for (name, version) in [("lookup", 2), ("profile", 1)] {
+        let r = http
+            .post(format!("{}/v1/contracts", a.url))
+            .bearer_auth(&admin)
+            .header("content-type", "application/yaml")
+            .body(lookup(name, version, upstream))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 201);
+        ids.push(
+            r.json::<Value>().await.unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+        let (status, body, _) = until(&http, &a, &agent, (name, version), now, allowed).await;
+        assert!(
+            allowed(status, &body),
+            "node A, {name}@{version}: {status} {body}"
+        );
+    }
+    // Node B takes them up without a restart.
+    for tool in [("lookup", 2), ("profile", 1)] {
+        let (status, body, took) = until(&http, &b, &agent, tool, soon, allowed).await;
+        assert!(
+            allowed(status, &body),
+            "node B, {tool:?} after {took:?}: {status} {body}"
+        );
+    }
+
+    // Retired on node A: refused there at once, and on node B well before its registry's
+    // cache would have expired (30 s).
+    let r = http
+        .post(format!("{}/v1/contracts/{}/retire", a.url, ids[0]))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let (status, body, _) = until(&http, &a, &agent, ("lookup", 2), now, retired).await;
+    assert!(retired(status, &body), "node A: {status} {body}");
+    let (status, body, took) = until(&http, &b, &agent, ("lookup", 2), soon, retired).await;
+    assert!(retired(status, &body), "node B after {took:?}: {status} {body}");
+    // The others stay callable on both.
+    for node in [&a, &b] {
+        for tool in [("lookup", 1), ("profile", 1)] {
+            let (status, body, _) = until(&http, node, &agent, tool, now, allowed).await;
+            assert!(allowed(status, &body), "{tool:?}: {status} {body}");
+        }
+    }
     drop((a, b));
     db.drop_schema().await;
 }

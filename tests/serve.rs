@@ -1,5 +1,5 @@
 //! `warrant serve` as a user runs it: zero setup, keys printed once, the API answering, and a
-//! clean exit on SIGTERM.
+//! clean exit on SIGTERM; and `warrant mcp` configured by the same `warrant.toml`.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -11,9 +11,9 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 fn http(addr: &str, request: &str) -> String {
@@ -153,4 +153,80 @@ fn nix_kill(pid: u32) {
         .status()
         .unwrap();
     assert!(status.success());
+}
+
+/// `warrant mcp` started in a directory whose `warrant.toml` names the store: it finds the
+/// keys `warrant serve` created there (without the file it would open `./warrant-data`, an
+/// empty store, and stop) and lists that store's tools; a malformed value in the file stops it
+/// with the key named, as it stops `warrant serve`.
+#[test]
+fn mcp_reads_warrant_toml_like_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let served = common::serve::serve(|cmd| {
+        cmd.arg("--data-dir").arg(&store);
+    });
+    let agent = served.keys["agent"].clone();
+    drop(served);
+
+    let mcp = |toml: &str| {
+        std::fs::write(dir.path().join("warrant.toml"), toml).unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_warrant"));
+        cmd.current_dir(dir.path())
+            .arg("mcp")
+            .env("WARRANT_KEY", &agent)
+            .env("WARRANT_LOG", "warn");
+        for var in [
+            "WARRANT_CONFIG",
+            "WARRANT_DATA_DIR",
+            "WARRANT_DATABASE",
+            "WARRANT_CONTRACTS",
+        ] {
+            cmd.env_remove(var);
+        }
+        cmd
+    };
+
+    let bad = mcp("[limits]\napproval_ttl = \"forever\"\n").output().unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("limits.approval_ttl"), "{err}");
+
+    let toml = format!("[store]\ndata_dir = {:?}\n", store.to_str().unwrap());
+    let mut child = mcp(&toml)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let messages = [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+    ];
+    for m in messages {
+        writeln!(stdin, "{m}").unwrap();
+    }
+    let mut tools = None;
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let answer: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+        if answer["id"] == 2 {
+            tools = Some(answer);
+            break;
+        }
+    }
+    drop(stdin);
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    let tools = tools.unwrap_or_else(|| panic!("no tools/list answer; stderr: {err}"));
+    let names: Vec<&str> = tools["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"lookup_order"), "{tools}");
+    assert_eq!(status.code(), Some(0), "{err}");
 }

@@ -72,13 +72,30 @@ impl Registry {
     /// # Errors
     /// The store's errors, or [`StoreError::Corrupt`] for a stored contract that no longer lints.
     pub async fn load_all(&self, now: OffsetDateTime) -> Result<Vec<Arc<Contract>>, StoreError> {
-        let mut out = Vec::new();
-        for stored in self.store.list_contracts().await? {
-            let contract = Arc::new(compile(&stored)?);
-            self.insert(contract.clone(), stored.retired_at, now);
-            out.push(contract);
-        }
-        Ok(out)
+        self.load(&self.store.list_contracts().await?, now)
+    }
+
+    /// Compiles and caches stored contracts the caller has read from the store (with their
+    /// retirements); returns them (for policy schemas). Nothing is cached if one fails.
+    ///
+    /// # Errors
+    /// [`StoreError::Corrupt`] for a stored contract that no longer lints.
+    pub fn load(
+        &self,
+        stored: &[StoredContract],
+        now: OffsetDateTime,
+    ) -> Result<Vec<Arc<Contract>>, StoreError> {
+        let compiled = stored
+            .iter()
+            .map(|s| compile(s).map(|c| (Arc::new(c), s.retired_at)))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(compiled
+            .into_iter()
+            .map(|(contract, retired_at)| {
+                self.insert(contract.clone(), retired_at, now);
+                contract
+            })
+            .collect())
     }
 
     /// Retires a contract: new calls are refused from now on.

@@ -1,6 +1,6 @@
 //! Assembling a gateway: open the store, register the contracts of a directory, load the
-//! policies, build the pipeline and the runtime, start the background sweeper and reconciler,
-//! and create the first keys of an empty store.
+//! policies, build the pipeline and the runtime, start the background sweeper, reconciler and
+//! contract sync, and create the first keys of an empty store.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -22,7 +22,7 @@ use warrant_runtime::adapters::AdapterConfig;
 use warrant_runtime::{Adapters, Runtime, RuntimeSettings};
 use warrant_store::{SystemEnv, keys};
 
-use crate::state::{AppState, ReloadablePolicy};
+use crate::state::{AppState, ContractSet, ReloadablePolicy};
 
 /// Limits applied to every HTTP request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,8 +71,11 @@ pub struct GatewayConfig {
     pub public_url: String,
     /// The tenant of the first keys of an empty store.
     pub first_tenant: String,
-    /// Start the background sweeper and reconciler.
+    /// Start the background sweeper, reconciler and contract sync.
     pub background: bool,
+    /// How often the background contract sync looks for contracts registered or retired by
+    /// other nodes on the same store (default [`crate::CONTRACT_SYNC_EVERY`]); zero turns it off.
+    pub contract_sync_every: Duration,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -218,7 +221,8 @@ impl Gateway {
                 }
             }
         }
-        let contracts = registry.load_all(now).await?;
+        let stored = store.list_contracts().await?;
+        let contracts = registry.load(&stored, now)?;
         let policy = Arc::new(ReloadablePolicy::new(&contracts, config.policies)?);
         let authority = Arc::new(Authority::new(
             store.clone(),
@@ -267,7 +271,14 @@ impl Gateway {
             env,
             metrics: metrics_handle(),
             public_url: config.public_url,
+            applied: Arc::new(tokio::sync::Mutex::new(ContractSet::of(&stored))),
         });
+        if config.background && !config.contract_sync_every.is_zero() {
+            tasks.push(crate::state::spawn_contract_sync(
+                state.clone(),
+                config.contract_sync_every,
+            ));
+        }
         Ok(Gateway {
             state,
             limits: config.limits,

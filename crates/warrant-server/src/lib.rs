@@ -26,7 +26,7 @@ use tower_http::limit::RequestBodyLimitLayer;
 
 pub use bootstrap::{Gateway, GatewayConfig, HttpLimits, StartError};
 pub use error::ApiError;
-pub use state::{AppState, ReloadablePolicy};
+pub use state::{AppState, ContractChanges, ReloadablePolicy};
 
 /// The whole HTTP application.
 pub fn router(state: Arc<AppState>, limits: HttpLimits) -> Router {
@@ -133,3 +133,7 @@ pub async fn serve(
 
 /// How long the background reconciler waits between passes.
 pub const RECONCILE_EVERY: Duration = Duration::from_secs(15);
+
+/// How often a gateway looks, by default, for contracts registered or retired by other nodes
+/// on the same store (one contract listing per look; see `GatewayConfig::contract_sync_every`).
+pub const CONTRACT_SYNC_EVERY: Duration = Duration::from_secs(1);

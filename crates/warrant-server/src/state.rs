@@ -1,14 +1,20 @@
 //! What every request handler shares: the pipeline, the runtime, the store, and the policy
-//! engine behind a lock so a registered contract can extend it without a restart.
+//! engine behind a lock so a registered contract can extend it without a restart; and the one
+//! way the registry and the policy engine follow the stored contracts
+//! ([`AppState::sync_contracts`]), used by the contract routes after a change made here and by
+//! the background task that picks up changes made by other nodes ([`spawn_contract_sync`]).
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use warrant_core::Contract;
 use warrant_core::env::Env;
 use warrant_core::pipeline::Authority;
 use warrant_core::policy::{PolicyEngine, PolicyRequest, PolicyVerdict};
+use warrant_core::records::StoredContract;
 use warrant_core::registry::Registry;
-use warrant_core::store::Store;
+use warrant_core::store::{Store, StoreError};
 use warrant_policy::{CedarEngine, PolicyLoadError, PolicySource};
 use warrant_runtime::{Adapters, Runtime};
 
@@ -92,6 +98,147 @@ pub struct AppState {
     pub metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
     /// The base URL clients reach this server at (for console links).
     pub public_url: String,
+    /// The stored contracts the registry and the policy engine were last built from; held
+    /// while they are rebuilt, so rebuilds apply in the order their store reads were made.
+    pub(crate) applied: Arc<tokio::sync::Mutex<ContractSet>>,
+}
+
+/// What the registry and the policy engine were built from: each stored contract (by content
+/// id) with its name@version and whether it is retired.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ContractSet(BTreeMap<String, (String, bool)>);
+
+impl ContractSet {
+    /// The set `stored` (as read from the store) describes.
+    pub(crate) fn of(stored: &[StoredContract]) -> Self {
+        ContractSet(
+            stored
+                .iter()
+                .map(|c| {
+                    let label = format!("{}@{}", c.name, c.version);
+                    (c.content_id.clone(), (label, c.retired_at.is_some()))
+                })
+                .collect(),
+        )
+    }
+
+    /// Whether both hold the same contracts (retired or not): the policy engine is built from
+    /// every contract, so only a change here needs a new one.
+    fn same_contracts(&self, other: &ContractSet) -> bool {
+        self.0.keys().eq(other.0.keys())
+    }
+}
+
+/// What [`AppState::sync_contracts`] found changed in the store, as `name@version` labels.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContractChanges {
+    /// Contracts registered since the last sync.
+    pub registered: Vec<String>,
+    /// Contracts retired since the last sync.
+    pub retired: Vec<String>,
+    /// Contracts no longer stored.
+    pub removed: Vec<String>,
+}
+
+impl ContractChanges {
+    /// Nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.registered.is_empty() && self.retired.is_empty() && self.removed.is_empty()
+    }
+
+    fn between(old: &ContractSet, new: &ContractSet) -> Self {
+        let mut changes = ContractChanges::default();
+        for (id, (label, retired)) in &new.0 {
+            match old.0.get(id) {
+                None => {
+                    changes.registered.push(label.clone());
+                    if *retired {
+                        changes.retired.push(label.clone());
+                    }
+                }
+                Some((_, was_retired)) if *retired && !was_retired => changes.retired.push(label.clone()),
+                Some(_) => {}
+            }
+        }
+        changes.removed = old
+            .0
+            .iter()
+            .filter(|(id, _)| !new.0.contains_key(*id))
+            .map(|(_, (label, _))| label.clone())
+            .collect();
+        changes
+    }
+}
+
+impl AppState {
+    /// Brings the registry and the policy engine up to the contracts stored now: the one path
+    /// by which a registration or retirement takes effect, whether it was made through this
+    /// gateway's routes or by another node on the same database. Reads the contracts once and
+    /// does nothing more when they are as last applied; otherwise caches them all (with their
+    /// retirements) in the registry and, when the set of contracts changed, rebuilds the policy
+    /// engine. Policies that do not validate against the new set keep the old engine (logged):
+    /// calls to the new contracts are then denied by policy until the policies are fixed.
+    ///
+    /// # Errors
+    /// The store's errors, or [`StoreError::Corrupt`] for a stored contract that no longer lints
+    /// (nothing is applied then).
+    pub async fn sync_contracts(&self) -> Result<ContractChanges, StoreError> {
+        let mut applied = self.applied.lock().await;
+        let stored = self.store.list_contracts().await?;
+        let set = ContractSet::of(&stored);
+        if set == *applied {
+            return Ok(ContractChanges::default());
+        }
+        let contracts = self.registry.load(&stored, self.env.now())?;
+        if !set.same_contracts(&applied)
+            && let Err(e) = self.policy.reload(&contracts)
+        {
+            tracing::warn!(
+                error = %e,
+                "the policies do not validate against the new contract set; kept the previous policy engine"
+            );
+        }
+        let changes = ContractChanges::between(&applied, &set);
+        *applied = set;
+        Ok(changes)
+    }
+}
+
+/// Starts the task that applies contracts registered or retired by other nodes on the same
+/// store: every `interval` it runs [`AppState::sync_contracts`] (one contract listing when
+/// nothing changed) and logs what it applied. A failure is logged once and retried on the
+/// next tick.
+pub fn spawn_contract_sync(state: Arc<AppState>, interval: Duration) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failing: Option<String> = None;
+        loop {
+            ticker.tick().await;
+            match state.sync_contracts().await {
+                Ok(changes) => {
+                    if failing.take().is_some() {
+                        tracing::info!("contract sync recovered");
+                    }
+                    if !changes.is_empty() {
+                        tracing::info!(
+                            registered = ?changes.registered,
+                            retired = ?changes.retired,
+                            removed = ?changes.removed,
+                            "applied contract changes made by another node"
+                        );
+                    }
+                }
+                Err(e) => {
+                    let message = e.to_string();
+                    if failing.as_deref() != Some(message.as_str()) {
+                        tracing::warn!(error = %message, "contract sync failed; retrying");
+                        failing = Some(message);
+                    }
+                }
+            }
+        }
+    })
 }
 
 impl std::fmt::Debug for AppState {

@@ -271,6 +271,7 @@ impl Harness {
             public_url: base.clone(),
             first_tenant: "acme".into(),
             background: false,
+            contract_sync_every: warrant_server::CONTRACT_SYNC_EVERY,
         })
         .await
         .unwrap();

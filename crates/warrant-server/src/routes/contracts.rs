@@ -165,10 +165,7 @@ pub(crate) async fn register(
         }
         Err(e) => return Err(e.into()),
     };
-    let contracts = state.registry.load_all(now).await?;
-    if let Err(e) = state.policy.reload(&contracts) {
-        tracing::error!(error = %e, "the policies do not validate against the new contract set");
-    }
+    state.sync_contracts().await?;
     let status = match outcome {
         Registration::Registered => StatusCode::CREATED,
         _ => StatusCode::OK,
@@ -191,5 +188,6 @@ pub(crate) async fn retire(
     if !state.registry.retire(&id, state.env.now()).await? {
         return Err(ApiError::not_found("contract"));
     }
+    state.sync_contracts().await?;
     Ok(Json(json!({"id": id, "retired": true})))
 }

@@ -191,6 +191,7 @@ async fn start_node(store: Arc<dyn Store>, dir: &std::path::Path, upstream: Sock
         public_url: "http://warrant.test".into(),
         first_tenant: "acme".into(),
         background: false,
+        contract_sync_every: warrant_server::CONTRACT_SYNC_EVERY,
     })
     .await
     .unwrap();
