@@ -113,7 +113,7 @@ struct Server {
     child: Child,
     addr: SocketAddr,
     agent_key: String,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Server {
@@ -186,7 +186,7 @@ impl Server {
             child,
             addr,
             agent_key,
-            _dir: dir,
+            dir,
         }
     }
 
@@ -417,6 +417,26 @@ async fn drive(target: Arc<Target>, connections: usize, duration: Duration) -> R
     run
 }
 
+/// Adds `rows` ledger rows (spread over the last 30 days, with arguments like the bench's) to
+/// the running server's SQLite database, through a connection of its own, in one transaction.
+fn preload_ledger(server: &Server, rows: u64) {
+    let conn = rusqlite::Connection::open(server.dir.path().join("data").join("warrant.db")).unwrap();
+    conn.busy_timeout(Duration::from_secs(30)).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let sql = format!(
+        "INSERT INTO ledger (id, tenant, principal, trace_id, tool, contract_id, payload_digest, decision, \
+         attempts, outcome, created_at, updated_at, latency_ms, cost, arguments) \
+         WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < {rows}) \
+         SELECT printf('led_pre_%012d', n), 'demo', 'demo-agent', printf('%032x', n), 'lookup_order', \
+         'lookup_order@sha256:pre', 'sha256:pre', 'allow', 1, 'committed', {now} - n * 2592, {now} - n * 2592, \
+         3, 0, '{{\"order_id\":\"ord_' || n || '\"}}' FROM s"
+    );
+    conn.execute_batch(&format!("BEGIN; {sql}; COMMIT;")).unwrap();
+}
+
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
         .ok()
@@ -505,6 +525,26 @@ fn main() {
             peak_rss,
         });
     }
+    // Cost per call against the ledger's size (PRODUCT §12: flat from 1k to 1M rows): the
+    // first level again, after adding `WARRANT_LOAD_LEDGER_ROWS` rows.
+    let ledger_rows: u64 = env_or("WARRANT_LOAD_LEDGER_ROWS", 1_000_000);
+    let scale = match levels.first() {
+        Some(&connections) if ledger_rows > 0 => {
+            let before = rows.first().map(|r| (r.gateway.ok, r.cpu_per_call));
+            eprintln!("adding {ledger_rows} ledger rows …");
+            let started = Instant::now();
+            preload_ledger(&server, ledger_rows);
+            eprintln!("… in {:.1} s", started.elapsed().as_secs_f64());
+            std::thread::sleep(Duration::from_secs(2));
+            eprintln!("{connections} connections: through the gateway with the larger ledger, {secs} s …");
+            let cpu0 = cpu_time(pid, ticks);
+            let g = rt.block_on(drive(gateway.clone(), connections, duration));
+            let cpu = cpu_time(pid, ticks).saturating_sub(cpu0);
+            let cpu_per_call = cpu / u32::try_from(g.ok.max(1)).unwrap_or(u32::MAX);
+            before.map(|(calls_before, _)| (connections, calls_before, g, cpu_per_call))
+        }
+        _ => None,
+    };
     std::thread::sleep(Duration::from_secs(2));
     let rss_after = rss(pid);
     let hwm = status_kb(pid, "VmHWM");
@@ -558,6 +598,36 @@ fn main() {
     }
     println!("| high-water mark (`VmHWM`) | {} | | |", mib(hwm));
     println!();
+    if let (Some((connections, calls_before, after, cpu_after)), Some(first)) = (&scale, rows.first()) {
+        let before = &first.gateway;
+        println!("Ledger size ({connections} connections, gateway):");
+        println!();
+        println!("| ledger rows | calls/s | p50 | p99 | server CPU/call |");
+        println!("|---|---|---|---|---|");
+        println!(
+            "| {} (the runs above) | {:.0} | {:.2} ms | {:.2} ms | {} µs |",
+            calls_before + warm.ok,
+            before.per_sec(),
+            before.percentile_ms(0.5),
+            before.percentile_ms(0.99),
+            first.cpu_per_call.as_micros()
+        );
+        println!(
+            "| + {ledger_rows} | {:.0} | {:.2} ms | {:.2} ms | {} µs |",
+            after.per_sec(),
+            after.percentile_ms(0.5),
+            after.percentile_ms(0.99),
+            cpu_after.as_micros()
+        );
+        println!(
+            "| ratio (larger / smaller) | {:.2}× | {:.2}× | {:.2}× | {:.2}× |",
+            after.per_sec() / before.per_sec(),
+            after.percentile_ms(0.5) / before.percentile_ms(0.5),
+            after.percentile_ms(0.99) / before.percentile_ms(0.99),
+            cpu_after.as_secs_f64() / first.cpu_per_call.as_secs_f64().max(1e-9)
+        );
+        println!();
+    }
     let best = rows.iter().map(|r| r.gateway.per_sec()).fold(0.0, f64::max);
     let best_p99 = rows
         .iter()

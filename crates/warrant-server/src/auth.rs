@@ -1,7 +1,9 @@
 //! Authentication: `Authorization: Bearer wrn_…` on every route. The principal, its tenant,
 //! grants and roles always come from the stored key, never from the request.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
@@ -38,6 +40,62 @@ impl Caller {
     }
 }
 
+/// How long a resolved key is trusted without asking the store again: the longest a key
+/// revoked through another node keeps working here.
+pub const KEY_CACHE_TTL: Duration = Duration::from_secs(2);
+
+/// Recently resolved keys, so a request does not read its key from the store every time.
+///
+/// An entry lives for `ttl`: a key revoked through this gateway is dropped at once
+/// ([`KeyCache::forget`]); a key revoked through another node sharing the database stops
+/// working here within `ttl`. Unknown keys are remembered too, so a flood of forged keys costs
+/// no database reads; the cache holds at most `capacity` entries and is emptied when full,
+/// which bounds its memory whatever is presented. Written by hand (a map and a clock): the
+/// cache crates bring eviction policies and background machinery this does not need.
+#[derive(Debug)]
+pub struct KeyCache {
+    ttl: Duration,
+    capacity: usize,
+    entries: RwLock<HashMap<String, (Instant, Option<Caller>)>>,
+}
+
+impl KeyCache {
+    /// A cache whose entries live for `ttl` (zero turns it off).
+    pub fn new(ttl: Duration) -> Self {
+        KeyCache {
+            ttl,
+            capacity: 10_000,
+            entries: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// The cached resolution of a key hash: `Some(None)` for a key known not to be valid.
+    fn get(&self, hash: &str, now: Instant) -> Option<Option<Caller>> {
+        let entries = self.entries.read().ok()?;
+        let (at, caller) = entries.get(hash)?;
+        (now.saturating_duration_since(*at) < self.ttl).then(|| caller.clone())
+    }
+
+    fn put(&self, hash: String, caller: Option<Caller>, now: Instant) {
+        if self.ttl.is_zero() {
+            return;
+        }
+        if let Ok(mut entries) = self.entries.write() {
+            if entries.len() >= self.capacity {
+                entries.clear();
+            }
+            entries.insert(hash, (now, caller));
+        }
+    }
+
+    /// Drops the key with public id `key_id` (it was just revoked).
+    pub fn forget(&self, key_id: &str) {
+        if let Ok(mut entries) = self.entries.write() {
+            entries.retain(|_, (_, caller)| caller.as_ref().is_none_or(|c| c.key_id != key_id));
+        }
+    }
+}
+
 /// Resolves a presented key to its caller; `None` for unknown, revoked or malformed keys.
 ///
 /// # Errors
@@ -47,20 +105,25 @@ pub async fn authenticate(state: &AppState, presented: &str) -> Result<Option<Ca
     let Some(hash) = hash_presented(presented) else {
         return Ok(None);
     };
-    let Some(record) = state.store.find_api_key(&hash).await? else {
-        return Ok(None);
-    };
-    if record.revoked_at.is_some() {
-        return Ok(None);
+    let now = Instant::now();
+    if let Some(known) = state.keys.get(&hash, now) {
+        return Ok(known);
     }
-    let key = record.key;
-    let principal = Principal::new(&key.principal, &key.tenant, key.grants.iter().cloned())
-        .and_then(|p| p.with_roles(key.roles.iter().cloned()))
-        .map_err(|e| ApiError::internal(&e))?;
-    Ok(Some(Caller {
-        principal,
-        key_id: key.id,
-    }))
+    let caller = match state.store.find_api_key(&hash).await? {
+        Some(record) if record.revoked_at.is_none() => {
+            let key = record.key;
+            let principal = Principal::new(&key.principal, &key.tenant, key.grants.iter().cloned())
+                .and_then(|p| p.with_roles(key.roles.iter().cloned()))
+                .map_err(|e| ApiError::internal(&e))?;
+            Some(Caller {
+                principal,
+                key_id: key.id,
+            })
+        }
+        _ => None,
+    };
+    state.keys.put(hash, caller.clone(), now);
+    Ok(caller)
 }
 
 /// The bearer token of a request, if it has a well-formed `Authorization` header.
@@ -78,5 +141,52 @@ impl FromRequestParts<Arc<AppState>> for Caller {
         authenticate(state, token)
             .await?
             .ok_or_else(|| ApiError::unauthorized("unknown, revoked or malformed key"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+
+    use super::*;
+
+    fn caller(key_id: &str) -> Caller {
+        Caller {
+            principal: Principal::new("agent", "acme", ["lookup_order".to_owned()]).unwrap(),
+            key_id: key_id.into(),
+        }
+    }
+
+    #[test]
+    fn entries_expire_after_the_ttl_and_revoked_keys_are_forgotten_at_once() {
+        let cache = KeyCache::new(Duration::from_secs(2));
+        let t0 = Instant::now();
+        cache.put("h1".into(), Some(caller("key_1")), t0);
+        cache.put("forged".into(), None, t0);
+        assert_eq!(cache.get("h1", t0).unwrap().unwrap().key_id, "key_1");
+        assert!(
+            cache.get("forged", t0).unwrap().is_none(),
+            "an unknown key is remembered as unknown"
+        );
+        assert!(cache.get("h1", t0 + Duration::from_secs(2)).is_none(), "expired");
+        cache.forget("key_1");
+        assert!(cache.get("h1", t0).is_none(), "forgotten on revocation");
+        assert!(cache.get("forged", t0).is_some(), "other entries stay");
+    }
+
+    #[test]
+    fn a_full_cache_is_emptied_and_a_zero_ttl_caches_nothing() {
+        let mut cache = KeyCache::new(Duration::from_secs(2));
+        cache.capacity = 3;
+        let t0 = Instant::now();
+        for i in 0..3 {
+            cache.put(format!("h{i}"), None, t0);
+        }
+        cache.put("h3".into(), None, t0);
+        assert!(cache.get("h0", t0).is_none());
+        assert!(cache.get("h3", t0).is_some());
+        let off = KeyCache::new(Duration::ZERO);
+        off.put("h".into(), Some(caller("k")), t0);
+        assert!(off.get("h", t0).is_none());
     }
 }

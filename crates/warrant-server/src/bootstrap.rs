@@ -272,6 +272,7 @@ impl Gateway {
             metrics: metrics_handle(),
             public_url: config.public_url,
             applied: Arc::new(tokio::sync::Mutex::new(ContractSet::of(&stored))),
+            keys: Arc::new(crate::auth::KeyCache::new(crate::auth::KEY_CACHE_TTL)),
         });
         if config.background && !config.contract_sync_every.is_zero() {
             tasks.push(crate::state::spawn_contract_sync(

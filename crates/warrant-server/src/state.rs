@@ -101,6 +101,8 @@ pub struct AppState {
     /// The stored contracts the registry and the policy engine were last built from; held
     /// while they are rebuilt, so rebuilds apply in the order their store reads were made.
     pub(crate) applied: Arc<tokio::sync::Mutex<ContractSet>>,
+    /// Recently resolved API keys.
+    pub keys: Arc<crate::auth::KeyCache>,
 }
 
 /// What the registry and the policy engine were built from: each stored contract (by content

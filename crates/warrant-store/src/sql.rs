@@ -142,8 +142,12 @@ impl std::fmt::Debug for SqlStore {
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
-/// SQLite reader threads: reads are short and the writer is the bottleneck, so a few suffice.
-const MAX_SQLITE_READERS: u32 = 4;
+/// SQLite reader threads: reads are short and the writer is the bottleneck, so a few suffice
+/// (at most one per core, at least two, at most four).
+fn sqlite_readers(options: &StoreOptions) -> usize {
+    let cores = std::thread::available_parallelism().map_or(2, usize::from);
+    (options.max_connections.max(1) as usize).min(cores.clamp(2, 4))
+}
 
 impl SqlStore {
     /// Opens (creating on first use) the store and applies pending migrations.
@@ -177,9 +181,9 @@ impl SqlStore {
             .db()?;
         SQLITE_MIGRATIONS.run(&mut conn).await.db()?;
         conn.close().await.db()?;
-        let readers = options.max_connections.clamp(1, MAX_SQLITE_READERS);
+        let readers = sqlite_readers(options);
         let path = path.to_owned();
-        let sqlite = tokio::task::spawn_blocking(move || Sqlite::open(&path, readers as usize))
+        let sqlite = tokio::task::spawn_blocking(move || Sqlite::open(&path, readers))
             .await
             .map_err(|e| StoreError::Unavailable(format!("cannot open the store: {e}")))??;
         Ok(SqlStore {

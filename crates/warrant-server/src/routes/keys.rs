@@ -101,6 +101,8 @@ pub(crate) async fn revoke(
         .revoke_api_key(caller.principal.tenant(), &id, state.env.now())
         .await?
     {
+        // Refused here from now on; other nodes within `KEY_CACHE_TTL`.
+        state.keys.forget(&id);
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::not_found("key"))
