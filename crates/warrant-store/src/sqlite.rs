@@ -292,7 +292,15 @@ pub(crate) struct Sqlite {
     writer: Sender<WriteMsg>,
     readers: Sender<ReadMsg>,
     reader_count: usize,
+    checkpointer: Sender<oneshot::Sender<()>>,
 }
+
+/// How often the checkpointer copies the WAL back into the database file.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
+
+/// WAL pages after which the writer checkpoints by itself (only if the checkpointer falls
+/// behind; SQLite's default is 1000, on every commit that crosses it).
+const WRITER_AUTOCHECKPOINT: i64 = 16_000;
 
 /// Opens a connection with the store's settings.
 fn connect(path: &Path, read_only: bool) -> Result<Connection, StoreError> {
@@ -323,6 +331,10 @@ fn connect(path: &Path, read_only: bool) -> Result<Connection, StoreError> {
         }
         conn.pragma_update(None, "synchronous", "FULL")
             .map_err(from_rusqlite)?;
+        // Checkpoints run on their own thread (`checkpoint_loop`), not inside a commit that
+        // callers wait for.
+        conn.pragma_update(None, "wal_autocheckpoint", WRITER_AUTOCHECKPOINT)
+            .map_err(from_rusqlite)?;
     } else {
         // Readers find the pages in the operating system's cache; a small cache of their own
         // keeps the process small (SQLite's default is 2 MiB per connection).
@@ -338,6 +350,7 @@ impl Sqlite {
     /// starts their threads.
     pub(crate) fn open(path: &Path, readers: usize) -> Result<Self, StoreError> {
         let writer_conn = connect(path, false)?;
+        let checkpoint_conn = connect(path, false)?;
         let reader_conns = (0..readers.max(1))
             .map(|_| connect(path, true))
             .collect::<Result<Vec<_>, _>>()?;
@@ -350,10 +363,13 @@ impl Sqlite {
             let rx = Arc::clone(&read_rx);
             spawn("warrant-sqlite-r", move || read_loop(conn, &rx))?;
         }
+        let (checkpointer, stop) = mpsc::channel();
+        spawn("warrant-sqlite-c", move || checkpoint_loop(&checkpoint_conn, &stop))?;
         Ok(Sqlite {
             writer,
             readers: reader_tx,
             reader_count,
+            checkpointer,
         })
     }
 
@@ -403,8 +419,33 @@ impl Sqlite {
                 acks.push(done);
             }
         }
+        let (ack, done) = oneshot::channel();
+        if self.checkpointer.send(ack).is_ok() {
+            acks.push(done);
+        }
         for done in acks {
             let _ = done.await;
+        }
+    }
+}
+
+/// The checkpointer thread: a passive checkpoint every [`CHECKPOINT_EVERY`] (it copies what
+/// it can without waiting for readers or blocking the writer), and one more when stopped.
+fn checkpoint_loop(conn: &Connection, stop: &Receiver<oneshot::Sender<()>>) {
+    let checkpoint = || {
+        // A failed checkpoint is retried on the next tick; the writer's own autocheckpoint is
+        // the backstop.
+        let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+    };
+    loop {
+        match stop.recv_timeout(CHECKPOINT_EVERY) {
+            Err(mpsc::RecvTimeoutError::Timeout) => checkpoint(),
+            Ok(ack) => {
+                checkpoint();
+                let _ = ack.send(());
+                return;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
         }
     }
 }
