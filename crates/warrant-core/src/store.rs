@@ -96,6 +96,21 @@ pub trait Store: Send + Sync + 'static {
         finish: &AttemptFinish,
         now: OffsetDateTime,
     ) -> Result<(), StoreError>;
+    /// Records a call that ran without an `attempting` row first — a read without idempotency
+    /// key, which has no effect to reconcile — as `entry` (whose outcome is `attempting`)
+    /// finished by `finish`: the same row, charges and checks as [`Store::begin_attempt`] then
+    /// [`Store::finish_attempt`]. Backends that can do it in one transaction (one commit per
+    /// read call instead of two) override this.
+    async fn record_attempt(
+        &self,
+        entry: &LedgerEntry,
+        finish: &AttemptFinish,
+        now: OffsetDateTime,
+    ) -> Result<(), StoreError> {
+        self.insert_ledger(entry).await?;
+        self.finish_attempt(&entry.tenant, &entry.id, None, finish, now)
+            .await
+    }
     /// An idempotency record.
     async fn get_idempotency(
         &self,

@@ -193,7 +193,15 @@ impl Runtime {
             .idempotency()
             .map_or(self.settings.default_retention, |i| i.retention);
         let expires_at = now + retention;
-        let start = self.store.begin_attempt(entry, scope, expires_at).await?;
+        // A read without an idempotency key has nothing to claim and no effect to reconcile:
+        // its row is written once, with its outcome, after the call (one commit, not two).
+        // Every answered call is still in the ledger before the caller learns its outcome.
+        let write_ahead = scope.is_some() || contract.effect() != Effect::Read;
+        let start = if write_ahead {
+            self.store.begin_attempt(entry, scope, expires_at).await?
+        } else {
+            AttemptStart::Started
+        };
         let refused = |code: RejectCode, detail: String| Execution {
             ledger_id: entry.id.clone(),
             operation_id: operation_id.clone(),
@@ -236,7 +244,7 @@ impl Runtime {
             }
         }
 
-        // INVARIANT: the ledger row says `attempting` from here on.
+        // INVARIANT: with `write_ahead`, the ledger row says `attempting` from here on.
         let scopes: Vec<String> = allowed.delegated_scopes().iter().map(str::to_owned).collect();
         let proposal = allowed.proposal();
         let ended = self
@@ -258,15 +266,18 @@ impl Runtime {
             )
             .await;
         let finish = self.finish_for(&contract, entry, &ended, elapsed_ms(started));
-        match self
-            .store
-            .finish_attempt(&entry.tenant, &entry.id, scope, &finish, self.env.now())
-            .await
-        {
+        let recorded = if write_ahead {
+            self.store
+                .finish_attempt(&entry.tenant, &entry.id, scope, &finish, self.env.now())
+                .await
+        } else {
+            self.store.record_attempt(entry, &finish, self.env.now()).await
+        };
+        match recorded {
             Ok(()) => {}
             // A reconciler took the row for abandoned (the call outlived `stale_after`) and
             // resolved it first; its record stands, and this caller still learns what it saw.
-            Err(StoreError::Conflict(_)) => {
+            Err(StoreError::Conflict(_)) if write_ahead => {
                 tracing::warn!(
                     ledger = entry.id,
                     "the row was reconciled while the call was running"

@@ -586,6 +586,110 @@ const SELECT_IDEMPOTENCY: &str = concat!(
     " FROM idempotency WHERE tenant = $1 AND principal = $2 AND contract_id = $3 AND key = $4"
 );
 
+/// How an attempt ended, as bound values (see `finish_in`).
+struct Finishing {
+    outcome: Outcome,
+    attempts: i64,
+    error_code: Option<String>,
+    latency: i64,
+    cost: i64,
+    detail: Option<String>,
+    result: Option<String>,
+    status: Option<IdempotencyStatus>,
+    charges: Vec<(String, i64, i64)>,
+    now: i64,
+}
+
+impl Finishing {
+    fn of(finish: &AttemptFinish, now: OffsetDateTime) -> Result<Self, StoreError> {
+        Ok(Finishing {
+            outcome: finish.outcome,
+            attempts: i64::from(finish.attempts),
+            error_code: finish.error_code.clone(),
+            latency: int(finish.latency_ms)?,
+            cost: int(finish.cost)?,
+            detail: finish.detail.clone(),
+            result: finish.result.as_ref().map(json_text),
+            status: status_after(finish)?,
+            charges: finish
+                .charges
+                .iter()
+                .map(|c| Ok((c.key.clone(), int(c.amount)?, ms(c.expires_at))))
+                .collect::<Result<Vec<_>, StoreError>>()?,
+            now: ms(now),
+        })
+    }
+}
+
+/// The statements that finish an attempt, in the caller's transaction: the ledger row's
+/// outcome (only a row still `attempting` or `unknown`), the committed spend, and the
+/// idempotency record (kept with its result, or released).
+async fn finish_in<E: Exec>(
+    ex: &mut E,
+    tenant: &str,
+    ledger_id: &str,
+    scope: Option<&IdempotencyScope>,
+    f: &Finishing,
+) -> Result<(), StoreError> {
+    let ledger = "UPDATE ledger SET outcome = $1, attempts = $2, error_code = $3, latency_ms = $4, cost = $5, \
+                  updated_at = $6, detail = COALESCE($9, detail) \
+                  WHERE tenant = $7 AND id = $8 AND outcome IN ('attempting', 'unknown')";
+    let charge = "INSERT INTO budget_counters (tenant, key, used, expires_at) VALUES ($1, $2, $3, $4) \
+                  ON CONFLICT (tenant, key) DO UPDATE SET used = budget_counters.used + excluded.used";
+    let update = "UPDATE idempotency SET status = $1, result = $2, error_code = $3, updated_at = $4 \
+                  WHERE tenant = $5 AND principal = $6 AND contract_id = $7 AND key = $8 AND ledger_id = $9";
+    let release = "DELETE FROM idempotency \
+                   WHERE tenant = $1 AND principal = $2 AND contract_id = $3 AND key = $4 AND ledger_id = $5";
+    let row = args![
+        f.outcome.as_str(),
+        f.attempts,
+        &f.error_code,
+        f.latency,
+        f.cost,
+        f.now,
+        tenant,
+        ledger_id,
+        &f.detail,
+    ];
+    if ex.execute(ledger, &row).await? != 1 {
+        return Err(StoreError::Conflict(format!(
+            "ledger row {ledger_id} is not awaiting an outcome"
+        )));
+    }
+    for (key, amount, expires) in &f.charges {
+        ex.execute(charge, &args![tenant, key, *amount, *expires]).await?;
+    }
+    if let Some(scope) = scope {
+        match f.status {
+            Some(status) => {
+                let params = args![
+                    status.as_str(),
+                    &f.result,
+                    &f.error_code,
+                    f.now,
+                    &scope.tenant,
+                    &scope.principal,
+                    &scope.contract_id,
+                    &scope.key,
+                    ledger_id,
+                ];
+                ex.execute(update, &params).await?;
+            }
+            None => {
+                let params = args![
+                    &scope.tenant,
+                    &scope.principal,
+                    &scope.contract_id,
+                    &scope.key,
+                    ledger_id
+                ];
+                ex.execute(release, &params).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
 #[async_trait]
 impl Store for SqlStore {
     async fn ping(&self) -> Result<(), StoreError> {
@@ -841,89 +945,30 @@ impl Store for SqlStore {
         finish: &AttemptFinish,
         now: OffsetDateTime,
     ) -> Result<(), StoreError> {
-        let status = status_after(finish)?;
-        let ledger = "UPDATE ledger SET outcome = $1, attempts = $2, error_code = $3, latency_ms = $4, cost = $5, \
-                      updated_at = $6, detail = COALESCE($9, detail) \
-                      WHERE tenant = $7 AND id = $8 AND outcome IN ('attempting', 'unknown')";
-        let charge = "INSERT INTO budget_counters (tenant, key, used, expires_at) VALUES ($1, $2, $3, $4) \
-                      ON CONFLICT (tenant, key) DO UPDATE SET used = budget_counters.used + excluded.used";
-        let update = "UPDATE idempotency SET status = $1, result = $2, error_code = $3, updated_at = $4 \
-                      WHERE tenant = $5 AND principal = $6 AND contract_id = $7 AND key = $8 AND ledger_id = $9";
-        let release = "DELETE FROM idempotency \
-                       WHERE tenant = $1 AND principal = $2 AND contract_id = $3 AND key = $4 AND ledger_id = $5";
-        let latency = int(finish.latency_ms)?;
-        let cost = int(finish.cost)?;
-        let charges = finish
-            .charges
-            .iter()
-            .map(|c| Ok((c.key.clone(), int(c.amount)?, ms(c.expires_at))))
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        let result = finish.result.as_ref().map(json_text);
+        let finishing = Finishing::of(finish, now)?;
         write_op!(
             self,
             [
                 tenant = tenant.to_owned(),
                 ledger_id = ledger_id.to_owned(),
                 scope = scope.cloned(),
-                finish = finish.clone(),
             ],
-            |ex| {
-                let done = ex
-                    .execute(
-                        ledger,
-                        &args![
-                            finish.outcome.as_str(),
-                            i64::from(finish.attempts),
-                            &finish.error_code,
-                            latency,
-                            cost,
-                            ms(now),
-                            &tenant,
-                            &ledger_id,
-                            &finish.detail,
-                        ],
-                    )
-                    .await?;
-                if done != 1 {
-                    return Err(StoreError::Conflict(format!(
-                        "ledger row {ledger_id} is not awaiting an outcome"
-                    )));
-                }
-                for (key, amount, expires) in &charges {
-                    ex.execute(charge, &args![&tenant, key, *amount, *expires])
-                        .await?;
-                }
-                if let Some(scope) = &scope {
-                    match status {
-                        Some(status) => {
-                            let params = args![
-                                status.as_str(),
-                                &result,
-                                &finish.error_code,
-                                ms(now),
-                                &scope.tenant,
-                                &scope.principal,
-                                &scope.contract_id,
-                                &scope.key,
-                                &ledger_id,
-                            ];
-                            ex.execute(update, &params).await?;
-                        }
-                        None => {
-                            let params = args![
-                                &scope.tenant,
-                                &scope.principal,
-                                &scope.contract_id,
-                                &scope.key,
-                                &ledger_id,
-                            ];
-                            ex.execute(release, &params).await?;
-                        }
-                    }
-                }
-                Ok(())
-            }
+            |ex| finish_in(ex, &tenant, &ledger_id, scope.as_ref(), &finishing).await
         )
+    }
+
+    async fn record_attempt(
+        &self,
+        entry: &LedgerEntry,
+        finish: &AttemptFinish,
+        now: OffsetDateTime,
+    ) -> Result<(), StoreError> {
+        let finishing = Finishing::of(finish, now)?;
+        let values = LedgerValues::of(entry)?;
+        write_op!(self, [entry = entry.clone()], |ex| {
+            ex.execute(INSERT_LEDGER, &ledger_args(&entry, &values)).await?;
+            finish_in(ex, &entry.tenant, &entry.id, None, &finishing).await
+        })
     }
 
     async fn get_idempotency(

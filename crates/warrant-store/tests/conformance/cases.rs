@@ -1045,3 +1045,32 @@ pub async fn a_closed_store_fails_closed(b: &Backend) {
         Err(StoreError::Unavailable(_))
     ));
 }
+
+pub async fn a_read_is_recorded_once_with_its_outcome(b: &Backend) {
+    let s = b.store();
+    let mut read = entry("led_r1", "acme", T0);
+    read.idempotency_key = None;
+    let mut finish = committed(json!({"status": "paid"}));
+    finish.cost = 2;
+    finish.charges = vec![Charge {
+        key: "cost_spent:tenant:day".into(),
+        amount: 2,
+        expires_at: T0 + secs(86_400),
+    }];
+    s.record_attempt(&read, &finish, T0 + secs(1)).await.unwrap();
+    let row = s.get_ledger("acme", "led_r1").await.unwrap().unwrap();
+    assert_eq!(
+        (row.decision, row.outcome, row.attempts, row.cost, row.latency_ms),
+        (LedgerDecision::Allow, Some(Outcome::Committed), 1, 2, Some(12))
+    );
+    assert_eq!(row.updated_at, T0 + secs(1));
+    assert_eq!(s.budget_used("acme", "cost_spent:tenant:day").await.unwrap(), 2);
+    // The same row twice is refused, and charges nothing more.
+    assert!(matches!(
+        s.record_attempt(&read, &finish, T0 + secs(2)).await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert_eq!(s.budget_used("acme", "cost_spent:tenant:day").await.unwrap(), 2);
+    // Another tenant sees nothing of it.
+    assert!(s.get_ledger("globex", "led_r1").await.unwrap().is_none());
+}

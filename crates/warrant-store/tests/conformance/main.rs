@@ -50,6 +50,7 @@ macro_rules! conformance {
 }
 
 conformance! {
+    a_read_is_recorded_once_with_its_outcome,
     contracts_are_immutable,
     ledger_round_trips_and_paginates,
     tenants_are_isolated,
