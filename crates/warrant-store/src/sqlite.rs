@@ -364,7 +364,9 @@ impl Sqlite {
             spawn("warrant-sqlite-r", move || read_loop(conn, &rx))?;
         }
         let (checkpointer, stop) = mpsc::channel();
-        spawn("warrant-sqlite-c", move || checkpoint_loop(&checkpoint_conn, &stop))?;
+        spawn("warrant-sqlite-c", move || {
+            checkpoint_loop(&checkpoint_conn, &stop)
+        })?;
         Ok(Sqlite {
             writer,
             readers: reader_tx,
