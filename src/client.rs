@@ -132,6 +132,8 @@ impl Client {
             .key
             .clone()
             .context("no key: pass --key or set WARRANT_KEY")?;
+        // reqwest takes rustls's process-wide provider; an error means one is installed already.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         Ok(Client {
             http: reqwest::Client::builder()
                 .timeout(std::time::Duration::from_secs(70))

@@ -21,7 +21,9 @@
 //!
 //! Run: `cargo bench -p warrant-server --bench load`. Environment: `WARRANT_LOAD_SECS` (seconds
 //! per measured run, default 10), `WARRANT_LOAD_CONNECTIONS` (comma-separated, default `16,64`),
-//! `WARRANT_BIN` (a `warrant` binary to use instead of building `target/release/warrant`).
+//! `WARRANT_BIN` (a `warrant` binary to use instead of building `target/release/warrant`),
+//! `WARRANT_LOAD_PAUSE` (seconds to wait after the idle reading, to inspect the server's
+//! `/proc/<pid>/smaps` from another shell).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -498,6 +500,11 @@ fn main() {
     rt.block_on(drive(direct.clone(), 16, Duration::from_secs(1)));
     std::thread::sleep(Duration::from_secs(2));
     let rss_idle = rss(pid);
+    let pause: u64 = env_or("WARRANT_LOAD_PAUSE", 0);
+    if pause > 0 {
+        eprintln!("idle after warm-up; pausing {pause} s (server pid {pid})");
+        std::thread::sleep(Duration::from_secs(pause));
+    }
 
     struct Row {
         connections: usize,

@@ -136,6 +136,23 @@ impl Drop for Gateway {
     }
 }
 
+/// How often the recorder's histograms are drained into their buckets.
+const METRICS_UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// Drains the recorder's histograms every `every`. The recorder keeps every histogram sample
+/// until it is drained (by a scrape of `/metrics` or by upkeep), so a gateway that nobody
+/// scrapes would otherwise grow by two samples per call without bound.
+fn spawn_metrics_upkeep(handle: PrometheusHandle, every: Duration) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(every);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            handle.run_upkeep();
+        }
+    })
+}
+
 /// The process's Prometheus recorder, installed once (several gateways in one process, as in
 /// tests, share it).
 fn metrics_handle() -> Option<PrometheusHandle> {
@@ -261,6 +278,12 @@ impl Gateway {
                 crate::RECONCILE_EVERY,
             ));
         }
+        let metrics = metrics_handle();
+        if config.background
+            && let Some(handle) = metrics.clone()
+        {
+            tasks.push(spawn_metrics_upkeep(handle, METRICS_UPKEEP_EVERY));
+        }
         let state = Arc::new(AppState {
             authority,
             runtime,
@@ -269,7 +292,7 @@ impl Gateway {
             policy,
             adapters,
             env,
-            metrics: metrics_handle(),
+            metrics,
             public_url: config.public_url,
             applied: Arc::new(tokio::sync::Mutex::new(ContractSet::of(&stored))),
             keys: Arc::new(crate::auth::KeyCache::new(crate::auth::KEY_CACHE_TTL)),

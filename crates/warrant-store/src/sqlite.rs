@@ -43,6 +43,12 @@ pub(crate) const MAX_BATCH: usize = 512;
 /// Page cache per reader connection, in KiB (as a negative `cache_size`).
 const READER_CACHE_KIB: i64 = -512;
 
+/// Page cache of the writer connection, in KiB (as a negative `cache_size`). The writer's
+/// working set is the right edge of the ledger and its indexes, the budget and idempotency rows:
+/// 1 MiB holds it with a million ledger rows (docs/benchmarks.md); SQLite's default, 2 MiB,
+/// fills with cold leaves and stays resident.
+const WRITER_CACHE_KIB: i64 = -1024;
+
 /// Prepared statements kept per connection (the store uses about forty distinct ones).
 const STATEMENT_CACHE: usize = 96;
 
@@ -334,6 +340,8 @@ fn connect(path: &Path, read_only: bool) -> Result<Connection, StoreError> {
         // Checkpoints run on their own thread (`checkpoint_loop`), not inside a commit that
         // callers wait for.
         conn.pragma_update(None, "wal_autocheckpoint", WRITER_AUTOCHECKPOINT)
+            .map_err(from_rusqlite)?;
+        conn.pragma_update(None, "cache_size", WRITER_CACHE_KIB)
             .map_err(from_rusqlite)?;
     } else {
         // Readers find the pages in the operating system's cache; a small cache of their own
