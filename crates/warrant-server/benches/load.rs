@@ -22,7 +22,7 @@
 //! Run: `cargo bench -p warrant-server --bench load`. Environment: `WARRANT_LOAD_SECS` (seconds
 //! per measured run, default 10), `WARRANT_LOAD_CONNECTIONS` (comma-separated, default `16,64`),
 //! `WARRANT_BIN` (a `warrant` binary to use instead of building `target/release/warrant`),
-//! `WARRANT_LOAD_PAUSE` (seconds to wait after the idle reading, to inspect the server's
+//! `WARRANT_LOAD_PAUSE` (seconds to wait after each idle reading, to inspect the server's
 //! `/proc/<pid>/smaps` from another shell).
 #![allow(
     clippy::unwrap_used,
@@ -439,6 +439,15 @@ fn preload_ledger(server: &Server, rows: u64) {
     conn.execute_batch(&format!("BEGIN; {sql}; COMMIT;")).unwrap();
 }
 
+/// Waits `WARRANT_LOAD_PAUSE` seconds, if set, so the server can be inspected.
+fn pause_if_asked(when: &str, pid: u32) {
+    let pause: u64 = env_or("WARRANT_LOAD_PAUSE", 0);
+    if pause > 0 {
+        eprintln!("{when}; pausing {pause} s (server pid {pid})");
+        std::thread::sleep(Duration::from_secs(pause));
+    }
+}
+
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
         .ok()
@@ -500,11 +509,7 @@ fn main() {
     rt.block_on(drive(direct.clone(), 16, Duration::from_secs(1)));
     std::thread::sleep(Duration::from_secs(2));
     let rss_idle = rss(pid);
-    let pause: u64 = env_or("WARRANT_LOAD_PAUSE", 0);
-    if pause > 0 {
-        eprintln!("idle after warm-up; pausing {pause} s (server pid {pid})");
-        std::thread::sleep(Duration::from_secs(pause));
-    }
+    pause_if_asked("idle after warm-up", pid);
 
     struct Row {
         connections: usize,
@@ -554,6 +559,7 @@ fn main() {
     };
     std::thread::sleep(Duration::from_secs(2));
     let rss_after = rss(pid);
+    pause_if_asked("idle after the runs", pid);
     let hwm = status_kb(pid, "VmHWM");
     drop(server);
 

@@ -578,6 +578,33 @@ pub async fn structured_data_fetch(h: &Arc<Harness>) {
     assert_eq!(h.faults.seen.lock().unwrap().len(), before);
 }
 
+/// A read without an idempotency key (recorded after the call, in one transaction) leaves
+/// exactly one ledger row per call, with its outcome and attempts, whatever the outcome.
+pub async fn a_keyless_read_is_one_ledger_row(h: &Arc<Harness>) {
+    let ok = h.run("lookup", json!({"mode": "ok"}), None).await;
+    committed(&ok);
+    let failed_read = h.run("lookup", json!({"mode": "bad_output"}), None).await;
+    assert_eq!(failed(&failed_read), ToolErrorCode::OutputInvalid);
+    let filter = LedgerFilter {
+        tool: Some("lookup".to_owned()),
+        limit: 100,
+        ..LedgerFilter::default()
+    };
+    let page = h.store.list_ledger("acme", &filter).await.unwrap();
+    let mut outcomes: Vec<_> = page
+        .entries
+        .iter()
+        .map(|r| (r.id.clone(), r.outcome, r.attempts))
+        .collect();
+    outcomes.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut expected = vec![
+        (ok.ledger_id.clone(), Some(records::Outcome::Committed), 1),
+        (failed_read.ledger_id.clone(), Some(records::Outcome::Failed), 1),
+    ];
+    expected.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(outcomes, expected);
+}
+
 pub async fn committed_spend_is_charged(h: &Arc<Harness>) {
     let key = format!("cost_spent:tenant:{}", time::OffsetDateTime::now_utc().date());
     h.run("credit", json!({"mode": "ok"}), Some("s1")).await;

@@ -55,6 +55,7 @@ on_every_backend! {
     command_adapter,
     send_email_reaches_exactly_the_recipients,
     structured_data_fetch,
+    a_keyless_read_is_one_ledger_row,
     committed_spend_is_charged,
     the_background_reconciler_resolves_on_its_own,
 }
