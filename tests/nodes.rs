@@ -103,7 +103,7 @@ async fn two_serve_processes_on_one_postgres_behave_as_one() {
         "the second node found the keys and created none"
     );
 
-    let http = reqwest::Client::new();
+    let http = common::http_client();
     let propose = |node: &common::serve::Served, approval: Option<String>| {
         let mut req = http
             .post(format!("{}/v1/proposals", node.url))
@@ -259,7 +259,7 @@ async fn contracts_registered_or_retired_on_one_node_reach_the_other() {
     let a = start(dir.path(), &db);
     let b = start(dir.path(), &db);
     let (agent, admin) = (a.keys["agent"].clone(), a.keys["admin"].clone());
-    let http = reqwest::Client::new();
+    let http = common::http_client();
     let allowed = |status: u16, body: &Value| status == 200 && body["outcome"] == "committed";
     let retired = |status: u16, body: &Value| status == 404 && body["error"]["code"] == "CONTRACT_RETIRED";
     let now = Duration::ZERO;

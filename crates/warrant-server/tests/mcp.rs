@@ -226,6 +226,9 @@ struct Harness {
 
 impl Harness {
     async fn new(kind: Kind) -> Option<Harness> {
+        // The workspace's reqwest has rustls without a built-in provider (the binary installs
+        // ring); so does every client a test builds, rmcp's included.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::tempdir().unwrap();
         let (upstream_addr, upstream) = start_upstream().await;
         let contracts_dir = dir.path().join("contracts");

@@ -215,6 +215,9 @@ impl Harness {
     /// `nodes` gateways over one store (several only make sense on PostgreSQL, where each
     /// node gets its own connection pool).
     pub async fn new(kind: Kind, nodes: usize) -> Option<Harness> {
+        // The workspace's reqwest has rustls without a built-in provider (the binary installs
+        // ring); so does every client a test builds, rmcp's included.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::tempdir().unwrap();
         let (upstream_addr, upstream) = start_upstream().await;
         std::fs::create_dir_all(dir.path().join("contracts")).unwrap();
