@@ -99,18 +99,14 @@ pub trait Store: Send + Sync + 'static {
     /// Records a call that ran without an `attempting` row first — a read without idempotency
     /// key, which has no effect to reconcile — as `entry` (whose outcome is `attempting`)
     /// finished by `finish`: the same row, charges and checks as [`Store::begin_attempt`] then
-    /// [`Store::finish_attempt`]. Backends that can do it in one transaction (one commit per
-    /// read call instead of two) override this.
+    /// [`Store::finish_attempt`], in one transaction (one commit per read call instead of
+    /// two). When the finish is refused, nothing is recorded.
     async fn record_attempt(
         &self,
         entry: &LedgerEntry,
         finish: &AttemptFinish,
         now: OffsetDateTime,
-    ) -> Result<(), StoreError> {
-        self.insert_ledger(entry).await?;
-        self.finish_attempt(&entry.tenant, &entry.id, None, finish, now)
-            .await
-    }
+    ) -> Result<(), StoreError>;
     /// An idempotency record.
     async fn get_idempotency(
         &self,

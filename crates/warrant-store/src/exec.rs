@@ -15,7 +15,7 @@ use warrant_core::store::StoreError;
 use crate::error::Db;
 
 /// One bound parameter. NULLs are typed so PostgreSQL can infer the column type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) enum Arg<'a> {
     /// A 64-bit integer.
     Int(i64),
@@ -73,10 +73,18 @@ pub(crate) use args;
 
 /// Uniform, typed column access for the rows of both backends.
 pub(crate) trait RowExt {
-    fn text(&self, column: &str) -> Result<String, StoreError>;
     fn opt_text(&self, column: &str) -> Result<Option<String>, StoreError>;
-    fn int(&self, column: &str) -> Result<i64, StoreError>;
     fn opt_int(&self, column: &str) -> Result<Option<i64>, StoreError>;
+
+    fn text(&self, column: &str) -> Result<String, StoreError> {
+        self.opt_text(column)?
+            .ok_or_else(|| StoreError::Corrupt(format!("`{column}` is NULL")))
+    }
+
+    fn int(&self, column: &str) -> Result<i64, StoreError> {
+        self.opt_int(column)?
+            .ok_or_else(|| StoreError::Corrupt(format!("`{column}` is NULL")))
+    }
 }
 
 /// Runs statements: a transaction (writes) or a read connection (reads).
@@ -198,14 +206,8 @@ impl Exec for PgRead<'_> {
 }
 
 impl RowExt for PgRow {
-    fn text(&self, column: &str) -> Result<String, StoreError> {
-        self.try_get::<String, _>(column).db()
-    }
     fn opt_text(&self, column: &str) -> Result<Option<String>, StoreError> {
         self.try_get::<Option<String>, _>(column).db()
-    }
-    fn int(&self, column: &str) -> Result<i64, StoreError> {
-        self.try_get::<i64, _>(column).db()
     }
     fn opt_int(&self, column: &str) -> Result<Option<i64>, StoreError> {
         self.try_get::<Option<i64>, _>(column).db()

@@ -86,6 +86,57 @@ impl MemoryStore {
     }
 }
 
+/// Finishes the `attempting` (or `unknown`) row `ledger_id`: its outcome, the charges, and the
+/// idempotency record it holds, if any. Checks the row before changing anything.
+fn finish_in(
+    s: &mut State,
+    tenant: &str,
+    ledger_id: &str,
+    scope: Option<&IdempotencyScope>,
+    finish: &AttemptFinish,
+    status: Option<IdempotencyStatus>,
+    now: OffsetDateTime,
+) -> Result<(), StoreError> {
+    let row = s
+        .ledger
+        .get_mut(ledger_id)
+        .filter(|e| e.tenant == tenant && matches!(e.outcome, Some(Outcome::Attempting | Outcome::Unknown)))
+        .ok_or_else(|| StoreError::Conflict(format!("ledger row {ledger_id} is not awaiting an outcome")))?;
+    row.outcome = Some(finish.outcome);
+    row.attempts = finish.attempts;
+    row.error_code = finish.error_code.clone();
+    row.latency_ms = Some(finish.latency_ms);
+    row.cost = finish.cost;
+    row.updated_at = trunc(now);
+    if let Some(detail) = &finish.detail {
+        row.detail = Some(detail.clone());
+    }
+    let tenant_counters = s.budgets.entry(tenant.to_owned()).or_default();
+    for c in &finish.charges {
+        let slot = tenant_counters
+            .entry(c.key.clone())
+            .or_insert((0, trunc(c.expires_at)));
+        slot.0 = slot.0.saturating_add(c.amount);
+    }
+    if let Some(scope) = scope
+        && s.idempotency.get(scope).is_some_and(|r| r.ledger_id == ledger_id)
+    {
+        match status {
+            Some(status) => {
+                if let Some(record) = s.idempotency.get_mut(scope) {
+                    record.status = status;
+                    record.result = finish.result.clone();
+                    record.error_code = finish.error_code.clone();
+                }
+            }
+            None => {
+                s.idempotency.remove(scope);
+            }
+        }
+    }
+    Ok(())
+}
+
 fn ms(t: OffsetDateTime) -> i128 {
     t.unix_timestamp_nanos() / 1_000_000
 }
@@ -267,49 +318,26 @@ impl Store for MemoryStore {
         now: OffsetDateTime,
     ) -> Result<(), StoreError> {
         let status = status_after(finish)?;
+        self.with(|s| finish_in(s, tenant, ledger_id, scope, finish, status, now))
+    }
+
+    async fn record_attempt(
+        &self,
+        entry: &LedgerEntry,
+        finish: &AttemptFinish,
+        now: OffsetDateTime,
+    ) -> Result<(), StoreError> {
+        let status = status_after(finish)?;
         self.with(|s| {
-            let row = s
-                .ledger
-                .get_mut(ledger_id)
-                .filter(|e| {
-                    e.tenant == tenant && matches!(e.outcome, Some(Outcome::Attempting | Outcome::Unknown))
-                })
-                .ok_or_else(|| {
-                    StoreError::Conflict(format!("ledger row {ledger_id} is not awaiting an outcome"))
-                })?;
-            row.outcome = Some(finish.outcome);
-            row.attempts = finish.attempts;
-            row.error_code = finish.error_code.clone();
-            row.latency_ms = Some(finish.latency_ms);
-            row.cost = finish.cost;
-            row.updated_at = trunc(now);
-            if let Some(detail) = &finish.detail {
-                row.detail = Some(detail.clone());
+            if s.ledger.contains_key(&entry.id) {
+                return Err(StoreError::Conflict(format!("ledger row {} exists", entry.id)));
             }
-            let tenant_counters = s.budgets.entry(tenant.to_owned()).or_default();
-            for c in &finish.charges {
-                let slot = tenant_counters
-                    .entry(c.key.clone())
-                    .or_insert((0, trunc(c.expires_at)));
-                slot.0 = slot.0.saturating_add(c.amount);
-            }
-            if let Some(scope) = scope
-                && s.idempotency.get(scope).is_some_and(|r| r.ledger_id == ledger_id)
-            {
-                match status {
-                    Some(status) => {
-                        if let Some(record) = s.idempotency.get_mut(scope) {
-                            record.status = status;
-                            record.result = finish.result.clone();
-                            record.error_code = finish.error_code.clone();
-                        }
-                    }
-                    None => {
-                        s.idempotency.remove(scope);
-                    }
-                }
-            }
-            Ok(())
+            s.ledger.insert(entry.id.clone(), trunc_entry(entry.clone()));
+            // Without a scope, `finish_in` changes nothing before its last check can fail:
+            // removing the row undoes the whole operation.
+            finish_in(s, &entry.tenant, &entry.id, None, finish, status, now).inspect_err(|_| {
+                s.ledger.remove(&entry.id);
+            })
         })
     }
 

@@ -103,9 +103,11 @@ impl DatabaseUrl {
 /// Connection settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreOptions {
-    /// Connections in the pool (PostgreSQL) or read connections (SQLite).
+    /// Connections in the pool (PostgreSQL), or at most this many reader threads (SQLite,
+    /// which also caps them by cores: see `sqlite_readers`).
     pub max_connections: u32,
-    /// How long to wait for a connection before [`StoreError::Unavailable`].
+    /// How long to wait for a pooled connection before [`StoreError::Unavailable`]
+    /// (PostgreSQL; SQLite operations queue for their thread without a limit).
     pub acquire_timeout: Duration,
     /// PostgreSQL schema to use (created if missing); `None` uses the default search path.
     pub postgres_schema: Option<String>,
@@ -142,8 +144,8 @@ impl std::fmt::Debug for SqlStore {
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
-/// SQLite reader threads: reads are short and the writer is the bottleneck, so a few suffice
-/// (at most one per core, at least two, at most four).
+/// SQLite reader threads: reads are short and the writer is the bottleneck, so a few suffice:
+/// `max_connections`, capped by the cores clamped to 2..=4.
 fn sqlite_readers(options: &StoreOptions) -> usize {
     let cores = std::thread::available_parallelism().map_or(2, usize::from);
     (options.max_connections.max(1) as usize).min(cores.clamp(2, 4))
@@ -234,7 +236,6 @@ impl SqlStore {
         }
     }
 
-    /// Closes every connection (waits for checked-out ones).
     /// Closes every connection (after the queued work, on SQLite; waits for checked-out
     /// connections on PostgreSQL).
     pub async fn close(&self) {
@@ -523,7 +524,6 @@ fn contract_of(row: &impl RowExt) -> Result<StoredContract, StoreError> {
 }
 
 /// Values bound for one ledger row, in `INSERT_LEDGER` order.
-#[derive(Clone)]
 struct LedgerValues {
     attempts: i64,
     latency_ms: Option<i64>,
@@ -601,7 +601,9 @@ struct Finishing {
 }
 
 impl Finishing {
-    fn of(finish: &AttemptFinish, now: OffsetDateTime) -> Result<Self, StoreError> {
+    /// `with_result`: whether an idempotency record will keep the result (only then is it
+    /// serialised).
+    fn of(finish: &AttemptFinish, now: OffsetDateTime, with_result: bool) -> Result<Self, StoreError> {
         Ok(Finishing {
             outcome: finish.outcome,
             attempts: i64::from(finish.attempts),
@@ -609,7 +611,7 @@ impl Finishing {
             latency: int(finish.latency_ms)?,
             cost: int(finish.cost)?,
             detail: finish.detail.clone(),
-            result: finish.result.as_ref().map(json_text),
+            result: finish.result.as_ref().filter(|_| with_result).map(json_text),
             status: status_after(finish)?,
             charges: finish
                 .charges
@@ -945,7 +947,7 @@ impl Store for SqlStore {
         finish: &AttemptFinish,
         now: OffsetDateTime,
     ) -> Result<(), StoreError> {
-        let finishing = Finishing::of(finish, now)?;
+        let finishing = Finishing::of(finish, now, scope.is_some())?;
         write_op!(
             self,
             [
@@ -963,7 +965,7 @@ impl Store for SqlStore {
         finish: &AttemptFinish,
         now: OffsetDateTime,
     ) -> Result<(), StoreError> {
-        let finishing = Finishing::of(finish, now)?;
+        let finishing = Finishing::of(finish, now, false)?;
         let values = LedgerValues::of(entry)?;
         write_op!(self, [entry = entry.clone()], |ex| {
             ex.execute(INSERT_LEDGER, &ledger_args(&entry, &values)).await?;
@@ -1261,15 +1263,9 @@ impl Store for SqlStore {
     async fn has_api_keys(&self) -> Result<bool, StoreError> {
         read_op!(self, [], |ex| {
             let row = ex
-                .fetch_optional(
-                    "SELECT COUNT(*) AS n FROM (SELECT 1 FROM api_keys LIMIT 1) AS k",
-                    &[],
-                )
+                .fetch_optional("SELECT 1 AS one FROM api_keys LIMIT 1", &[])
                 .await?;
-            Ok(match row {
-                Some(row) => row.int("n")? > 0,
-                None => false,
-            })
+            Ok(row.is_some())
         })
     }
 

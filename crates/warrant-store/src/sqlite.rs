@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use rusqlite::types::{Value, ValueRef};
+use rusqlite::types::Value;
 use rusqlite::{CachedStatement, Connection, OpenFlags};
 use tokio::sync::oneshot;
 use warrant_core::store::StoreError;
@@ -38,7 +38,7 @@ use warrant_core::store::StoreError;
 use crate::exec::{Arg, Exec, RowExt};
 
 /// The most writes one commit takes; the rest wait for the next batch.
-pub(crate) const MAX_BATCH: usize = 512;
+const MAX_BATCH: usize = 512;
 
 /// Page cache per reader connection, in KiB (as a negative `cache_size`).
 const READER_CACHE_KIB: i64 = -512;
@@ -75,22 +75,12 @@ impl SqliteRow {
 }
 
 impl RowExt for SqliteRow {
-    fn text(&self, column: &str) -> Result<String, StoreError> {
-        self.opt_text(column)?
-            .ok_or_else(|| StoreError::Corrupt(format!("`{column}` is NULL")))
-    }
-
     fn opt_text(&self, column: &str) -> Result<Option<String>, StoreError> {
         match self.value(column)? {
             Value::Null => Ok(None),
             Value::Text(s) => Ok(Some(s.clone())),
             _ => Err(StoreError::Corrupt(format!("`{column}` is not text"))),
         }
-    }
-
-    fn int(&self, column: &str) -> Result<i64, StoreError> {
-        self.opt_int(column)?
-            .ok_or_else(|| StoreError::Corrupt(format!("`{column}` is NULL")))
     }
 
     fn opt_int(&self, column: &str) -> Result<Option<i64>, StoreError> {
@@ -136,7 +126,10 @@ fn query(conn: &Connection, sql: &str, args: &[Arg<'_>], keep: usize) -> Result<
         if out.len() < keep {
             let mut values = Vec::with_capacity(columns.len());
             for i in 0..columns.len() {
-                values.push(owned(row.get_ref(i).map_err(from_rusqlite)?)?);
+                let value = row.get_ref(i).map_err(from_rusqlite)?;
+                values.push(
+                    Value::try_from(value).map_err(|_| StoreError::Corrupt("text is not UTF-8".into()))?,
+                );
             }
             out.push(SqliteRow {
                 columns: Arc::clone(&columns),
@@ -145,19 +138,6 @@ fn query(conn: &Connection, sql: &str, args: &[Arg<'_>], keep: usize) -> Result<
         }
     }
     Ok(out)
-}
-
-/// An owned copy of a column value (the store reads only integers, text and NULL).
-fn owned(value: ValueRef<'_>) -> Result<Value, StoreError> {
-    Ok(match value {
-        ValueRef::Null => Value::Null,
-        ValueRef::Integer(v) => Value::Integer(v),
-        ValueRef::Real(v) => Value::Real(v),
-        ValueRef::Text(bytes) => Value::Text(
-            String::from_utf8(bytes.to_vec()).map_err(|_| StoreError::Corrupt("text is not UTF-8".into()))?,
-        ),
-        ValueRef::Blob(bytes) => Value::Blob(bytes.to_vec()),
-    })
 }
 
 impl Exec for SqliteExec<'_> {

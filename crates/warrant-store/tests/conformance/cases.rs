@@ -1073,4 +1073,15 @@ pub async fn a_read_is_recorded_once_with_its_outcome(b: &Backend) {
     assert_eq!(s.budget_used("acme", "cost_spent:tenant:day").await.unwrap(), 2);
     // Another tenant sees nothing of it.
     assert!(s.get_ledger("globex", "led_r1").await.unwrap().is_none());
+    // A finish that is refused after the row went in (the row is not awaiting an outcome)
+    // leaves neither the row nor a charge: one transaction.
+    let mut finished = entry("led_r2", "acme", T0);
+    finished.idempotency_key = None;
+    finished.outcome = Some(Outcome::Committed);
+    assert!(matches!(
+        s.record_attempt(&finished, &finish, T0 + secs(3)).await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(s.get_ledger("acme", "led_r2").await.unwrap().is_none());
+    assert_eq!(s.budget_used("acme", "cost_spent:tenant:day").await.unwrap(), 2);
 }
