@@ -1,9 +1,10 @@
 //! `warrant mcp --key KEY`: the MCP server over stdin/stdout, for desktop agents that launch
 //! their tools as processes. It assembles the same gateway as `warrant serve` over the same
 //! store, from the same configuration (flags, then `WARRANT_*` variables, then the config
-//! file, then defaults; read by `serve::load`), authenticates the key once at start, and then
-//! serves every call as that key's principal. stdout carries only the protocol; logs go to
-//! stderr.
+//! file, then defaults; read by `serve::load`), refuses to start with a key that does not
+//! authenticate, and then checks the key on every request like the HTTP lane does (a revoked
+//! key stops working within the key cache's 2 s). stdout carries only the protocol; logs go
+//! to stderr.
 
 use std::sync::Arc;
 
@@ -66,7 +67,7 @@ pub fn run(args: &McpArgs) -> Result<Exit> {
             tenant = caller.principal.tenant(),
             "mcp over stdio"
         );
-        warrant_server::mcp::serve_stdio(gateway.state.clone(), caller.principal)
+        warrant_server::mcp::serve_stdio(gateway.state.clone(), key)
             .await
             .context("mcp over stdio")?;
         drop(gateway);

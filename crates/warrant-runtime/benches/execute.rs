@@ -11,8 +11,8 @@
 //! - `execute/decide_execute_http_sqlite`: `decide` (including its budget reservation commit)
 //!   plus `execute`, both timed;
 //! - `execute/execute_read_http_sqlite`, `execute/decide_execute_read_http_sqlite`: the same for
-//!   the read `lookup_order` without an idempotency key (no idempotency record, only the
-//!   ledger row is written and then finished);
+//!   the read `lookup_order` without an idempotency key (no idempotency record; one ledger
+//!   row, written with its outcome after the call);
 //! - `execute/execute_http_memory`, `execute/decide_execute_http_memory`: the write over the
 //!   in-memory store, which separates the runtime's own work from the durable commits;
 //! - then a throughput table (printed, not criterion): committed calls per second with 1, 8

@@ -146,8 +146,10 @@ impl Runtime {
     /// Executes an allowed call. Only `decide` makes an [`Allowed`], and this consumes it.
     ///
     /// # Errors
-    /// A store failure. If it happens after the adapter was called, the ledger row stays
-    /// `attempting` and reconciliation resolves it.
+    /// A store failure. If it happens after the adapter was called, a call recorded
+    /// write-ahead keeps its `attempting` row and reconciliation resolves it; a read without
+    /// idempotency key (recorded only after the call) is then missing from the ledger — it
+    /// had no effect to reconcile.
     pub async fn execute(&self, allowed: Box<Allowed>) -> Result<Execution, StoreError> {
         let started = Instant::now();
         let contract = Arc::clone(allowed.contract());

@@ -2,6 +2,7 @@
 //! grants and roles always come from the stored key, never from the request.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -57,6 +58,9 @@ pub struct KeyCache {
     ttl: Duration,
     capacity: usize,
     entries: RwLock<HashMap<String, (Instant, Option<Caller>)>>,
+    /// Bumped by every [`KeyCache::forget`]: a resolution read from the store before a
+    /// revocation is not cached after it.
+    revocations: AtomicU64,
 }
 
 impl KeyCache {
@@ -66,7 +70,13 @@ impl KeyCache {
             ttl,
             capacity: 10_000,
             entries: RwLock::new(HashMap::new()),
+            revocations: AtomicU64::new(0),
         }
+    }
+
+    /// Taken before reading a key from the store, and passed to [`KeyCache::put`].
+    fn revocations(&self) -> u64 {
+        self.revocations.load(Ordering::Acquire)
     }
 
     /// The cached resolution of a key hash: `Some(None)` for a key known not to be valid.
@@ -76,11 +86,16 @@ impl KeyCache {
         (now.saturating_duration_since(*at) < self.ttl).then(|| caller.clone())
     }
 
-    fn put(&self, hash: String, caller: Option<Caller>, now: Instant) {
+    /// Caches a resolution read from the store, unless a key was revoked since `seen` (from
+    /// [`KeyCache::revocations`]) — it may be this one, read just before its revocation.
+    fn put(&self, hash: String, caller: Option<Caller>, now: Instant, seen: u64) {
         if self.ttl.is_zero() {
             return;
         }
         if let Ok(mut entries) = self.entries.write() {
+            if self.revocations() != seen {
+                return;
+            }
             if entries.len() >= self.capacity {
                 entries.clear();
             }
@@ -91,6 +106,7 @@ impl KeyCache {
     /// Drops the key with public id `key_id` (it was just revoked).
     pub fn forget(&self, key_id: &str) {
         if let Ok(mut entries) = self.entries.write() {
+            self.revocations.fetch_add(1, Ordering::AcqRel);
             entries.retain(|_, (_, caller)| caller.as_ref().is_none_or(|c| c.key_id != key_id));
         }
     }
@@ -109,6 +125,7 @@ pub async fn authenticate(state: &AppState, presented: &str) -> Result<Option<Ca
     if let Some(known) = state.keys.get(&hash, now) {
         return Ok(known);
     }
+    let seen = state.keys.revocations();
     let caller = match state.store.find_api_key(&hash).await? {
         Some(record) if record.revoked_at.is_none() => {
             let key = record.key;
@@ -122,7 +139,7 @@ pub async fn authenticate(state: &AppState, presented: &str) -> Result<Option<Ca
         }
         _ => None,
     };
-    state.keys.put(hash, caller.clone(), now);
+    state.keys.put(hash, caller.clone(), now, seen);
     Ok(caller)
 }
 
@@ -161,8 +178,8 @@ mod tests {
     fn entries_expire_after_the_ttl_and_revoked_keys_are_forgotten_at_once() {
         let cache = KeyCache::new(Duration::from_secs(2));
         let t0 = Instant::now();
-        cache.put("h1".into(), Some(caller("key_1")), t0);
-        cache.put("forged".into(), None, t0);
+        cache.put("h1".into(), Some(caller("key_1")), t0, cache.revocations());
+        cache.put("forged".into(), None, t0, cache.revocations());
         assert_eq!(cache.get("h1", t0).unwrap().unwrap().key_id, "key_1");
         assert!(
             cache.get("forged", t0).unwrap().is_none(),
@@ -175,18 +192,31 @@ mod tests {
     }
 
     #[test]
+    fn a_resolution_read_before_a_revocation_is_not_cached() {
+        let cache = KeyCache::new(Duration::from_secs(2));
+        let t0 = Instant::now();
+        // Read from the store (still valid), then the key is revoked, then the read lands.
+        let seen = cache.revocations();
+        cache.forget("key_1");
+        cache.put("h1".into(), Some(caller("key_1")), t0, seen);
+        assert!(cache.get("h1", t0).is_none(), "a stale resolution was cached");
+        cache.put("h1".into(), None, t0, cache.revocations());
+        assert!(cache.get("h1", t0).is_some());
+    }
+
+    #[test]
     fn a_full_cache_is_emptied_and_a_zero_ttl_caches_nothing() {
         let mut cache = KeyCache::new(Duration::from_secs(2));
         cache.capacity = 3;
         let t0 = Instant::now();
         for i in 0..3 {
-            cache.put(format!("h{i}"), None, t0);
+            cache.put(format!("h{i}"), None, t0, cache.revocations());
         }
-        cache.put("h3".into(), None, t0);
+        cache.put("h3".into(), None, t0, cache.revocations());
         assert!(cache.get("h0", t0).is_none());
         assert!(cache.get("h3", t0).is_some());
         let off = KeyCache::new(Duration::ZERO);
-        off.put("h".into(), Some(caller("k")), t0);
+        off.put("h".into(), Some(caller("k")), t0, off.revocations());
         assert!(off.get("h", t0).is_none());
     }
 }

@@ -132,30 +132,28 @@ pub fn router_with(state: &Arc<AppState>, config: McpConfig) -> Router<Arc<AppSt
         .route_layer(axum::middleware::from_fn_with_state(guard, guard_request))
 }
 
-/// Serves MCP over stdin/stdout as `principal` until the client closes stdin.
+/// Serves MCP over stdin/stdout as the holder of the API key `key` until the client closes
+/// stdin. The key is checked on every request, as over HTTP (so a revocation reaches a
+/// running session).
 ///
 /// # Errors
 /// The handshake or the streams fail.
-pub async fn serve_stdio(state: Arc<AppState>, principal: Principal) -> std::io::Result<()> {
-    serve_io(state, principal, tokio::io::stdin(), tokio::io::stdout()).await
+pub async fn serve_stdio(state: Arc<AppState>, key: String) -> std::io::Result<()> {
+    serve_io(state, key, tokio::io::stdin(), tokio::io::stdout()).await
 }
 
-/// Serves MCP over a pair of byte streams (newline-delimited JSON-RPC) as `principal`.
+/// Serves MCP over a pair of byte streams (newline-delimited JSON-RPC) as the holder of the
+/// API key `key`.
 ///
 /// # Errors
 /// The handshake or the streams fail.
-pub async fn serve_io<R, W>(
-    state: Arc<AppState>,
-    principal: Principal,
-    reader: R,
-    writer: W,
-) -> std::io::Result<()>
+pub async fn serve_io<R, W>(state: Arc<AppState>, key: String, reader: R, writer: W) -> std::io::Result<()>
 where
     R: tokio::io::AsyncRead + Unpin + Send + 'static,
     W: tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let transport = lines::StrictLines::new(reader, writer);
-    let running = Gateway::new(state, Some(principal))
+    let running = Gateway::new(state, Some(key))
         .serve(transport)
         .await
         .map_err(std::io::Error::other)?;
@@ -230,16 +228,17 @@ fn unauthorized(message: &str) -> Response {
 #[derive(Clone)]
 struct Gateway {
     state: Arc<AppState>,
-    /// The stdio lane's principal (authenticated at start); HTTP callers come with each request.
-    principal: Option<Principal>,
+    /// The stdio lane's API key, authenticated on every request like a bearer key (through
+    /// the same cache); HTTP callers come authenticated with each request.
+    key: Option<String>,
     contracts: Arc<tools::LiveContracts>,
 }
 
 impl Gateway {
-    fn new(state: Arc<AppState>, principal: Option<Principal>) -> Self {
+    fn new(state: Arc<AppState>, key: Option<String>) -> Self {
         Gateway {
             state,
-            principal,
+            key,
             contracts: Arc::new(tools::LiveContracts::default()),
         }
     }
@@ -247,7 +246,7 @@ impl Gateway {
     /// The caller and the trace id of a request: a `traceparent` in `_meta` (SEP-414) wins;
     /// otherwise the id the HTTP layer gave the request (from its header or fresh), so the
     /// span, the ledger and the answer agree; over stdio a fresh one.
-    fn caller(&self, context: &RequestContext<RoleServer>) -> Result<(Principal, String), ErrorData> {
+    async fn caller(&self, context: &RequestContext<RoleServer>) -> Result<(Principal, String), ErrorData> {
         let parts = context.extensions.get::<axum::http::request::Parts>();
         let from_meta = context
             .meta
@@ -261,8 +260,14 @@ impl Gateway {
                     .map(|t| t.0.clone())
             })
             .unwrap_or_else(|| crate::trace::trace_id(&HeaderMap::new()));
-        if let Some(principal) = &self.principal {
-            return Ok((principal.clone(), trace));
+        if let Some(key) = &self.key {
+            let caller = authenticate(&self.state, key)
+                .await
+                .map_err(|e| internal_error(&format!("cannot check the API key: {e:?}")))?
+                .ok_or_else(|| {
+                    ErrorData::invalid_request("the API key is unknown, revoked or malformed", None)
+                })?;
+            return Ok((caller.principal, trace));
         }
         parts
             .and_then(|p| p.extensions.get::<Caller>())
@@ -289,7 +294,7 @@ impl ServerHandler for Gateway {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let (principal, _) = self.caller(&context)?;
+        let (principal, _) = self.caller(&context).await?;
         let contracts = self
             .contracts
             .get(&self.state)
@@ -305,7 +310,7 @@ impl ServerHandler for Gateway {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let (principal, trace) = self.caller(&context)?;
+        let (principal, trace) = self.caller(&context).await?;
         let result = tools::call(
             &self.state,
             &self.contracts,

@@ -23,7 +23,6 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ServiceError, ServiceExt};
 use serde_json::{Value, json};
-use warrant_core::authority::Principal;
 use warrant_core::guard::Guards;
 use warrant_core::pipeline::Settings;
 use warrant_core::records::NewApiKey;
@@ -778,26 +777,12 @@ async fn keys_are_checked_before_mcp(h: &Harness) {
 
 async fn stdio_serves_the_same_tools(h: &Harness) {
     let key = &h.keys["agent"];
-    let record = h
-        .gateway
-        .state
-        .store
-        .find_api_key(&keys::hash_presented(key).unwrap())
-        .await
-        .unwrap()
-        .unwrap();
-    let principal = Principal::new(
-        &record.key.principal,
-        &record.key.tenant,
-        record.key.grants.clone(),
-    )
-    .unwrap();
     let (client_io, server_io) = tokio::io::duplex(1 << 16);
     let (server_read, server_write) = tokio::io::split(server_io);
     let state = h.gateway.state.clone();
     let server = tokio::spawn(warrant_server::mcp::serve_io(
         state,
-        principal,
+        key.clone(),
         server_read,
         server_write,
     ));
@@ -815,6 +800,29 @@ async fn stdio_serves_the_same_tools(h: &Harness) {
         .await
         .unwrap();
     assert_eq!(structured(&held)["decision"], "needs_approval");
+    // Revoked as the revocation route does (the store, then this node's key cache), the key
+    // stops working in the running stdio session.
+    let state = &h.gateway.state;
+    let record = state
+        .store
+        .find_api_key(&keys::hash_presented(key).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let now = time::OffsetDateTime::now_utc();
+    assert!(
+        state
+            .store
+            .revoke_api_key(&record.key.tenant, &record.key.id, now)
+            .await
+            .unwrap()
+    );
+    state.keys.forget(&record.key.id);
+    let refused = client
+        .call_tool(call("lookup", json!({"order_id": "ord_stdio2"}), None))
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert!(client.list_all_tools().await.is_err());
     client.cancel().await.unwrap();
     server.await.unwrap().unwrap();
 }
