@@ -295,6 +295,9 @@ impl Gateway {
             metrics,
             public_url: config.public_url,
             applied: Arc::new(tokio::sync::Mutex::new(ContractSet::of(&stored))),
+            tools: Arc::new(std::sync::RwLock::new(Arc::new(crate::mcp::tools::Index::of(
+                &stored, &contracts, now,
+            )))),
             keys: Arc::new(crate::auth::KeyCache::new(crate::auth::KEY_CACHE_TTL)),
         });
         if config.background && !config.contract_sync_every.is_zero() {

@@ -19,7 +19,7 @@
 //!   loopback names plus the host of the public URL, or what [`McpConfig`] says.
 
 mod lines;
-mod tools;
+pub(crate) mod tools;
 
 use std::sync::Arc;
 
@@ -231,16 +231,11 @@ struct Gateway {
     /// The stdio lane's API key, authenticated on every request like a bearer key (through
     /// the same cache); HTTP callers come authenticated with each request.
     key: Option<String>,
-    contracts: Arc<tools::LiveContracts>,
 }
 
 impl Gateway {
     fn new(state: Arc<AppState>, key: Option<String>) -> Self {
-        Gateway {
-            state,
-            key,
-            contracts: Arc::new(tools::LiveContracts::default()),
-        }
+        Gateway { state, key }
     }
 
     /// The caller and the trace id of a request: a `traceparent` in `_meta` (SEP-414) wins;
@@ -295,13 +290,9 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let (principal, _) = self.caller(&context).await?;
-        let contracts = self
-            .contracts
-            .get(&self.state)
-            .await
-            .map_err(|e| internal_error(&e))?;
         Ok(ListToolsResult::with_all_items(tools::visible(
-            &contracts, &principal,
+            &self.state.tool_index(),
+            &principal,
         )))
     }
 
@@ -311,15 +302,7 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let (principal, trace) = self.caller(&context).await?;
-        let result = tools::call(
-            &self.state,
-            &self.contracts,
-            principal,
-            trace,
-            request,
-            &context.meta.0.0,
-        )
-        .await;
+        let result = tools::call(&self.state, principal, trace, request, &context.meta.0.0).await;
         Ok(result.into())
     }
 }

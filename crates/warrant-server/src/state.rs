@@ -18,6 +18,8 @@ use warrant_core::store::{Store, StoreError};
 use warrant_policy::{CedarEngine, PolicyLoadError, PolicySource};
 use warrant_runtime::{Adapters, Runtime};
 
+use crate::mcp::tools::Index;
+
 /// The policy engine, rebuilt when the set of contracts changes (the Cedar schema is
 /// generated from them, so a new contract needs a new schema and a re-validation of the
 /// policies). Requests take a cheap `Arc` clone of the current engine.
@@ -103,6 +105,8 @@ pub struct AppState {
     pub(crate) applied: Arc<tokio::sync::Mutex<ContractSet>>,
     /// Recently resolved API keys.
     pub keys: Arc<crate::auth::KeyCache>,
+    /// The contracts as MCP tools, rebuilt with the registry (see [`AppState::sync_contracts`]).
+    pub(crate) tools: Arc<RwLock<Arc<Index>>>,
 }
 
 /// What the registry and the policy engine were built from: each stored contract (by content
@@ -173,6 +177,22 @@ impl ContractChanges {
 }
 
 impl AppState {
+    /// The contracts as MCP tools, as last applied.
+    pub(crate) fn tool_index(&self) -> Arc<Index> {
+        match self.tools.read() {
+            Ok(index) => index.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    fn set_tool_index(&self, index: Index) {
+        let mut slot = match self.tools.write() {
+            Ok(slot) => slot,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        *slot = Arc::new(index);
+    }
+
     /// Brings the registry and the policy engine up to the contracts stored now: the one path
     /// by which a registration or retirement takes effect, whether it was made through this
     /// gateway's routes or by another node on the same database. Reads the contracts once and
@@ -191,7 +211,9 @@ impl AppState {
         if set == *applied {
             return Ok(ContractChanges::default());
         }
-        let contracts = self.registry.load(&stored, self.env.now())?;
+        let now = self.env.now();
+        let contracts = self.registry.load(&stored, now)?;
+        self.set_tool_index(Index::of(&stored, &contracts, now));
         if !set.same_contracts(&applied)
             && let Err(e) = self.policy.reload(&contracts)
         {

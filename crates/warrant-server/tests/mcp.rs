@@ -277,7 +277,7 @@ impl Harness {
         })
         .await
         .unwrap();
-        // A retired contract is not a tool.
+        // A retired contract is not a tool (retired as the retire route does it).
         let state = &gateway.state;
         let old = state.store.get_contract("old", 1).await.unwrap().unwrap();
         state
@@ -285,6 +285,7 @@ impl Harness {
             .retire(&old.content_id, time::OffsetDateTime::now_utc())
             .await
             .unwrap();
+        state.sync_contracts().await.unwrap();
 
         let mut keys = HashMap::new();
         for (name, principal, grants, roles) in [

@@ -3,8 +3,8 @@
 //! never a JSON-RPC error, which agents would retry blindly.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ContentBlock, JsonObject, MetaObject, Tool, ToolAnnotations,
@@ -24,13 +24,11 @@ use warrant_runtime::{Dispatched, dispatch};
 
 use crate::routes::rfc3339;
 use crate::state::AppState;
+use warrant_core::records::StoredContract;
 
 /// The window a derived idempotency key is stable in: identical calls by one principal within
 /// one window are one operation (the second answers the first's stored result).
 pub const DERIVED_KEY_WINDOW: Duration = Duration::from_secs(600);
-
-/// How long the list of live contracts is reused before the store is read again.
-const LIVE_TTL: Duration = Duration::from_secs(2);
 
 /// `_meta` fields carrying the caller's idempotency key, in order of preference.
 const KEY_FIELDS: [&str; 2] = ["io.warrant/idempotency_key", "idempotency_key"];
@@ -46,56 +44,33 @@ pub(crate) struct Index {
 }
 
 impl Index {
+    /// The index of the stored contracts `stored`, compiled as `compiled` (the same order, as
+    /// [`warrant_core::registry::Registry::load`] answers them), at `now`.
+    pub(crate) fn of(stored: &[StoredContract], compiled: &[Arc<Contract>], now: OffsetDateTime) -> Self {
+        let mut index = Index::default();
+        for (s, contract) in stored.iter().zip(compiled) {
+            let newest = index.newest.entry(s.name.clone()).or_insert(s.version);
+            *newest = (*newest).max(s.version);
+            if s.retired_at.is_some_and(|at| at <= now) {
+                continue;
+            }
+            if index
+                .live
+                .get(&s.name)
+                .is_none_or(|live| live.version() < s.version)
+            {
+                index.live.insert(s.name.clone(), contract.clone());
+            }
+        }
+        index
+    }
+
     /// The version a call to `name` pins, and the contract if it is live.
     fn resolve(&self, name: &str) -> (u32, Option<&Arc<Contract>>) {
         match self.live.get(name) {
             Some(c) => (c.version(), Some(c)),
             None => (self.newest.get(name).copied().unwrap_or(1), None),
         }
-    }
-}
-
-/// The live contracts, re-read from the store at most every [`LIVE_TTL`] (shared by every
-/// request of one router).
-#[derive(Debug, Default)]
-pub(crate) struct LiveContracts {
-    cached: RwLock<Option<(Instant, Arc<Index>)>>,
-}
-
-impl LiveContracts {
-    pub(crate) async fn get(&self, state: &AppState) -> Result<Arc<Index>, StoreError> {
-        if let Ok(slot) = self.cached.read()
-            && let Some((at, index)) = slot.as_ref()
-            && at.elapsed() < LIVE_TTL
-        {
-            return Ok(index.clone());
-        }
-        let now = state.env.now();
-        let mut index = Index::default();
-        let mut newest_live: BTreeMap<String, (u32, String)> = BTreeMap::new();
-        for stored in state.store.list_contracts().await? {
-            let newest = index.newest.entry(stored.name.clone()).or_insert(stored.version);
-            *newest = (*newest).max(stored.version);
-            if stored.retired_at.is_some_and(|at| at <= now) {
-                continue;
-            }
-            let entry = newest_live
-                .entry(stored.name.clone())
-                .or_insert((stored.version, stored.content_id.clone()));
-            if stored.version > entry.0 {
-                *entry = (stored.version, stored.content_id.clone());
-            }
-        }
-        for (name, (_, id)) in newest_live {
-            if let Some(contract) = state.registry.by_id(&id, now).await? {
-                index.live.insert(name, contract);
-            }
-        }
-        let index = Arc::new(index);
-        if let Ok(mut slot) = self.cached.write() {
-            *slot = Some((Instant::now(), index.clone()));
-        }
-        Ok(index)
     }
 }
 
@@ -209,7 +184,6 @@ fn meta_text<'a>(meta: &'a JsonObject, fields: &[&'static str]) -> Result<Option
 /// Runs one `tools/call` through `dispatch` and answers it as a tool result.
 pub(crate) async fn call(
     state: &Arc<AppState>,
-    contracts: &LiveContracts,
     principal: Principal,
     trace: String,
     request: CallToolRequestParams,
@@ -229,10 +203,7 @@ pub(crate) async fn call(
             );
         }
     };
-    let index = match contracts.get(state).await {
-        Ok(index) => index,
-        Err(e) => return internal(&e, &trace),
-    };
+    let index = state.tool_index();
     let (version, contract) = index.resolve(&name);
     let needs_key = contract.is_some_and(|c| c.effect().requires_idempotency_key());
     let key = match client_key {
