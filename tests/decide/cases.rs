@@ -490,6 +490,34 @@ pub async fn contracts_resolve_exactly(h: &Arc<Harness>) {
     );
 }
 
+/// `Registry::load` (the contract sync's path) reuses what it compiled before and takes each
+/// retirement from the listing it is given.
+pub async fn reloading_reuses_compiled_contracts(h: &Arc<Harness>) {
+    let registry = h.authority.registry();
+    let stored = h.store.list_contracts().await.unwrap();
+    let first = registry.load(&stored, h.env.now()).unwrap();
+    let again = registry.load(&stored, h.env.now()).unwrap();
+    assert_eq!(first.len(), stored.len());
+    for ((a, b), s) in first.iter().zip(&again).zip(&stored) {
+        assert!(Arc::ptr_eq(a, b), "{} compiled again", s.name);
+        assert_eq!(a.id_str(), s.content_id);
+    }
+    let op = operator("acme");
+    let lookup = json!({"tool": "lookup_order", "version": 1, "arguments": {"order_id": "ord_AAAAAAAAAA"}});
+    assert!(matches!(h.decide(&op, &lookup).await.decision, Decision::Allow(_)));
+    let mut retired = stored.clone();
+    for s in &mut retired {
+        if s.name == "lookup_order" {
+            s.retired_at = Some(h.env.now());
+        }
+    }
+    registry.load(&retired, h.env.now()).unwrap();
+    assert_eq!(
+        rejection(&h.decide(&op, &lookup).await),
+        (Stage::Contract, RejectCode::ContractRetired)
+    );
+}
+
 pub async fn hostile_proposals_stop_where_they_fail(h: &Arc<Harness>) {
     let op = operator("acme");
     let cases: Vec<(&[u8], Stage)> = vec![

@@ -55,6 +55,7 @@ on_every_backend! {
     an_approval_is_consumed_once_under_concurrency,
     budgets_hold_under_concurrency,
     contracts_resolve_exactly,
+    reloading_reuses_compiled_contracts,
     hostile_proposals_stop_where_they_fail,
     an_unrequired_approval_id_is_not_echoed,
 }

@@ -1,7 +1,9 @@
 //! The contract registry: compiled contracts resolved by exact version or content id, cached
 //! in process and backed by the store, so contracts registered on another node are found on
 //! first use. Cached entries are re-read after a short time-to-live, so a retirement made on
-//! another node takes effect within that time.
+//! another node takes effect within that time; a server's contract sync, which lists the
+//! stored contracts every second, reloads them when they changed ([`Registry::load`]) or
+//! confirms them fresh ([`Registry::confirm`]), so its requests do not re-read them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
@@ -67,16 +69,10 @@ impl Registry {
         Ok(outcome)
     }
 
-    /// Loads every registered contract into the cache; returns them (for policy schemas).
-    ///
-    /// # Errors
-    /// The store's errors, or [`StoreError::Corrupt`] for a stored contract that no longer lints.
-    pub async fn load_all(&self, now: OffsetDateTime) -> Result<Vec<Arc<Contract>>, StoreError> {
-        self.load(&self.store.list_contracts().await?, now)
-    }
-
-    /// Compiles and caches stored contracts the caller has read from the store (with their
-    /// retirements); returns them (for policy schemas). Nothing is cached if one fails.
+    /// Caches stored contracts the caller has read from the store (with their retirements,
+    /// fresh as of `now`); returns them in the same order (for policy schemas). A contract
+    /// already cached under the same content id is reused, the others are compiled; nothing is
+    /// cached if one fails.
     ///
     /// # Errors
     /// [`StoreError::Corrupt`] for a stored contract that no longer lints.
@@ -87,8 +83,14 @@ impl Registry {
     ) -> Result<Vec<Arc<Contract>>, StoreError> {
         let compiled = stored
             .iter()
-            .map(|s| compile(s).map(|c| (Arc::new(c), s.retired_at)))
-            .collect::<Result<Vec<_>, _>>()?;
+            .map(|s| {
+                let contract = match self.compiled(&s.content_id) {
+                    Some(contract) => contract,
+                    None => Arc::new(compile(s)?),
+                };
+                Ok((contract, s.retired_at))
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
         Ok(compiled
             .into_iter()
             .map(|(contract, retired_at)| {
@@ -218,6 +220,24 @@ impl Registry {
         (!versions.is_empty()).then(|| versions.iter().map(u32::to_string).collect::<Vec<_>>().join(", "))
     }
 
+    /// Marks every cached entry fresh as of `now`: the caller has just read the stored
+    /// contracts and found them as cached (the contract sync).
+    pub fn confirm(&self, now: OffsetDateTime) {
+        if let Ok(mut map) = self.by_version.write() {
+            for entry in map.values_mut().flat_map(BTreeMap::values_mut) {
+                entry.fetched_at = now;
+            }
+        }
+    }
+
+    /// The compiled contract cached under `content_id`, whatever its age.
+    fn compiled(&self, content_id: &str) -> Option<Arc<Contract>> {
+        let (name, version) = self.by_id.read().ok()?.get(content_id).cloned()?;
+        let map = self.by_version.read().ok()?;
+        let entry = map.get(&name)?.get(&version)?;
+        (entry.contract.id_str() == content_id).then(|| entry.contract.clone())
+    }
+
     fn cached(&self, name: &str, version: u32, now: OffsetDateTime) -> Option<Entry> {
         let map = self.by_version.read().ok()?;
         map.get(name)?
@@ -242,7 +262,7 @@ impl Registry {
             map.entry(key.0.clone()).or_default().insert(key.1, entry.clone());
         }
         if let Ok(mut map) = self.by_id.write() {
-            map.insert(contract.id().to_string(), key);
+            map.insert(contract.id_str().to_owned(), key);
         }
         entry
     }

@@ -142,14 +142,12 @@ pub struct ContractChanges {
     pub registered: Vec<String>,
     /// Contracts retired since the last sync.
     pub retired: Vec<String>,
-    /// Contracts no longer stored.
-    pub removed: Vec<String>,
 }
 
 impl ContractChanges {
     /// Nothing changed.
     pub fn is_empty(&self) -> bool {
-        self.registered.is_empty() && self.retired.is_empty() && self.removed.is_empty()
+        self.registered.is_empty() && self.retired.is_empty()
     }
 
     fn between(old: &ContractSet, new: &ContractSet) -> Self {
@@ -166,12 +164,6 @@ impl ContractChanges {
                 Some(_) => {}
             }
         }
-        changes.removed = old
-            .0
-            .iter()
-            .filter(|(id, _)| !new.0.contains_key(*id))
-            .map(|(_, (label, _))| label.clone())
-            .collect();
         changes
     }
 }
@@ -209,6 +201,8 @@ impl AppState {
         let stored = self.store.list_contracts().await?;
         let set = ContractSet::of(&stored);
         if set == *applied {
+            // The registry's entries are as stored: no need to re-read them on use.
+            self.registry.confirm(self.env.now());
             return Ok(ContractChanges::default());
         }
         let now = self.env.now();
@@ -248,7 +242,6 @@ pub fn spawn_contract_sync(state: Arc<AppState>, interval: Duration) -> tokio::t
                         tracing::info!(
                             registered = ?changes.registered,
                             retired = ?changes.retired,
-                            removed = ?changes.removed,
                             "applied contract changes made by another node"
                         );
                     }
