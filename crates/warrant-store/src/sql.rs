@@ -510,6 +510,13 @@ macro_rules! contract_columns {
     };
 }
 
+/// One stored contract by name and version.
+const SELECT_CONTRACT: &str = concat!(
+    "SELECT ",
+    contract_columns!(),
+    " FROM contracts WHERE name = $1 AND version = $2"
+);
+
 fn contract_of(row: &impl RowExt) -> Result<StoredContract, StoreError> {
     Ok(StoredContract {
         name: row.text("name")?,
@@ -704,11 +711,6 @@ impl Store for SqlStore {
     async fn register_contract(&self, c: &StoredContract) -> Result<Registration, StoreError> {
         let sql = "INSERT INTO contracts (name, version, content_id, body, binding, binding_digest, registered_at) \
                    VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING";
-        let select = concat!(
-            "SELECT ",
-            contract_columns!(),
-            " FROM contracts WHERE name = $1 AND version = $2"
-        );
         let body = json_text(&c.body);
         let binding = c.binding.as_ref().map(json_text);
         write_op!(self, [c = c.clone()], |ex| {
@@ -725,7 +727,9 @@ impl Store for SqlStore {
             if ex.execute(sql, &args).await? == 1 {
                 return Ok(Registration::Registered);
             }
-            let existing = ex.fetch_optional(select, &args![&c.name, version]).await?;
+            let existing = ex
+                .fetch_optional(SELECT_CONTRACT, &args![&c.name, version])
+                .await?;
             match existing.map(|r| contract_of(&r)).transpose()? {
                 Some(e) if e.content_id == c.content_id => Ok(Registration::Unchanged),
                 Some(e) => Err(StoreError::Conflict(format!(
@@ -741,13 +745,10 @@ impl Store for SqlStore {
     }
 
     async fn get_contract(&self, name: &str, version: u32) -> Result<Option<StoredContract>, StoreError> {
-        let sql = concat!(
-            "SELECT ",
-            contract_columns!(),
-            " FROM contracts WHERE name = $1 AND version = $2"
-        );
         read_op!(self, [name = name.to_owned()], |ex| {
-            let row = ex.fetch_optional(sql, &args![&name, i64::from(version)]).await?;
+            let row = ex
+                .fetch_optional(SELECT_CONTRACT, &args![&name, i64::from(version)])
+                .await?;
             row.map(|r| contract_of(&r)).transpose()
         })
     }

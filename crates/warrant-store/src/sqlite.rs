@@ -502,18 +502,23 @@ fn write_loop(mut conn: Connection, queue: &Receiver<WriteMsg>) {
 }
 
 fn run_in_savepoint(conn: &mut Connection, job: &mut dyn WriteJob) -> Result<(), StoreError> {
-    conn.execute_batch("SAVEPOINT op").map_err(from_rusqlite)?;
+    // Prepared once per connection (the statement cache), not parsed for every write.
+    let step = |conn: &Connection, sql: &str| -> Result<(), StoreError> {
+        conn.prepare_cached(sql)
+            .and_then(|mut stmt| stmt.execute([]))
+            .map(drop)
+            .map_err(from_rusqlite)
+    };
+    step(conn, "SAVEPOINT op")?;
     let mut ex = SqliteExec {
         conn,
         rollback: false,
     };
     let keep = job.run(&mut ex);
-    let end = if keep {
-        "RELEASE op"
-    } else {
-        "ROLLBACK TO op; RELEASE op"
-    };
-    conn.execute_batch(end).map_err(from_rusqlite)
+    if !keep {
+        step(conn, "ROLLBACK TO op")?;
+    }
+    step(conn, "RELEASE op")
 }
 
 /// A reader thread: takes the next read from the shared queue until told to stop.
