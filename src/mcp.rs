@@ -15,7 +15,7 @@ use warrant_server::Gateway;
 use warrant_store::SqlStore;
 
 use crate::Exit;
-use crate::serve::{ConfigArgs, init_logging, load};
+use crate::serve::{ConfigArgs, DEFAULT_LISTEN, init_logging, load};
 
 /// Flags of `warrant mcp` (each also read from its `WARRANT_*` variable).
 #[derive(Debug, Args)]
@@ -25,9 +25,6 @@ pub struct McpArgs {
     key: String,
     #[command(flatten)]
     common: ConfigArgs,
-    /// The URL reviewers reach the console at (for approval links).
-    #[arg(long, env = "WARRANT_PUBLIC_URL", value_name = "URL")]
-    public_url: Option<String>,
 }
 
 /// Runs `warrant mcp` until the client closes stdin.
@@ -35,14 +32,12 @@ pub fn run(args: &McpArgs) -> Result<Exit> {
     init_logging(false, "warn");
     let loaded = load(&args.common)?;
     let database = loaded.database.clone();
-    let public_url = args
+    // Approval links name the server reviewers use: the configured public URL, else where a
+    // `warrant serve` with this configuration listens.
+    let public_url = loaded
         .public_url
         .clone()
-        .or_else(|| loaded.public_url.clone())
-        .map_or_else(
-            || "http://127.0.0.1:8080".into(),
-            |u| u.trim_end_matches('/').to_owned(),
-        );
+        .unwrap_or_else(|| format!("http://{}", loaded.listen.as_deref().unwrap_or(DEFAULT_LISTEN)));
     let key = args.key.trim().to_owned();
 
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;

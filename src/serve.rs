@@ -46,7 +46,14 @@ pub struct ConfigArgs {
     /// Cedar policy files. Default: `./policies`, else `./examples/policies`.
     #[arg(long, env = "WARRANT_POLICY", value_name = "DIR")]
     policy: Option<PathBuf>,
+    /// The URL clients and reviewers reach this server at (printed, and used in approval
+    /// links). Default: `server.public_url`, else the listen address.
+    #[arg(long, env = "WARRANT_PUBLIC_URL", value_name = "URL")]
+    public_url: Option<String>,
 }
+
+/// Where a server listens when neither `--listen` nor `server.listen` says.
+pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
 /// Flags of `warrant serve` (each also read from its `WARRANT_*` variable).
 #[derive(Debug, Args)]
@@ -246,23 +253,22 @@ async fn shutdown_signal() {
 /// defaults (in that order) and validated: what `warrant serve` and `warrant mcp` both start
 /// from.
 pub(crate) struct Loaded {
-    /// The config file as read (or its defaults).
-    file: FileConfig,
+    /// `server.listen`, if set.
+    pub(crate) listen: Option<String>,
     /// The store.
     pub(crate) database: DatabaseUrl,
     /// How to open it.
     pub(crate) store_options: StoreOptions,
     /// The contracts registered at start.
     pub(crate) contracts_dir: Option<PathBuf>,
-    /// `WARRANT_PUBLIC_URL`, else the file's `server.public_url`.
+    /// `--public-url` / `WARRANT_PUBLIC_URL`, else the file's `server.public_url`, without a
+    /// trailing `/`.
     pub(crate) public_url: Option<String>,
     /// The tenant of the first keys of an empty store.
     pub(crate) first_tenant: String,
     policies: Vec<PolicySource>,
     guards: Guards,
-    secrets: Secrets,
-    smtp: Option<SmtpRelay>,
-    net: NetPolicy,
+    adapters: AdapterConfig,
     limits: HttpLimits,
     runtime: RuntimeSettings,
     settings: Settings,
@@ -271,11 +277,6 @@ pub(crate) struct Loaded {
 }
 
 impl Loaded {
-    /// The configured listen address (`server.listen`), if any.
-    fn listen(&self) -> Option<String> {
-        self.file.server.listen.clone()
-    }
-
     /// The gateway over `store`, reached by clients at `public_url`.
     pub(crate) fn gateway(self, store: Arc<dyn Store>, public_url: String) -> GatewayConfig {
         GatewayConfig {
@@ -285,12 +286,7 @@ impl Loaded {
             guards: self.guards,
             budgets: Default::default(),
             redaction: self.redaction,
-            adapters: AdapterConfig {
-                client: SafeClient::new(self.net),
-                secrets: self.secrets,
-                smtp: self.smtp,
-                command_roots: self.file.adapters.command_roots,
-            },
+            adapters: self.adapters,
             runtime: self.runtime,
             settings: self.settings,
             limits: self.limits,
@@ -414,12 +410,20 @@ pub(crate) fn load(args: &ConfigArgs) -> Result<Loaded> {
         postgres_schema: args.database_schema.clone().or(cfg.store.schema.clone()),
         ..StoreOptions::default()
     };
-    let public_url = std::env::var("WARRANT_PUBLIC_URL")
-        .ok()
-        .or_else(|| cfg.server.public_url.clone());
+    let public_url = args
+        .public_url
+        .clone()
+        .or_else(|| cfg.server.public_url.clone())
+        .map(|u| u.trim_end_matches('/').to_owned());
     let first_tenant = cfg.server.first_tenant.clone().unwrap_or_else(|| "demo".into());
+    let adapters = AdapterConfig {
+        client: SafeClient::new(net),
+        secrets,
+        smtp,
+        command_roots: cfg.adapters.command_roots,
+    };
     Ok(Loaded {
-        file: cfg,
+        listen: cfg.server.listen,
         database,
         store_options,
         contracts_dir,
@@ -427,9 +431,7 @@ pub(crate) fn load(args: &ConfigArgs) -> Result<Loaded> {
         first_tenant,
         policies,
         guards,
-        secrets,
-        smtp,
-        net,
+        adapters,
         limits,
         runtime,
         settings,
@@ -445,8 +447,8 @@ pub fn run(args: &ServeArgs) -> Result<Exit> {
     let listen = args
         .listen
         .clone()
-        .or_else(|| loaded.listen())
-        .unwrap_or_else(|| "127.0.0.1:8080".into());
+        .or_else(|| loaded.listen.clone())
+        .unwrap_or_else(|| DEFAULT_LISTEN.into());
     let database = loaded.database.clone();
     let contracts_dir = loaded.contracts_dir.clone();
     let first_tenant = loaded.first_tenant.clone();
@@ -457,7 +459,7 @@ pub fn run(args: &ServeArgs) -> Result<Exit> {
             .await
             .with_context(|| format!("cannot listen on {listen}"))?;
         let public_url = match &loaded.public_url {
-            Some(url) => url.trim_end_matches('/').to_owned(),
+            Some(url) => url.clone(),
             None => format!("http://{}", listener.local_addr()?),
         };
         let sql = Arc::new(
@@ -499,7 +501,13 @@ mod tests {
         let cfg: FileConfig = toml::from_str(include_str!("../warrant.example.toml")).unwrap();
         assert_eq!(cfg.server.listen.as_deref(), Some("127.0.0.1:8080"));
         assert_eq!(cfg.limits.approval_ttl.as_deref(), Some("15m"));
-        assert_eq!(cfg.contracts.sync_interval.as_deref(), Some("1s"));
+        // The file says its values are the defaults: they must be the code's.
+        let sync = duration(
+            "contracts.sync_interval",
+            cfg.contracts.sync_interval.as_ref(),
+            Duration::ZERO,
+        );
+        assert_eq!(sync.unwrap(), warrant_server::CONTRACT_SYNC_EVERY);
         let err = toml::from_str::<FileConfig>("[server]\nlisten = \"x\"\nport = 1\n").unwrap_err();
         assert!(err.to_string().contains("port"), "{err}");
         let err = toml::from_str::<FileConfig>("[limits]\nconcurrency = \"many\"\n").unwrap_err();

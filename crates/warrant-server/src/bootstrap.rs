@@ -252,13 +252,7 @@ impl Gateway {
             config.settings,
         ));
         let adapters = Arc::new(Adapters::new(config.adapters));
-        for c in &contracts {
-            if c.adapter().is_some()
-                && let Err(e) = adapters.validate(c)
-            {
-                tracing::warn!(contract = c.id_str(), error = %e, "adapter binding unusable; its calls will fail");
-            }
-        }
+        crate::state::warn_unusable_bindings(&adapters, &contracts);
         let runtime = Runtime::new(
             store.clone(),
             registry.clone(),

@@ -208,6 +208,12 @@ impl AppState {
         let now = self.env.now();
         let contracts = self.registry.load(&stored, now)?;
         self.set_tool_index(Index::of(&stored, &contracts, now));
+        let added: Vec<Arc<Contract>> = contracts
+            .iter()
+            .filter(|c| !applied.0.contains_key(c.id_str()))
+            .cloned()
+            .collect();
+        warn_unusable_bindings(&self.adapters, &added);
         if !set.same_contracts(&applied)
             && let Err(e) = self.policy.reload(&contracts)
         {
@@ -219,6 +225,18 @@ impl AppState {
         let changes = ContractChanges::between(&applied, &set);
         *applied = set;
         Ok(changes)
+    }
+}
+
+/// Logs each contract whose adapter binding the adapters cannot use (its calls will fail):
+/// at start, and for every contract the node applies later.
+pub(crate) fn warn_unusable_bindings(adapters: &Adapters, contracts: &[Arc<Contract>]) {
+    for c in contracts {
+        if c.adapter().is_some()
+            && let Err(e) = adapters.validate(c)
+        {
+            tracing::warn!(contract = c.id_str(), error = %e, "adapter binding unusable; its calls will fail");
+        }
     }
 }
 
