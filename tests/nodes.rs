@@ -81,19 +81,12 @@ async fn two_serve_processes_on_one_postgres_behave_as_one() {
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let upstream = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("contracts")).unwrap();
-    std::fs::create_dir_all(dir.path().join("policies")).unwrap();
-    std::fs::write(
-        dir.path().join("contracts/credit.yaml"),
-        format!("{CONTRACT}adapter: {{ kind: http, url: \"http://{upstream}/credit\" }}\n"),
-    )
-    .unwrap();
-    std::fs::write(dir.path().join("policies/p.cedar"), POLICY).unwrap();
+    let upstream = serve_upstream(app).await;
+    let dir = layout(
+        "credit.yaml",
+        &format!("{CONTRACT}adapter: {{ kind: http, url: \"http://{upstream}/credit\" }}\n"),
+        POLICY,
+    );
 
     let a = start(dir.path(), &db);
     let b = start(dir.path(), &db);
@@ -104,24 +97,10 @@ async fn two_serve_processes_on_one_postgres_behave_as_one() {
     );
 
     let http = common::http_client();
-    let propose = |node: &common::serve::Served, approval: Option<String>| {
-        let mut req = http
-            .post(format!("{}/v1/proposals", node.url))
-            .bearer_auth(&agent)
-            .header("content-type", "application/json")
-            .body(
-                json!({"tool": "credit", "version": 1, "idempotency_key": "race-1",
-                       "arguments": {"customer_id": "cus_1", "amount_cents": 700}})
-                .to_string(),
-            );
-        if let Some(id) = approval {
-            req = req.header("warrant-approval", id);
-        }
-        async move {
-            let r = req.send().await.unwrap();
-            let status = r.status().as_u16();
-            (status, r.json::<Value>().await.unwrap())
-        }
+    let credit = json!({"tool": "credit", "version": 1, "idempotency_key": "race-1",
+                        "arguments": {"customer_id": "cus_1", "amount_cents": 700}});
+    let propose = |node: &common::serve::Served, approval: Option<&str>| {
+        propose(&http, node, &agent, &credit, approval)
     };
     // Held on node A, approved on node B.
     let (status, held) = propose(&a, None).await;
@@ -139,7 +118,7 @@ async fn two_serve_processes_on_one_postgres_behave_as_one() {
     let mut tasks = Vec::new();
     for i in 0..12 {
         let node = if i % 2 == 0 { &a } else { &b };
-        tasks.push(tokio::spawn(propose(node, Some(approval.clone()))));
+        tasks.push(tokio::spawn(propose(node, Some(&approval))));
     }
     let mut answers = Vec::new();
     for t in tasks {
@@ -155,7 +134,7 @@ async fn two_serve_processes_on_one_postgres_behave_as_one() {
 
     // Both nodes replay the one result.
     for node in [&a, &b] {
-        let (status, body) = propose(node, Some(approval.clone())).await;
+        let (status, body) = propose(node, Some(&approval)).await;
         assert_eq!(
             (status, body["outcome"].as_str()),
             (200, Some("replayed")),
@@ -198,6 +177,48 @@ fn lookup(name: &str, version: u32, upstream: std::net::SocketAddr) -> String {
         .replace("UPSTREAM", &format!("http://{upstream}/lookup"))
 }
 
+/// Serves `app` on a free loopback port; answers its address.
+async fn serve_upstream(app: axum::Router) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    upstream
+}
+
+/// A directory with one contract file (`contracts/<file>`) and one policy file.
+fn layout(file: &str, contract: &str, policy: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("contracts")).unwrap();
+    std::fs::create_dir_all(dir.path().join("policies")).unwrap();
+    std::fs::write(dir.path().join("contracts").join(file), contract).unwrap();
+    std::fs::write(dir.path().join("policies/p.cedar"), policy).unwrap();
+    dir
+}
+
+/// `POST /v1/proposals` of `call` to `node` as `key` (with an approval id, if any); the
+/// request is built now, so the answer can be awaited in another task.
+fn propose(
+    http: &reqwest::Client,
+    node: &common::serve::Served,
+    key: &str,
+    call: &Value,
+    approval: Option<&str>,
+) -> impl Future<Output = (u16, Value)> + use<> {
+    let mut req = http
+        .post(format!("{}/v1/proposals", node.url))
+        .bearer_auth(key)
+        .header("content-type", "application/json")
+        .body(call.to_string());
+    if let Some(id) = approval {
+        req = req.header("warrant-approval", id);
+    }
+    async move {
+        let r = req.send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json::<Value>().await.unwrap())
+    }
+}
+
 /// Asks `node` until `accept` holds for its answer to a call of `tool@version`, for at most
 /// `limit`; returns the last answer and how long it took.
 async fn until(
@@ -209,19 +230,9 @@ async fn until(
     accept: impl Fn(u16, &Value) -> bool,
 ) -> (u16, Value, Duration) {
     let start = Instant::now();
+    let call = json!({"tool": tool, "version": version, "arguments": {"customer_id": "cus_1"}});
     loop {
-        let r = http
-            .post(format!("{}/v1/proposals", node.url))
-            .bearer_auth(key)
-            .header("content-type", "application/json")
-            .body(
-                json!({"tool": tool, "version": version, "arguments": {"customer_id": "cus_1"}}).to_string(),
-            )
-            .send()
-            .await
-            .unwrap();
-        let status = r.status().as_u16();
-        let body: Value = r.json().await.unwrap();
+        let (status, body) = propose(http, node, key, &call, None).await;
         if accept(status, &body) || start.elapsed() > limit {
             return (status, body, start.elapsed());
         }
@@ -238,24 +249,13 @@ async fn contracts_registered_or_retired_on_one_node_reach_the_other() {
         "/lookup",
         axum::routing::post(|| async { axum::Json(json!({"name": "Ada"})) }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let upstream = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("contracts")).unwrap();
-    std::fs::create_dir_all(dir.path().join("policies")).unwrap();
-    std::fs::write(
-        dir.path().join("contracts/lookup.yaml"),
-        lookup("lookup", 1, upstream),
-    )
-    .unwrap();
+    let upstream = serve_upstream(app).await;
     // Every tool, so the policies validate against contracts registered later.
-    std::fs::write(
-        dir.path().join("policies/p.cedar"),
+    let dir = layout(
+        "lookup.yaml",
+        &lookup("lookup", 1, upstream),
         r#"permit (principal in Warrant::Role::"agent", action in Warrant::Action::"invoke", resource);"#,
-    )
-    .unwrap();
+    );
     let a = start(dir.path(), &db);
     let b = start(dir.path(), &db);
     let (agent, admin) = (a.keys["agent"].clone(), a.keys["admin"].clone());

@@ -504,7 +504,10 @@ pub async fn reloading_reuses_compiled_contracts(h: &Arc<Harness>) {
     }
     let op = operator("acme");
     let lookup = json!({"tool": "lookup_order", "version": 1, "arguments": {"order_id": "ord_AAAAAAAAAA"}});
-    assert!(matches!(h.decide(&op, &lookup).await.decision, Decision::Allow(_)));
+    assert!(matches!(
+        h.decide(&op, &lookup).await.decision,
+        Decision::Allow(_)
+    ));
     let mut retired = stored.clone();
     for s in &mut retired {
         if s.name == "lookup_order" {
