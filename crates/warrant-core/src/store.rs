@@ -216,8 +216,7 @@ pub trait Store: Send + Sync + 'static {
 /// The ledger row `begin_attempt` records for `entry` given what it found: the entry itself
 /// when the attempt starts, a `replayed` row for a replay, a rejection otherwise. Shared by
 /// every store implementation so they record exactly the same rows.
-pub fn attempt_row(entry: &LedgerEntry, start: &AttemptStart) -> LedgerEntry {
-    let mut row = entry.clone();
+pub fn attempt_row(mut row: LedgerEntry, start: &AttemptStart) -> LedgerEntry {
     let reject = |row: &mut LedgerEntry, code: RejectCode, detail: &str| {
         row.decision = LedgerDecision::Reject;
         row.stage = Some(code.stage().as_str().to_owned());

@@ -303,7 +303,7 @@ impl Store for MemoryStore {
                     }
                 },
             };
-            let row = attempt_row(entry, &start);
+            let row = attempt_row(entry.clone(), &start);
             s.ledger.insert(row.id.clone(), trunc_entry(row));
             Ok(start)
         })

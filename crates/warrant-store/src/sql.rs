@@ -530,37 +530,21 @@ fn contract_of(row: &impl RowExt) -> Result<StoredContract, StoreError> {
     })
 }
 
-/// Values bound for one ledger row, in `INSERT_LEDGER` order.
-struct LedgerValues {
-    attempts: i64,
-    latency_ms: Option<i64>,
-    cost: i64,
-    created_at: i64,
-    updated_at: i64,
-    arguments: Option<String>,
-}
-
-impl LedgerValues {
-    fn of(entry: &LedgerEntry) -> Result<Self, StoreError> {
-        Ok(LedgerValues {
-            attempts: i64::from(entry.attempts),
-            latency_ms: entry.latency_ms.map(int).transpose()?,
-            cost: int(entry.cost)?,
-            created_at: ms(entry.created_at),
-            updated_at: ms(entry.updated_at),
-            arguments: entry.arguments.as_ref().map(json_text),
-        })
-    }
-}
-
 const INSERT_LEDGER: &str = "INSERT INTO ledger (id, tenant, principal, trace_id, run_id, step_id, tool, contract_id, \
      binding_digest, payload_digest, decision, stage, error_code, detail, approval_id, idempotency_key, attempts, \
      outcome, created_at, updated_at, latency_ms, cost, arguments) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)";
 
-/// The parameters of `INSERT_LEDGER` for one entry.
-fn ledger_args<'a>(e: &'a LedgerEntry, v: &'a LedgerValues) -> [Arg<'a>; 23] {
-    args![
+/// The canonical JSON text of an entry's arguments, as stored (made before an operation is
+/// queued, so the SQLite writer thread does not serialise).
+fn arguments_text(e: &LedgerEntry) -> Option<String> {
+    e.arguments.as_ref().map(json_text)
+}
+
+/// The parameters of `INSERT_LEDGER` for one entry, whose arguments are `arguments`
+/// (from [`arguments_text`]).
+fn ledger_args<'a>(e: &'a LedgerEntry, arguments: &'a Option<String>) -> Result<[Arg<'a>; 23], StoreError> {
+    Ok(args![
         &e.id,
         &e.tenant,
         &e.principal,
@@ -577,14 +561,14 @@ fn ledger_args<'a>(e: &'a LedgerEntry, v: &'a LedgerValues) -> [Arg<'a>; 23] {
         &e.detail,
         &e.approval_id,
         &e.idempotency_key,
-        v.attempts,
+        i64::from(e.attempts),
         e.outcome.map(Outcome::as_str),
-        v.created_at,
-        v.updated_at,
-        v.latency_ms,
-        v.cost,
-        &v.arguments,
-    ]
+        ms(e.created_at),
+        ms(e.updated_at),
+        e.latency_ms.map(int).transpose()?,
+        int(e.cost)?,
+        arguments,
+    ])
 }
 
 const SELECT_IDEMPOTENCY: &str = concat!(
@@ -785,9 +769,10 @@ impl Store for SqlStore {
     }
 
     async fn insert_ledger(&self, entry: &LedgerEntry) -> Result<(), StoreError> {
-        let values = LedgerValues::of(entry)?;
+        let arguments = arguments_text(entry);
         write_op!(self, [entry = entry.clone()], |ex| {
-            ex.execute(INSERT_LEDGER, &ledger_args(&entry, &values)).await?;
+            ex.execute(INSERT_LEDGER, &ledger_args(&entry, &arguments)?)
+                .await?;
             Ok(())
         })
     }
@@ -899,6 +884,7 @@ impl Store for SqlStore {
                          error_code = NULL, ledger_id = $6, created_at = $7, updated_at = $7, expires_at = $8 \
                          WHERE tenant = $1 AND principal = $2 AND contract_id = $3 AND key = $4 AND expires_at <= $7";
         let now = ms(entry.created_at);
+        let arguments = arguments_text(entry);
         write_op!(self, [entry = entry.clone(), scope = scope.cloned()], |ex| {
             let start = match &scope {
                 None => AttemptStart::Started,
@@ -933,9 +919,8 @@ impl Store for SqlStore {
                     }
                 }
             };
-            let row = attempt_row(&entry, &start);
-            let values = LedgerValues::of(&row)?;
-            ex.execute(INSERT_LEDGER, &ledger_args(&row, &values)).await?;
+            let row = attempt_row(entry, &start);
+            ex.execute(INSERT_LEDGER, &ledger_args(&row, &arguments)?).await?;
             Ok(start)
         })
     }
@@ -967,9 +952,10 @@ impl Store for SqlStore {
         now: OffsetDateTime,
     ) -> Result<(), StoreError> {
         let finishing = Finishing::of(finish, now, false)?;
-        let values = LedgerValues::of(entry)?;
+        let arguments = arguments_text(entry);
         write_op!(self, [entry = entry.clone()], |ex| {
-            ex.execute(INSERT_LEDGER, &ledger_args(&entry, &values)).await?;
+            ex.execute(INSERT_LEDGER, &ledger_args(&entry, &arguments)?)
+                .await?;
             finish_in(ex, &entry.tenant, &entry.id, None, &finishing).await
         })
     }
