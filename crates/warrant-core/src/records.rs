@@ -575,6 +575,16 @@ pub struct StoredContract {
     pub retired_at: Option<OffsetDateTime>,
 }
 
+/// Whether a registered contract is retired, without its document: what a node compares to
+/// notice contracts registered or retired elsewhere.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContractState {
+    /// Content id.
+    pub content_id: String,
+    /// Retired, if it was.
+    pub retired_at: Option<OffsetDateTime>,
+}
+
 /// The result of registering a contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Registration {

@@ -56,6 +56,9 @@ pub trait Store: Send + Sync + 'static {
     async fn get_contract_by_id(&self, content_id: &str) -> Result<Option<StoredContract>, StoreError>;
     /// Every registered contract, by name then version.
     async fn list_contracts(&self) -> Result<Vec<StoredContract>, StoreError>;
+    /// The content id and retirement of every registered contract (no documents): cheap
+    /// enough to poll.
+    async fn list_contract_states(&self) -> Result<Vec<ContractState>, StoreError>;
     /// Retires a contract; `false` if it does not exist. Retiring twice keeps the first time.
     async fn retire_contract(&self, content_id: &str, at: OffsetDateTime) -> Result<bool, StoreError>;
 

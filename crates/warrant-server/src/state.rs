@@ -12,7 +12,7 @@ use warrant_core::Contract;
 use warrant_core::env::Env;
 use warrant_core::pipeline::Authority;
 use warrant_core::policy::{PolicyEngine, PolicyRequest, PolicyVerdict};
-use warrant_core::records::StoredContract;
+use warrant_core::records::{ContractState, StoredContract};
 use warrant_core::registry::Registry;
 use warrant_core::store::{Store, StoreError};
 use warrant_policy::{CedarEngine, PolicyLoadError, PolicySource};
@@ -109,10 +109,10 @@ pub struct AppState {
     pub(crate) tools: Arc<RwLock<Arc<Index>>>,
 }
 
-/// What the registry and the policy engine were built from: each stored contract (by content
-/// id) with its name@version and whether it is retired.
+/// What the registry and the policy engine were built from: each stored contract's content
+/// id and whether it is retired.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct ContractSet(BTreeMap<String, (String, bool)>);
+pub(crate) struct ContractSet(BTreeMap<String, bool>);
 
 impl ContractSet {
     /// The set `stored` (as read from the store) describes.
@@ -120,10 +120,17 @@ impl ContractSet {
         ContractSet(
             stored
                 .iter()
-                .map(|c| {
-                    let label = format!("{}@{}", c.name, c.version);
-                    (c.content_id.clone(), (label, c.retired_at.is_some()))
-                })
+                .map(|c| (c.content_id.clone(), c.retired_at.is_some()))
+                .collect(),
+        )
+    }
+
+    /// The set the states of the stored contracts describe.
+    fn of_states(states: &[ContractState]) -> Self {
+        ContractSet(
+            states
+                .iter()
+                .map(|c| (c.content_id.clone(), c.retired_at.is_some()))
                 .collect(),
         )
     }
@@ -150,17 +157,20 @@ impl ContractChanges {
         self.registered.is_empty() && self.retired.is_empty()
     }
 
-    fn between(old: &ContractSet, new: &ContractSet) -> Self {
+    /// What `stored` (the contracts now) adds to or retires in `old`, as `name@version`.
+    fn between(old: &ContractSet, stored: &[StoredContract]) -> Self {
         let mut changes = ContractChanges::default();
-        for (id, (label, retired)) in &new.0 {
-            match old.0.get(id) {
+        for c in stored {
+            let label = || format!("{}@{}", c.name, c.version);
+            let retired = c.retired_at.is_some();
+            match old.0.get(&c.content_id) {
                 None => {
-                    changes.registered.push(label.clone());
-                    if *retired {
-                        changes.retired.push(label.clone());
+                    changes.registered.push(label());
+                    if retired {
+                        changes.retired.push(label());
                     }
                 }
-                Some((_, was_retired)) if *retired && !was_retired => changes.retired.push(label.clone()),
+                Some(was_retired) if retired && !was_retired => changes.retired.push(label()),
                 Some(_) => {}
             }
         }
@@ -187,10 +197,10 @@ impl AppState {
 
     /// Brings the registry and the policy engine up to the contracts stored now: the one path
     /// by which a registration or retirement takes effect, whether it was made through this
-    /// gateway's routes or by another node on the same database. Reads the contracts once and
-    /// does nothing more when they are as last applied; otherwise caches them all (with their
-    /// retirements) in the registry and, when the set of contracts changed, rebuilds the policy
-    /// engine. Policies that do not validate against the new set keep the old engine (logged):
+    /// gateway's routes or by another node on the same database. Reads the contracts' ids and
+    /// retirements and does nothing more when they are as last applied; otherwise reads the
+    /// contracts, caches them all (with their retirements) in the registry and, when the set
+    /// of contracts changed, rebuilds the policy engine. Policies that do not validate against the new set keep the old engine (logged):
     /// calls to the new contracts are then denied by policy until the policies are fixed.
     ///
     /// # Errors
@@ -198,13 +208,14 @@ impl AppState {
     /// (nothing is applied then).
     pub async fn sync_contracts(&self) -> Result<ContractChanges, StoreError> {
         let mut applied = self.applied.lock().await;
-        let stored = self.store.list_contracts().await?;
-        let set = ContractSet::of(&stored);
-        if set == *applied {
+        if ContractSet::of_states(&self.store.list_contract_states().await?) == *applied {
             // The registry's entries are as stored: no need to re-read them on use.
             self.registry.confirm(self.env.now());
             return Ok(ContractChanges::default());
         }
+        // Something changed: the contracts themselves (which may have changed again since).
+        let stored = self.store.list_contracts().await?;
+        let set = ContractSet::of(&stored);
         let now = self.env.now();
         let contracts = self.registry.load(&stored, now)?;
         self.set_tool_index(Index::of(&stored, &contracts, now));
@@ -222,7 +233,7 @@ impl AppState {
                 "the policies do not validate against the new contract set; kept the previous policy engine"
             );
         }
-        let changes = ContractChanges::between(&applied, &set);
+        let changes = ContractChanges::between(&applied, &stored);
         *applied = set;
         Ok(changes)
     }
@@ -241,8 +252,8 @@ pub(crate) fn warn_unusable_bindings(adapters: &Adapters, contracts: &[Arc<Contr
 }
 
 /// Starts the task that applies contracts registered or retired by other nodes on the same
-/// store: every `interval` it runs [`AppState::sync_contracts`] (one contract listing when
-/// nothing changed) and logs what it applied. A failure is logged once and retried on the
+/// store: every `interval` it runs [`AppState::sync_contracts`] (one listing of the contracts'
+/// ids and retirements when nothing changed) and logs what it applied. A failure is logged once and retried on the
 /// next tick.
 pub fn spawn_contract_sync(state: Arc<AppState>, interval: Duration) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {

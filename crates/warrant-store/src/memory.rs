@@ -196,6 +196,18 @@ impl Store for MemoryStore {
         self.with(|s| Ok(s.contracts.values().cloned().collect()))
     }
 
+    async fn list_contract_states(&self) -> Result<Vec<ContractState>, StoreError> {
+        self.with(|s| {
+            Ok(s.contracts
+                .values()
+                .map(|c| ContractState {
+                    content_id: c.content_id.clone(),
+                    retired_at: c.retired_at,
+                })
+                .collect())
+        })
+    }
+
     async fn retire_contract(&self, content_id: &str, at: OffsetDateTime) -> Result<bool, StoreError> {
         self.with(
             |s| match s.contracts.values_mut().find(|c| c.content_id == content_id) {

@@ -761,6 +761,22 @@ impl Store for SqlStore {
         })
     }
 
+    async fn list_contract_states(&self) -> Result<Vec<ContractState>, StoreError> {
+        read_op!(self, [], |ex| {
+            let rows = ex
+                .fetch_all("SELECT content_id, retired_at FROM contracts", &[])
+                .await?;
+            rows.iter()
+                .map(|row| {
+                    Ok(ContractState {
+                        content_id: row.text("content_id")?,
+                        retired_at: opt_from_ms(row.opt_int("retired_at")?)?,
+                    })
+                })
+                .collect()
+        })
+    }
+
     async fn retire_contract(&self, content_id: &str, at: OffsetDateTime) -> Result<bool, StoreError> {
         let sql = "UPDATE contracts SET retired_at = COALESCE(retired_at, $1) WHERE content_id = $2";
         write_op!(self, [content_id = content_id.to_owned()], |ex| {

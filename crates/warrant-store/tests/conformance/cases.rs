@@ -124,6 +124,21 @@ pub async fn contracts_are_immutable(b: &Backend) {
             .unwrap()
     );
     let retired = s.get_contract("create_support_credit", 1).await.unwrap().unwrap();
+    let mut states = s.list_contract_states().await.unwrap();
+    states.sort_by(|a, b| a.content_id.cmp(&b.content_id));
+    assert_eq!(
+        states,
+        vec![
+            ContractState {
+                content_id: "tool-contract@sha256:aa".into(),
+                retired_at: Some(T0 + secs(5)),
+            },
+            ContractState {
+                content_id: "tool-contract@sha256:dd".into(),
+                retired_at: None,
+            },
+        ]
+    );
     assert_eq!(
         retired.retired_at,
         Some(T0 + secs(5)),
