@@ -8,9 +8,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::Args;
 use warrant_core::registry::Registry;
-use warrant_runtime::adapters::AdapterConfig;
-use warrant_runtime::net::{NetPolicy, SafeClient};
-use warrant_runtime::{Adapters, Runtime, RuntimeSettings, Secrets};
+use warrant_runtime::{Adapters, Runtime, RuntimeSettings};
 use warrant_store::{SqlStore, Store, StoreOptions, SystemEnv};
 
 use crate::Exit;
@@ -31,9 +29,10 @@ pub struct ReconcileArgs {
     /// A host adapters may reach although it is private or loopback (repeatable).
     #[arg(long = "allow-host", value_name = "HOST")]
     allow_hosts: Vec<String>,
-    /// A JSON file of adapter credentials (names to values); the environment is also read.
-    #[arg(long, value_name = "FILE")]
-    secrets: Option<PathBuf>,
+    /// The config file whose network rules, `[credentials]` and relay the adapters use (as
+    /// `serve` does). Default: `./warrant.toml` if it exists.
+    #[arg(long, env = "WARRANT_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
     /// A directory `command` adapters may run programs from (repeatable).
     #[arg(long = "command-root", value_name = "DIR")]
     command_roots: Vec<PathBuf>,
@@ -48,10 +47,8 @@ pub fn run(args: &ReconcileArgs) -> Result<Exit> {
             args.older_than
         )
     })?;
-    let mut secrets = Secrets::from_env();
-    if let Some(path) = &args.secrets {
-        secrets = secrets.with_file(path).map_err(anyhow::Error::msg)?;
-    }
+    let adapter_config =
+        crate::serve::adapter_config(args.config.as_deref(), &args.allow_hosts, &args.command_roots)?;
     let url = args.store.url()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -63,15 +60,7 @@ pub fn run(args: &ReconcileArgs) -> Result<Exit> {
                 .with_context(|| format!("cannot open {}", url.redacted()))?,
         );
         let registry = Arc::new(Registry::new(store.clone(), time::Duration::seconds(60)));
-        let adapters = Arc::new(Adapters::new(AdapterConfig {
-            client: SafeClient::new(NetPolicy {
-                allow_hosts: args.allow_hosts.clone(),
-                ..NetPolicy::default()
-            }),
-            secrets,
-            smtp: None,
-            command_roots: args.command_roots.clone(),
-        }));
+        let adapters = Arc::new(Adapters::new(adapter_config));
         let rt = Runtime::new(
             store.clone(),
             registry,

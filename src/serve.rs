@@ -18,7 +18,7 @@ use warrant_policy::PolicySource;
 use warrant_runtime::adapters::{AdapterConfig, RelaySecurity, SmtpRelay};
 use warrant_runtime::binding::parse_duration;
 use warrant_runtime::net::{NetPolicy, SafeClient};
-use warrant_runtime::{RuntimeSettings, Secrets};
+use warrant_runtime::{CredentialSpec, RuntimeSettings, Secrets};
 use warrant_server::{Gateway, GatewayConfig, HttpLimits};
 use warrant_store::{DatabaseUrl, SqlStore, StoreOptions};
 
@@ -79,6 +79,9 @@ struct FileConfig {
     network: NetworkSection,
     adapters: AdaptersSection,
     limits: LimitsSection,
+    /// The operator's credential map: `[credentials.NAME] env = "VAR"` (or `secret = "key"` of
+    /// the secrets file), `tools = [...]`, `origins = [...]`.
+    credentials: BTreeMap<String, CredentialSection>,
     /// Allow-lists per tenant: `[guards.acme] email_recipients = ["*@acme.example"]`.
     guards: BTreeMap<String, BTreeMap<String, Vec<String>>>,
 }
@@ -138,6 +141,19 @@ struct SmtpSection {
     port: u16,
     #[serde(default = "starttls")]
     tls: String,
+    /// A credential of `[credentials]` whose value is the relay login, `user:password`.
+    credential: Option<String>,
+}
+
+/// One credential: where its value comes from (exactly one of `env` and `secret`), the tools
+/// it is granted to and the origins it may be sent to.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct CredentialSection {
+    env: Option<String>,
+    secret: Option<String>,
+    tools: Vec<String>,
+    origins: Vec<String>,
 }
 
 fn starttls() -> String {
@@ -161,6 +177,110 @@ fn duration(key: &str, text: Option<&String>, default: Duration) -> Result<Durat
             parse_duration(t).with_context(|| format!("`{key}`: `{t}` is not a duration such as 30s or 15m"))
         }
     }
+}
+
+/// The operator's credential map from `[credentials]` (values from the named environment
+/// variables or the secrets file). Nothing else of the environment is ever a credential.
+fn credentials(cfg: &FileConfig) -> Result<Secrets> {
+    let file = match &cfg.adapters.secrets_file {
+        Some(path) => Secrets::read_file(path).map_err(anyhow::Error::msg)?,
+        None => BTreeMap::new(),
+    };
+    let mut secrets = Secrets::default();
+    for (name, c) in &cfg.credentials {
+        let key = format!("credentials.{name}");
+        let value = match (&c.env, &c.secret) {
+            (Some(var), None) => {
+                std::env::var(var).with_context(|| format!("`{key}`: the environment has no `{var}`"))?
+            }
+            (None, Some(secret)) => file
+                .get(secret)
+                .with_context(|| format!("`{key}`: the secrets file has no `{secret}`"))?
+                .expose()
+                .to_owned(),
+            _ => bail!("`{key}` needs exactly one of `env` and `secret`"),
+        };
+        let spec = CredentialSpec::new(value)
+            .for_tools(&c.tools)
+            .and_then(|s| s.to_origins(&c.origins))
+            .map_err(anyhow::Error::msg)
+            .with_context(|| format!("`{key}`"))?;
+        secrets = secrets.with(name.clone(), spec);
+    }
+    Ok(secrets)
+}
+
+/// The SMTP relay of `[adapters.smtp]`, its login from the credential map.
+fn smtp_relay(cfg: &FileConfig, secrets: &Secrets) -> Result<Option<SmtpRelay>> {
+    let Some(s) = &cfg.adapters.smtp else {
+        return Ok(None);
+    };
+    let relay = SmtpRelay {
+        host: s.host.clone(),
+        port: s.port,
+        security: match s.tls.as_str() {
+            "starttls" => RelaySecurity::StartTls,
+            "tls" => RelaySecurity::Tls,
+            "none" => RelaySecurity::Plain,
+            other => bail!("`adapters.smtp.tls` must be starttls, tls or none, not `{other}`"),
+        },
+        login: match &s.credential {
+            Some(name) => Some(
+                secrets
+                    .value_of(name)
+                    .with_context(|| {
+                        format!("`adapters.smtp.credential`: no credential `{name}` in [credentials]")
+                    })?
+                    .clone(),
+            ),
+            None => None,
+        },
+    };
+    relay
+        .check()
+        .map_err(anyhow::Error::msg)
+        .context("`adapters.smtp`")?;
+    Ok(Some(relay))
+}
+
+/// The adapter configuration of a config file alone (for `warrant reconcile`): its network
+/// rules, credentials, relay and command roots, plus `allow_hosts` and `command_roots` given
+/// on the command line.
+pub(crate) fn adapter_config(
+    path: Option<&Path>,
+    allow_hosts: &[String],
+    command_roots: &[PathBuf],
+) -> Result<AdapterConfig> {
+    let file = match (path, Path::new("warrant.toml").is_file()) {
+        (Some(path), _) => Some(path.to_path_buf()),
+        (None, true) => Some(PathBuf::from("warrant.toml")),
+        (None, false) => None,
+    };
+    let cfg: FileConfig = match &file {
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+            toml::from_str(&text).with_context(|| format!("invalid config {}", path.display()))?
+        }
+        None => FileConfig::default(),
+    };
+    let secrets = credentials(&cfg)?;
+    let smtp = smtp_relay(&cfg, &secrets)?;
+    let mut net = NetPolicy {
+        allow_hosts: cfg.network.allow_hosts.clone(),
+        allow_plain_http: cfg.network.allow_plain_http,
+        ..NetPolicy::default()
+    };
+    net.allow_hosts.extend(allow_hosts_from_env());
+    net.allow_hosts.extend(allow_hosts.iter().cloned());
+    let mut roots = cfg.adapters.command_roots.clone();
+    roots.extend(command_roots.iter().cloned());
+    Ok(AdapterConfig {
+        client: SafeClient::new(net),
+        secrets,
+        smtp,
+        command_roots: roots,
+    })
 }
 
 fn first_existing(candidates: &[&str]) -> Option<PathBuf> {
@@ -345,23 +465,8 @@ pub(crate) fn load(args: &ConfigArgs) -> Result<Loaded> {
             guards.set(tenant, name, list);
         }
     }
-    let mut secrets = Secrets::from_env();
-    if let Some(path) = &cfg.adapters.secrets_file {
-        secrets = secrets.with_file(path).map_err(anyhow::Error::msg)?;
-    }
-    let smtp = match &cfg.adapters.smtp {
-        None => None,
-        Some(s) => Some(SmtpRelay {
-            host: s.host.clone(),
-            port: s.port,
-            security: match s.tls.as_str() {
-                "starttls" => RelaySecurity::StartTls,
-                "tls" => RelaySecurity::Tls,
-                "none" => RelaySecurity::Plain,
-                other => bail!("`adapters.smtp.tls` must be starttls, tls or none, not `{other}`"),
-            },
-        }),
-    };
+    let secrets = credentials(&cfg)?;
+    let smtp = smtp_relay(&cfg, &secrets)?;
     let mut net = NetPolicy {
         allow_hosts: cfg.network.allow_hosts.clone(),
         allow_plain_http: cfg.network.allow_plain_http,
@@ -480,7 +585,10 @@ pub fn run(args: &ServeArgs) -> Result<Exit> {
             None => println!("  contracts  {contracts} registered"),
         }
         if let Some(keys) = &gateway.first_keys {
-            println!("first start: two keys for tenant `{first_tenant}`, shown only now");
+            println!(
+                "first start: the platform operator's key and two keys for tenant `{first_tenant}`, shown only now"
+            );
+            println!("  operator   {}", keys.operator);
             println!("  admin      {}", keys.admin);
             println!("  agent      {}", keys.agent);
         }

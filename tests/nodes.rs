@@ -258,7 +258,8 @@ async fn contracts_registered_or_retired_on_one_node_reach_the_other() {
     );
     let a = start(dir.path(), &db);
     let b = start(dir.path(), &db);
-    let (agent, admin) = (a.keys["agent"].clone(), a.keys["admin"].clone());
+    // Bound platform contracts are the operator's to register and retire.
+    let (agent, admin) = (a.keys["agent"].clone(), a.keys["operator"].clone());
     let http = common::http_client();
     let allowed = |status: u16, body: &Value| status == 200 && body["outcome"] == "committed";
     let retired = |status: u16, body: &Value| status == 404 && body["error"]["code"] == "CONTRACT_RETIRED";

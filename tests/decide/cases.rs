@@ -481,7 +481,11 @@ pub async fn contracts_resolve_exactly(h: &Arc<Harness>) {
     );
     h.authority
         .registry()
-        .retire(&example("lookup_order").id().to_string(), h.env.now())
+        .retire(
+            &warrant_core::contract::Namespace::Platform,
+            &example("lookup_order").id().to_string(),
+            h.env.now(),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -580,4 +584,61 @@ pub async fn an_unrequired_approval_id_is_not_echoed(h: &Arc<Harness>) {
     };
     assert_eq!(allowed.approval_id(), None);
     assert_eq!(allowed.ledger_entry().approval_id, None);
+}
+
+/// The registry holds only what the store holds: a registration with a conflicting binding is
+/// refused and caches nothing, one without a binding keeps the stored one, and a second node
+/// resolves the same binding for the same contract.
+pub async fn the_registry_caches_the_stored_binding(h: &Arc<Harness>) {
+    use warrant_core::contract::Namespace;
+    let registry = h.authority.registry();
+    let doc = |url: Option<&str>| {
+        let mut d = json!({
+            "name": "bound_tool", "version": 1, "description": "d", "owner": "o",
+            "effect": "read", "scopes": ["orders:read"],
+            "input": {"type": "object", "additionalProperties": false, "properties": {}},
+            "output": {"type": "object"},
+        });
+        if let Some(url) = url {
+            d["adapter"] = json!({"kind": "http", "url": url});
+        }
+        warrant_core::Contract::from_document(d).unwrap()
+    };
+    let digest = |c: &warrant_core::Contract| c.adapter().map(|a| a.digest());
+    let first = doc(Some("https://a.example/x"));
+    registry.register(first.clone(), h.env.now()).await.unwrap();
+    let evil = doc(Some("https://evil.example/x"));
+    assert!(matches!(
+        registry.register(evil, h.env.now()).await,
+        Err(warrant_core::store::StoreError::Conflict(_))
+    ));
+    assert_eq!(
+        registry.register(doc(None), h.env.now()).await.unwrap(),
+        warrant_core::records::Registration::Unchanged
+    );
+    let envelope =
+        |bytes: &str| warrant_core::proposal::Envelope::parse(bytes.as_bytes(), Default::default()).unwrap();
+    let call = envelope(r#"{"tool": "bound_tool", "version": 1, "arguments": {}}"#);
+    let here = registry
+        .resolve(&call, "acme", h.env.now())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        digest(&here),
+        digest(&first),
+        "this node keeps the stored binding"
+    );
+    let other_node = warrant_core::registry::Registry::new(h.store.clone(), time::Duration::seconds(30));
+    let there = other_node
+        .resolve(&call, "acme", h.env.now())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        digest(&there),
+        digest(&first),
+        "another node resolves the same binding"
+    );
+    assert_eq!(here.namespace(), &Namespace::Platform);
 }

@@ -166,10 +166,65 @@ impl AdapterBinding {
     }
 }
 
+/// Where a registered contract lives: who may change it and whose calls may use it.
+///
+/// Platform contracts are registered by the platform operator (its contracts directory or an
+/// operator key) and callable by every tenant; a tenant's contracts are registered by that
+/// tenant's admin and visible and callable only in that tenant. A tenant sees its own
+/// contracts first, then the platform's (a tenant cannot take a name the platform uses).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum Namespace {
+    /// Registered by the platform operator; callable in every tenant.
+    #[default]
+    Platform,
+    /// Owned by one tenant: visible and callable only there.
+    Tenant(String),
+}
+
+impl Namespace {
+    /// The tenant that owns the contract, if it is a tenant's.
+    pub fn tenant(&self) -> Option<&str> {
+        match self {
+            Namespace::Platform => None,
+            Namespace::Tenant(t) => Some(t),
+        }
+    }
+
+    /// How the store keeps it: the empty string for the platform, else the tenant id (tenant
+    /// ids are never empty).
+    pub fn as_stored(&self) -> &str {
+        self.tenant().unwrap_or("")
+    }
+
+    /// The inverse of [`Namespace::as_stored`].
+    pub fn from_stored(text: &str) -> Self {
+        if text.is_empty() {
+            Namespace::Platform
+        } else {
+            Namespace::Tenant(text.to_owned())
+        }
+    }
+
+    /// Whether a caller of `tenant` may see and call contracts of this namespace.
+    pub fn visible_to(&self, tenant: &str) -> bool {
+        self.tenant().is_none_or(|t| t == tenant)
+    }
+
+    /// `name` qualified by the namespace: `name` for the platform, `tenant/name` for a tenant
+    /// (tenant ids cannot contain `/` and names are `[a-z][a-z0-9_]*`, so these never collide).
+    pub fn qualify(&self, name: &str) -> String {
+        match self {
+            Namespace::Platform => name.to_owned(),
+            Namespace::Tenant(t) => format!("{t}/{name}"),
+        }
+    }
+}
+
 /// A registered-quality tool contract: every rule of PRODUCT §2 holds.
 #[derive(Debug, Clone)]
 pub struct Contract {
     id: ContractId,
+    namespace: Namespace,
     name: String,
     version: u32,
     description: String,
@@ -190,11 +245,12 @@ pub struct Contract {
     id_text: String,
 }
 
-/// Two contracts are equal when their content ids and adapter bindings are: the id is the
-/// digest of everything else.
+/// Two contracts are equal when their namespaces, content ids and adapter bindings are: the id
+/// is the digest of everything else.
 impl PartialEq for Contract {
     fn eq(&self, other: &Self) -> bool {
         self.id == other.id
+            && self.namespace == other.namespace
             && self.adapter.as_ref().map(|a| a.digest) == other.adapter.as_ref().map(|a| a.digest)
     }
 }
@@ -207,6 +263,27 @@ impl Contract {
     /// The content id as text (`tool-contract@sha256:…`), formatted once.
     pub fn id_str(&self) -> &str {
         &self.id_text
+    }
+    /// Where the contract is registered (the platform, or one tenant).
+    pub fn namespace(&self) -> &Namespace {
+        &self.namespace
+    }
+    /// The same contract in `namespace` (a registration decides where a linted document lives).
+    #[must_use]
+    pub fn in_namespace(mut self, namespace: Namespace) -> Self {
+        self.namespace = namespace;
+        self
+    }
+    /// The same contract without its adapter binding (what a tenant's registration may carry:
+    /// bindings are the platform operator's).
+    #[must_use]
+    pub fn without_adapter(mut self) -> Self {
+        self.adapter = None;
+        self
+    }
+    /// The name qualified by the namespace (`name`, or `tenant/name`): unique across tenants.
+    pub fn qualified_name(&self) -> String {
+        self.namespace.qualify(&self.name)
     }
     /// The tool name.
     pub fn name(&self) -> &str {
@@ -284,6 +361,7 @@ impl Contract {
     /// The record the registry stores.
     pub fn to_stored(&self, registered_at: time::OffsetDateTime) -> StoredContract {
         StoredContract {
+            namespace: self.namespace.clone(),
             name: self.name.clone(),
             version: self.version,
             content_id: self.id.to_string(),
@@ -305,7 +383,7 @@ impl Contract {
         if let (Some(binding), Value::Object(map)) = (&stored.binding, &mut document) {
             map.insert("adapter".to_owned(), binding.clone());
         }
-        let contract = Contract::from_document(document)?;
+        let contract = Contract::from_document(document)?.in_namespace(stored.namespace.clone());
         if contract.id.to_string() != stored.content_id {
             return Err(vec![LintProblem::new(
                 "",
@@ -480,6 +558,7 @@ impl Contract {
                     id_text: id.to_string(),
                     guarded,
                     id,
+                    namespace: Namespace::Platform,
                     name,
                     version,
                     description,

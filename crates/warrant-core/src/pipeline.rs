@@ -303,7 +303,7 @@ impl Authority {
         p.row.idempotency_key = envelope.idempotency_key().map(str::to_owned);
 
         // contract
-        let contract = match self.registry.resolve(&envelope, now).await? {
+        let contract = match self.registry.resolve(&envelope, principal.tenant(), now).await? {
             Ok(c) => c,
             Err(r) => reject!(r),
         };
@@ -660,7 +660,11 @@ impl Authority {
         let Some(request) = self.store.get_approval(tenant, approval_id).await? else {
             return Ok(Err(ReviewRefusal::NotFound));
         };
-        let Some(contract) = self.registry.by_id(&request.request.contract_id, now).await? else {
+        let Some(contract) = self
+            .registry
+            .by_id(tenant, &request.request.contract_id, now)
+            .await?
+        else {
             return Ok(Err(ReviewRefusal::NotFound));
         };
         let empty = serde_json::Map::new();

@@ -557,6 +557,8 @@ pub enum JobCompletion {
 /// A registered contract.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredContract {
+    /// Where it is registered: the platform, or the tenant that owns it.
+    pub namespace: crate::contract::Namespace,
     /// Name.
     pub name: String,
     /// Version.
@@ -579,10 +581,25 @@ pub struct StoredContract {
 /// notice contracts registered or retired elsewhere.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContractState {
+    /// Where it is registered.
+    pub namespace: crate::contract::Namespace,
     /// Content id.
     pub content_id: String,
+    /// The binding's digest (set once, by the operator).
+    pub binding_digest: Option<String>,
     /// Retired, if it was.
     pub retired_at: Option<OffsetDateTime>,
+}
+
+/// A tenant the platform operator created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantRecord {
+    /// The tenant id (the `tenant` of its keys and records).
+    pub id: String,
+    /// Free label.
+    pub label: Option<String>,
+    /// Created.
+    pub created_at: OffsetDateTime,
 }
 
 /// The result of registering a contract.
@@ -592,6 +609,9 @@ pub enum Registration {
     Registered,
     /// The same body was already registered under this name@version: nothing changed.
     Unchanged,
+    /// The same body was registered without a binding, and the operator's registration gave it
+    /// one (a stored binding is never replaced: a different one is a conflict).
+    Bound,
 }
 
 /// What the sweeper removed.

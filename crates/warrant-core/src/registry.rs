@@ -4,17 +4,54 @@
 //! another node takes effect within that time; a server's contract sync, which lists the
 //! stored contracts every second, reloads them when they changed ([`Registry::load`]) or
 //! confirms them fresh ([`Registry::confirm`]), so its requests do not re-read them.
+//!
+//! Contracts live in namespaces ([`Namespace`]): a caller of tenant `t` resolves a name or
+//! content id in `t`'s own namespace first, then the platform's, and never sees another
+//! tenant's. What is cached is always what the store holds: a registration caches the stored
+//! record (with the stored binding), never the caller's copy.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 
 use time::{Duration, OffsetDateTime};
 
-use crate::contract::Contract;
+use crate::contract::{Contract, Namespace};
 use crate::decision::{RejectCode, Rejection};
 use crate::proposal::{Envelope, check_selector};
 use crate::records::{Registration, StoredContract};
 use crate::store::{Store, StoreError};
+
+type Names = HashMap<String, BTreeMap<u32, Entry>>;
+
+/// The cached contracts by namespace: the platform's, and each tenant's.
+#[derive(Default)]
+struct Spaces {
+    platform: Names,
+    tenants: HashMap<String, Names>,
+}
+
+impl Spaces {
+    fn names(&self, tenant: Option<&str>) -> Option<&Names> {
+        match tenant {
+            None => Some(&self.platform),
+            Some(t) => self.tenants.get(t),
+        }
+    }
+
+    fn names_mut(&mut self, namespace: &Namespace) -> &mut Names {
+        match namespace {
+            Namespace::Platform => &mut self.platform,
+            Namespace::Tenant(t) => self.tenants.entry(t.clone()).or_default(),
+        }
+    }
+
+    fn entries_mut(&mut self) -> impl Iterator<Item = &mut Entry> {
+        self.platform
+            .values_mut()
+            .chain(self.tenants.values_mut().flat_map(HashMap::values_mut))
+            .flat_map(BTreeMap::values_mut)
+    }
+}
 
 #[derive(Clone)]
 struct Entry {
@@ -26,10 +63,11 @@ struct Entry {
 /// The registry (see the module documentation).
 pub struct Registry {
     store: Arc<dyn Store>,
-    /// name → version → entry; nested so a lookup borrows the proposal's name (and a
-    /// name has few versions: an ordered map, no hashing).
-    by_version: RwLock<HashMap<String, BTreeMap<u32, Entry>>>,
-    by_id: RwLock<HashMap<String, (String, u32)>>,
+    /// namespace → name → version → entry; nested so a lookup borrows the tenant and the
+    /// proposal's name (and a name has few versions: an ordered map, no hashing).
+    by_version: RwLock<Spaces>,
+    /// (namespace, content id) → name and version.
+    by_id: RwLock<HashMap<(Namespace, String), (String, u32)>>,
     ttl: Duration,
 }
 
@@ -50,8 +88,9 @@ impl Registry {
         }
     }
 
-    /// Registers a linted contract (a no-op for the same body; a conflict for another body
-    /// under the same name@version) and caches it.
+    /// Registers a linted contract in its namespace (a no-op for the same body; a conflict for
+    /// another body or binding under the same name@version) and caches what the store then
+    /// holds — the stored binding, not the caller's.
     ///
     /// # Errors
     /// [`StoreError::Conflict`] and the store's other errors.
@@ -63,9 +102,12 @@ impl Registry {
         let outcome = self.store.register_contract(&contract.to_stored(now)).await?;
         let stored = self
             .store
-            .get_contract(contract.name(), contract.version())
-            .await?;
-        self.insert(Arc::new(contract), stored.and_then(|s| s.retired_at), now);
+            .get_contract(contract.namespace(), contract.name(), contract.version())
+            .await?
+            .ok_or_else(|| {
+                StoreError::Corrupt(format!("{} vanished after its registration", contract.id()))
+            })?;
+        self.insert(Arc::new(compile(&stored)?), stored.retired_at, now);
         Ok(outcome)
     }
 
@@ -84,7 +126,10 @@ impl Registry {
         let compiled = stored
             .iter()
             .map(|s| {
-                let contract = match self.compiled(&s.content_id) {
+                let reusable = self
+                    .compiled(&s.namespace, &s.content_id)
+                    .filter(|c| c.adapter().map(|a| a.digest().text()) == s.binding_digest);
+                let contract = match reusable {
                     Some(contract) => contract,
                     None => Arc::new(compile(s)?),
                 };
@@ -100,22 +145,33 @@ impl Registry {
             .collect())
     }
 
-    /// Retires a contract: new calls are refused from now on.
+    /// Retires a contract of `namespace`: new calls are refused from now on.
     ///
     /// # Errors
     /// The store's errors.
-    pub async fn retire(&self, content_id: &str, now: OffsetDateTime) -> Result<bool, StoreError> {
-        let done = self.store.retire_contract(content_id, now).await?;
-        let key = self.by_id.read().ok().and_then(|m| m.get(content_id).cloned());
-        if let (Some((name, version)), Ok(mut map)) = (key, self.by_version.write()) {
-            if let Some(entry) = map.get_mut(&name).and_then(|v| v.get_mut(&version)) {
+    pub async fn retire(
+        &self,
+        namespace: &Namespace,
+        content_id: &str,
+        now: OffsetDateTime,
+    ) -> Result<bool, StoreError> {
+        let done = self.store.retire_contract(namespace, content_id, now).await?;
+        let key = (namespace.clone(), content_id.to_owned());
+        let found = self.by_id.read().ok().and_then(|m| m.get(&key).cloned());
+        if let (Some((name, version)), Ok(mut map)) = (found, self.by_version.write()) {
+            if let Some(entry) = map
+                .names_mut(namespace)
+                .get_mut(&name)
+                .and_then(|v| v.get_mut(&version))
+            {
                 entry.retired_at.get_or_insert(now);
             }
         }
         Ok(done)
     }
 
-    /// Resolves the contract an envelope names, by exact version or content id.
+    /// Resolves the contract an envelope names for a caller of `tenant`, by exact version or
+    /// content id: the tenant's own namespace first, then the platform's.
     ///
     /// # Errors
     /// `Ok(Err(rejection))` for contract-stage refusals (unknown, mismatched, retired);
@@ -123,16 +179,26 @@ impl Registry {
     pub async fn resolve(
         &self,
         envelope: &Envelope,
+        tenant: &str,
         now: OffsetDateTime,
     ) -> Result<Result<Arc<Contract>, Rejection>, StoreError> {
-        let entry = match (envelope.version(), envelope.contract()) {
-            (Some(version), _) => self.by_version(envelope.tool(), version, now).await?,
-            (None, Some(id)) => self.by_content_id(&id.to_string(), now).await?,
-            (None, None) => None,
-        };
+        let mut entry = None;
+        for space in [Some(tenant), None] {
+            entry = match (envelope.version(), envelope.contract()) {
+                (Some(version), _) => self.by_version(space, envelope.tool(), version, now).await?,
+                (None, Some(id)) => {
+                    self.by_content_id(&namespace_of(space), &id.to_string(), now)
+                        .await?
+                }
+                (None, None) => None,
+            };
+            if entry.is_some() {
+                break;
+            }
+        }
         let Some(entry) = entry else {
             // The tool exists but not as pinned: say which pin is wrong.
-            if let Some(known) = self.known_versions(envelope.tool()) {
+            if let Some(known) = self.known_versions(tenant, envelope.tool()) {
                 let name: String = envelope.tool().chars().take(64).collect();
                 let rejection = match envelope.version() {
                     Some(version) => Rejection::new(
@@ -167,28 +233,42 @@ impl Registry {
         Ok(Ok(entry.contract))
     }
 
-    /// A cached contract by content id, loading it if needed (for reviews of stored approvals).
+    /// The contract with `content_id` a caller of `tenant` can see (its own namespace first,
+    /// then the platform's), loading it if needed (for reviews and reconciliation of stored
+    /// calls).
     ///
     /// # Errors
     /// The store's errors.
     pub async fn by_id(
         &self,
+        tenant: &str,
         content_id: &str,
         now: OffsetDateTime,
     ) -> Result<Option<Arc<Contract>>, StoreError> {
-        Ok(self.by_content_id(content_id, now).await?.map(|e| e.contract))
+        for space in [Some(tenant), None] {
+            if let Some(entry) = self.by_content_id(&namespace_of(space), content_id, now).await? {
+                return Ok(Some(entry.contract));
+            }
+        }
+        Ok(None)
     }
 
+    /// `name@version` in the tenant's namespace (`Some`) or the platform's (`None`).
     async fn by_version(
         &self,
+        space: Option<&str>,
         name: &str,
         version: u32,
         now: OffsetDateTime,
     ) -> Result<Option<Entry>, StoreError> {
-        if let Some(entry) = self.cached(name, version, now) {
+        if let Some(entry) = self.cached(space, name, version, now) {
             return Ok(Some(entry));
         }
-        match self.store.get_contract(name, version).await? {
+        match self
+            .store
+            .get_contract(&namespace_of(space), name, version)
+            .await?
+        {
             Some(stored) => Ok(Some(self.insert(
                 Arc::new(compile(&stored)?),
                 stored.retired_at,
@@ -198,12 +278,20 @@ impl Registry {
         }
     }
 
-    async fn by_content_id(&self, id: &str, now: OffsetDateTime) -> Result<Option<Entry>, StoreError> {
-        let key = self.by_id.read().ok().and_then(|m| m.get(id).cloned());
-        if let Some(entry) = key.and_then(|(name, version)| self.cached(&name, version, now)) {
+    async fn by_content_id(
+        &self,
+        namespace: &Namespace,
+        id: &str,
+        now: OffsetDateTime,
+    ) -> Result<Option<Entry>, StoreError> {
+        let key = (namespace.clone(), id.to_owned());
+        let found = self.by_id.read().ok().and_then(|m| m.get(&key).cloned());
+        if let Some(entry) =
+            found.and_then(|(name, version)| self.cached(namespace.tenant(), &name, version, now))
+        {
             return Ok(Some(entry));
         }
-        match self.store.get_contract_by_id(id).await? {
+        match self.store.get_contract_by_id(namespace, id).await? {
             Some(stored) => Ok(Some(self.insert(
                 Arc::new(compile(&stored)?),
                 stored.retired_at,
@@ -213,10 +301,16 @@ impl Registry {
         }
     }
 
-    /// The versions of `name` this registry has seen, e.g. `1, 2`.
-    fn known_versions(&self, name: &str) -> Option<String> {
+    /// The versions of `name` a caller of `tenant` has been seen to have, e.g. `1, 2`.
+    fn known_versions(&self, tenant: &str, name: &str) -> Option<String> {
         let map = self.by_version.read().ok()?;
-        let versions: Vec<u32> = map.get(name)?.keys().copied().collect();
+        let mut versions: Vec<u32> = [Some(tenant), None]
+            .into_iter()
+            .filter_map(|space| map.names(space)?.get(name))
+            .flat_map(|v| v.keys().copied())
+            .collect();
+        versions.sort_unstable();
+        versions.dedup();
         (!versions.is_empty()).then(|| versions.iter().map(u32::to_string).collect::<Vec<_>>().join(", "))
     }
 
@@ -224,23 +318,25 @@ impl Registry {
     /// contracts and found them as cached (the contract sync).
     pub fn confirm(&self, now: OffsetDateTime) {
         if let Ok(mut map) = self.by_version.write() {
-            for entry in map.values_mut().flat_map(BTreeMap::values_mut) {
+            for entry in map.entries_mut() {
                 entry.fetched_at = now;
             }
         }
     }
 
-    /// The compiled contract cached under `content_id`, whatever its age.
-    fn compiled(&self, content_id: &str) -> Option<Arc<Contract>> {
-        let (name, version) = self.by_id.read().ok()?.get(content_id).cloned()?;
+    /// The compiled contract cached under `content_id` in `namespace`, whatever its age.
+    fn compiled(&self, namespace: &Namespace, content_id: &str) -> Option<Arc<Contract>> {
+        let key = (namespace.clone(), content_id.to_owned());
+        let (name, version) = self.by_id.read().ok()?.get(&key).cloned()?;
         let map = self.by_version.read().ok()?;
-        let entry = map.get(&name)?.get(&version)?;
+        let entry = map.names(namespace.tenant())?.get(&name)?.get(&version)?;
         (entry.contract.id_str() == content_id).then(|| entry.contract.clone())
     }
 
-    fn cached(&self, name: &str, version: u32, now: OffsetDateTime) -> Option<Entry> {
+    fn cached(&self, space: Option<&str>, name: &str, version: u32, now: OffsetDateTime) -> Option<Entry> {
         let map = self.by_version.read().ok()?;
-        map.get(name)?
+        map.names(space)?
+            .get(name)?
             .get(&version)
             .filter(|e| now - e.fetched_at < self.ttl)
             .cloned()
@@ -252,20 +348,30 @@ impl Registry {
         retired_at: Option<OffsetDateTime>,
         now: OffsetDateTime,
     ) -> Entry {
-        let key = (contract.name().to_owned(), contract.version());
+        let namespace = contract.namespace().clone();
+        let (name, version) = (contract.name().to_owned(), contract.version());
         let entry = Entry {
             contract: contract.clone(),
             retired_at,
             fetched_at: now,
         };
         if let Ok(mut map) = self.by_version.write() {
-            map.entry(key.0.clone()).or_default().insert(key.1, entry.clone());
+            map.names_mut(&namespace)
+                .entry(name.clone())
+                .or_default()
+                .insert(version, entry.clone());
         }
         if let Ok(mut map) = self.by_id.write() {
-            map.insert(contract.id_str().to_owned(), key);
+            map.insert((namespace, contract.id_str().to_owned()), (name, version));
         }
         entry
     }
+}
+
+/// The namespace of a tenant's space (`Some`) or the platform's (`None`). A caller of tenant `t`
+/// looks in `[Some(t), None]`, in that order.
+fn namespace_of(space: Option<&str>) -> Namespace {
+    space.map_or(Namespace::Platform, |t| Namespace::Tenant(t.to_owned()))
 }
 
 fn compile(stored: &StoredContract) -> Result<Contract, StoreError> {

@@ -8,6 +8,7 @@
 use async_trait::async_trait;
 use time::OffsetDateTime;
 
+use crate::contract::Namespace;
 use crate::decision::Retryable;
 use crate::records::*;
 use crate::{RejectCode, ToolErrorCode};
@@ -45,22 +46,49 @@ pub trait Store: Send + Sync + 'static {
     /// Checks that the database answers.
     async fn ping(&self) -> Result<(), StoreError>;
 
-    // ----- contracts (global, registered by operators) -----
+    // ----- contracts (the platform's, registered by the operator, and each tenant's own) -----
 
-    /// Registers a contract. The same body under the same name@version is a no-op; a
-    /// different body is [`StoreError::Conflict`].
+    /// Registers a contract in its namespace. The same body under the same name@version is a
+    /// no-op ([`Registration::Unchanged`]; a stored binding wins over a registration without
+    /// one); the same body with a binding where none is stored gets it
+    /// ([`Registration::Bound`]); a different body, or a different binding than the stored one,
+    /// is [`StoreError::Conflict`]. A tenant's contract may not take a name the platform uses
+    /// ([`StoreError::Conflict`]), checked in the same transaction.
     async fn register_contract(&self, contract: &StoredContract) -> Result<Registration, StoreError>;
-    /// A contract by name and version.
-    async fn get_contract(&self, name: &str, version: u32) -> Result<Option<StoredContract>, StoreError>;
-    /// A contract by content id.
-    async fn get_contract_by_id(&self, content_id: &str) -> Result<Option<StoredContract>, StoreError>;
-    /// Every registered contract, by name then version.
+    /// A contract of exactly `namespace` by name and version.
+    async fn get_contract(
+        &self,
+        namespace: &Namespace,
+        name: &str,
+        version: u32,
+    ) -> Result<Option<StoredContract>, StoreError>;
+    /// A contract of exactly `namespace` by content id.
+    async fn get_contract_by_id(
+        &self,
+        namespace: &Namespace,
+        content_id: &str,
+    ) -> Result<Option<StoredContract>, StoreError>;
+    /// Every registered contract of every namespace, by namespace, name, then version (what a
+    /// node loads; routes filter it to what the caller may see).
     async fn list_contracts(&self) -> Result<Vec<StoredContract>, StoreError>;
-    /// The content id and retirement of every registered contract (no documents): cheap
-    /// enough to poll.
+    /// The namespace, content id and retirement of every registered contract (no documents):
+    /// cheap enough to poll.
     async fn list_contract_states(&self) -> Result<Vec<ContractState>, StoreError>;
-    /// Retires a contract; `false` if it does not exist. Retiring twice keeps the first time.
-    async fn retire_contract(&self, content_id: &str, at: OffsetDateTime) -> Result<bool, StoreError>;
+    /// Retires a contract of `namespace`; `false` if it does not exist there. Retiring twice
+    /// keeps the first time.
+    async fn retire_contract(
+        &self,
+        namespace: &Namespace,
+        content_id: &str,
+        at: OffsetDateTime,
+    ) -> Result<bool, StoreError>;
+
+    // ----- tenants -----
+
+    /// Records a tenant; `false` if it already exists.
+    async fn create_tenant(&self, tenant: &TenantRecord) -> Result<bool, StoreError>;
+    /// Every tenant, by id.
+    async fn list_tenants(&self) -> Result<Vec<TenantRecord>, StoreError>;
 
     // ----- ledger -----
 
@@ -214,6 +242,56 @@ pub trait Store: Send + Sync + 'static {
 
     /// Purges expired idempotency records and budget counters and expires stale approvals.
     async fn purge_expired(&self, now: OffsetDateTime) -> Result<PurgeCounts, StoreError>;
+}
+
+/// What registering a contract does, decided from what its namespace already holds under its
+/// name@version. Shared by every store implementation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RegistrationPlan {
+    /// Nothing is stored there: insert it.
+    Insert,
+    /// The same body (and no different binding) is stored: nothing changes.
+    Unchanged,
+    /// The same body is stored without a binding and this registration carries one: set it.
+    Bind,
+}
+
+/// Decides a registration (see [`Store::register_contract`]): `existing` is the contract stored
+/// under the same namespace and name@version, `platform_uses_name` whether a platform contract
+/// has the name (only consulted for a tenant's registration).
+///
+/// # Errors
+/// [`StoreError::Conflict`] for another body, another binding, or a tenant taking a platform
+/// name.
+pub fn plan_registration(
+    existing: Option<&StoredContract>,
+    new: &StoredContract,
+    platform_uses_name: bool,
+) -> Result<RegistrationPlan, StoreError> {
+    if new.namespace.tenant().is_some() && platform_uses_name {
+        return Err(StoreError::Conflict(format!(
+            "the name `{}` is a platform contract's; choose another name",
+            new.name
+        )));
+    }
+    let Some(existing) = existing else {
+        return Ok(RegistrationPlan::Insert);
+    };
+    if existing.content_id != new.content_id {
+        return Err(StoreError::Conflict(format!(
+            "{}@{} is already registered as {}; a changed contract needs a new version",
+            new.name, new.version, existing.content_id
+        )));
+    }
+    match (&existing.binding_digest, &new.binding_digest) {
+        (_, None) => Ok(RegistrationPlan::Unchanged),
+        (None, Some(_)) => Ok(RegistrationPlan::Bind),
+        (Some(a), Some(b)) if a == b => Ok(RegistrationPlan::Unchanged),
+        (Some(_), Some(_)) => Err(StoreError::Conflict(format!(
+            "{}@{} is bound to another adapter binding; a stored binding is never replaced",
+            new.name, new.version
+        ))),
+    }
 }
 
 /// The ledger row `begin_attempt` records for `entry` given what it found: the entry itself

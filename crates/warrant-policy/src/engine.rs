@@ -119,7 +119,7 @@ struct Inner {
     authorizer: Authorizer,
     principal_type: EntityTypeName,
     role_type: EntityTypeName,
-    /// name → version → tool.
+    /// qualified name (`name`, or `tenant/name` for a tenant's contract) → version → tool.
     tools: HashMap<String, HashMap<u32, Tool>>,
     policy_ids: Vec<String>,
     /// Entity stores per (contract, action, principal): building one costs more than the
@@ -196,7 +196,7 @@ struct Tool {
     id: ContractId,
     label: String,
     uid: EntityUid,
-    /// `name`, `version`, `effect`, `owner` (the `tenant` is the caller's).
+    /// `name`, `version`, `effect`, `owner`, `platform` (the `tenant` is the caller's).
     attributes: Vec<(String, RestrictedExpression)>,
     context: Vec<Attribute>,
     invoke: Action,
@@ -327,7 +327,7 @@ impl CedarEngine {
         };
         let mut by_name: HashMap<String, HashMap<u32, Tool>> = HashMap::new();
         for shape in tools {
-            let name = shape.contract.name().to_owned();
+            let name = shape.contract.qualified_name();
             let version = shape.contract.version();
             let tool = build_tool(shape, &types, &policies)?;
             by_name.entry(name).or_default().insert(version, tool);
@@ -471,6 +471,10 @@ fn build_tool(shape: ToolShape, types: &Types, policies: &[Policy]) -> Result<To
         (
             "owner".to_owned(),
             RestrictedExpression::new_string(contract.owner().to_owned()),
+        ),
+        (
+            "platform".to_owned(),
+            RestrictedExpression::new_bool(contract.namespace().tenant().is_none()),
         ),
     ];
     let invoke = build_action(schema::invoke_chain(&contract), types, policies)?;
@@ -669,9 +673,14 @@ impl Inner {
 
     fn authorize(&self, request: &PolicyRequest<'_>) -> Result<PolicyVerdict, String> {
         let contract = request.contract;
+        // Platform contracts are keyed by their bare name (no allocation on the hot path).
+        let name = match contract.namespace().tenant() {
+            None => std::borrow::Cow::Borrowed(contract.name()),
+            Some(_) => std::borrow::Cow::Owned(contract.qualified_name()),
+        };
         let Some(tool) = self
             .tools
-            .get(contract.name())
+            .get(name.as_ref())
             .and_then(|versions| versions.get(&contract.version()))
         else {
             return Err(format!(
@@ -803,7 +812,7 @@ mod tests {
     /// The verdict plain Cedar gives: the original policies, all of them, scopes and all.
     fn reference(engine: &CedarEngine, original: &PolicySet, request: &PolicyRequest<'_>) -> PolicyVerdict {
         let inner = &engine.inner;
-        let tool = &inner.tools[request.contract.name()][&request.contract.version()];
+        let tool = &inner.tools[&request.contract.qualified_name()][&request.contract.version()];
         let action = match request.action {
             PolicyAction::Invoke => &tool.invoke,
             PolicyAction::Review => &tool.review,

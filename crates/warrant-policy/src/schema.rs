@@ -25,16 +25,18 @@ pub(crate) struct ToolShape {
     pub(crate) context: Vec<Attribute>,
 }
 
-/// `N@V` of a contract.
+/// `N@V` of a contract, `N` qualified by its namespace (`tenant/N@V` for a tenant's own
+/// contract), so two tenants' contracts of one name never share an action or a resource.
 pub(crate) fn label(contract: &Contract) -> String {
-    format!("{}@{}", contract.name(), contract.version())
+    format!("{}@{}", contract.qualified_name(), contract.version())
 }
 
-/// The invoke action ids from the most to the least specific: `N@V`, `N`, `invoke`.
+/// The invoke action ids from the most to the least specific: `N@V`, `N`, `invoke` (`N`
+/// qualified as in [`label`]).
 pub(crate) fn invoke_chain(contract: &Contract) -> [String; 3] {
     [
         label(contract),
-        contract.name().to_owned(),
+        contract.qualified_name(),
         INVOKE_GROUP.to_owned(),
     ]
 }
@@ -44,7 +46,7 @@ pub(crate) fn invoke_chain(contract: &Contract) -> [String; 3] {
 pub(crate) fn review_chain(contract: &Contract) -> [String; 3] {
     [
         format!("{REVIEW_GROUP}:{}", label(contract)),
-        format!("{REVIEW_GROUP}:{}", contract.name()),
+        format!("{REVIEW_GROUP}:{}", contract.qualified_name()),
         REVIEW_GROUP.to_owned(),
     ]
 }
@@ -54,9 +56,9 @@ pub(crate) fn review_chain(contract: &Contract) -> [String; 3] {
 /// contracts under one `name@version`).
 pub(crate) fn collect(contracts: &[Arc<Contract>]) -> (Vec<ToolShape>, Vec<String>) {
     let mut problems = Vec::new();
-    let mut unique: BTreeMap<(&str, u32), &Arc<Contract>> = BTreeMap::new();
+    let mut unique: BTreeMap<(String, u32), &Arc<Contract>> = BTreeMap::new();
     for contract in contracts {
-        let key = (contract.name(), contract.version());
+        let key = (contract.qualified_name(), contract.version());
         if let Some(seen) = unique.get(&key) {
             if seen.id() != contract.id() {
                 problems.push(format!(
@@ -110,6 +112,7 @@ pub(crate) fn schema_json(tools: &[ToolShape]) -> Value {
                 "effect": string,
                 "owner": string,
                 "tenant": string,
+                "platform": { "type": "Boolean", "required": true },
             },
         },
     });

@@ -61,7 +61,7 @@ use warrant_core::store::Store;
 use warrant_policy::{CedarEngine, PolicySource};
 use warrant_runtime::adapters::AdapterConfig;
 use warrant_runtime::net::{NetPolicy, OutboundRequest, SafeClient};
-use warrant_runtime::{Adapters, Execution, Runtime, RuntimeSettings, Secrets};
+use warrant_runtime::{Adapters, CredentialSpec, Execution, Runtime, RuntimeSettings, Secrets};
 use warrant_store::{DatabaseUrl, MemoryStore, SqlStore, StoreOptions, SystemEnv};
 
 // The allocator the `warrant` binary runs with (see src/main.rs).
@@ -200,7 +200,18 @@ impl Fixture {
         let token = "tok-credits-bench-secret";
         let adapters = Arc::new(Adapters::new(AdapterConfig {
             client: client.clone(),
-            secrets: Secrets::fixed([("CREDITS_API_TOKEN", token), ("ORDERS_API_TOKEN", token)]),
+            secrets: {
+                let origin = format!("http://{upstream}");
+                let spec = |tool: &str| {
+                    CredentialSpec::new(token)
+                        .for_tools([tool])
+                        .and_then(|s| s.to_origins([origin.as_str()]))
+                        .unwrap()
+                };
+                Secrets::default()
+                    .with("CREDITS_API_TOKEN", spec("create_support_credit"))
+                    .with("ORDERS_API_TOKEN", spec("lookup_order"))
+            },
             smtp: None,
             command_roots: Vec::new(),
         }));

@@ -154,9 +154,18 @@ pub enum BindingError {
         /// What is wrong.
         message: String,
     },
-    /// A credential the binding names is not configured.
-    #[error("credential `{0}` is not configured")]
+    /// A credential the binding names is not in the operator's credential map, or is not
+    /// granted to this tool (one error for both, so a binding cannot probe which names exist).
+    #[error("credential `{0}` is not configured for this tool")]
     MissingCredential(String),
+    /// The binding would send a credential to an origin it is not pinned to.
+    #[error("credential `{credential}` may not be sent to {origin}")]
+    CredentialOrigin {
+        /// The credential's name.
+        credential: String,
+        /// The origin the binding would send it to.
+        origin: String,
+    },
 }
 
 impl BindingError {

@@ -56,7 +56,9 @@ pub trait AdapterFactory: Send + Sync {
     ) -> Result<Arc<dyn Adapter>, BindingError>;
 }
 
-type CacheKey = (String, Sha256Digest);
+/// A built adapter is specific to its contract's namespace too: credentials are granted by
+/// qualified tool name, so the same document and binding in another namespace builds anew.
+type CacheKey = (String, String, Sha256Digest);
 
 /// The adapter registry: builds each contract's adapter once (per binding digest) and hands
 /// out shared references.
@@ -114,7 +116,11 @@ impl Adapters {
     /// credential.
     pub fn for_contract(&self, contract: &Contract) -> Result<Arc<dyn Adapter>, BindingError> {
         let binding = contract.adapter().ok_or(BindingError::Missing)?;
-        let key = (contract.id_str().to_owned(), binding.digest());
+        let key = (
+            contract.qualified_name(),
+            contract.id_str().to_owned(),
+            binding.digest(),
+        );
         if let Some(adapter) = self.built.read().ok().and_then(|b| b.get(&key).cloned()) {
             return Ok(adapter);
         }

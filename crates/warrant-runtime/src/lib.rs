@@ -14,4 +14,4 @@ pub use adapter::{Adapter, BindingError, Failure, Inquiry, Invocation, Reconcile
 pub use adapters::Adapters;
 pub use dispatch::{Dispatched, dispatch};
 pub use execute::{Execution, Runtime, RuntimeSettings};
-pub use secrets::{Secret, Secrets};
+pub use secrets::{Credential, CredentialSpec, Secret, Secrets, ToolGrant};

@@ -323,6 +323,22 @@ impl SafeClient {
         &self.inner.policy
     }
 
+    /// Vets a destination that is not an HTTP URL (the SMTP relay) by the same rules as a
+    /// request: the addresses that may be dialed, in resolver order. `tls` plays the part of
+    /// `https` (without it, only a host the operator allows, or any with `allow_plain_http`).
+    ///
+    /// # Errors
+    /// Refused by the guard, unresolvable, or no answer within the policy's timeout.
+    pub async fn vet(&self, tls: bool, host: &str, port: u16) -> Result<Vec<IpAddr>, NetError> {
+        let shared = &self.inner.shared;
+        tokio::time::timeout(
+            self.inner.policy.timeout,
+            shared.guard.vet(tls, host, port, shared.resolver.as_ref()),
+        )
+        .await
+        .unwrap_or(Err(NetError::Timeout))
+    }
+
     /// Sends one request. Redirects (301/302/303/307/308) are followed only when `follow_redirects`,
     /// each target re-vetted (303, and 301/302 on POST, become GET without body per RFC 9110).
     ///

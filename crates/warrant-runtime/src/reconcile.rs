@@ -61,7 +61,7 @@ impl Runtime {
     pub async fn reconcile(&self, row: &LedgerEntry) -> Result<Resolution, StoreError> {
         let now = self.env.now();
         let contract = match row.contract_id.as_deref() {
-            Some(id) => self.registry.by_id(id, now).await?,
+            Some(id) => self.registry.by_id(&row.tenant, id, now).await?,
             None => None,
         };
         let Some(contract) = contract else {

@@ -15,8 +15,13 @@ use warrant_store::keys::hash_presented;
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// The role that may register contracts and manage keys.
+/// The role that may register contracts and manage keys (of its own tenant).
 pub const ADMIN_ROLE: &str = "admin";
+
+/// The reserved tenant of the platform operator: an admin of this tenant is the operator, who
+/// owns tenants, platform contracts and adapter bindings (see `docs/security.md`). No other
+/// tenant may be given this id, and only the operator creates keys in it.
+pub const PLATFORM_TENANT: &str = "platform";
 
 /// The authenticated caller.
 #[derive(Debug, Clone)]
@@ -37,6 +42,23 @@ impl Caller {
             Ok(())
         } else {
             Err(ApiError::forbidden("this needs the admin role"))
+        }
+    }
+
+    /// Whether the caller is the platform operator (an admin of [`PLATFORM_TENANT`]).
+    pub fn is_operator(&self) -> bool {
+        self.principal.tenant() == PLATFORM_TENANT && self.principal.roles().contains(ADMIN_ROLE)
+    }
+
+    /// Refuses callers other than the platform operator.
+    ///
+    /// # Errors
+    /// 403.
+    pub fn require_operator(&self) -> Result<(), ApiError> {
+        if self.is_operator() {
+            Ok(())
+        } else {
+            Err(ApiError::forbidden("this is the platform operator's"))
         }
     }
 }

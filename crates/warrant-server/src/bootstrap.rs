@@ -13,7 +13,7 @@ use warrant_core::contract::DocumentFormat;
 use warrant_core::env::Env;
 use warrant_core::guard::Guards;
 use warrant_core::pipeline::{Authority, Settings};
-use warrant_core::records::NewApiKey;
+use warrant_core::records::{NewApiKey, TenantRecord};
 use warrant_core::redact::RedactionKey;
 use warrant_core::registry::Registry;
 use warrant_core::store::{Store, StoreError};
@@ -110,7 +110,9 @@ pub enum StartError {
 /// The keys created on the first start of an empty store (shown once).
 #[derive(Debug, Clone)]
 pub struct FirstKeys {
-    /// An admin and reviewer key.
+    /// The platform operator's key (an admin of the reserved tenant `platform`).
+    pub operator: String,
+    /// An admin and reviewer key of the first tenant.
     pub admin: String,
     /// A demo agent key holding every registered scope.
     pub agent: String,
@@ -319,13 +321,30 @@ async fn first_keys(
     if store.has_api_keys().await? {
         return Ok(None);
     }
+    if tenant == crate::auth::PLATFORM_TENANT {
+        return Err(StoreError::Invalid(format!(
+            "the first tenant cannot be `{tenant}`, the platform operator's reserved tenant"
+        )));
+    }
+    for (id, label) in [
+        (crate::auth::PLATFORM_TENANT, "the platform operator"),
+        (tenant, "the first tenant"),
+    ] {
+        store
+            .create_tenant(&TenantRecord {
+                id: id.to_owned(),
+                label: Some(label.to_owned()),
+                created_at: env.now(),
+            })
+            .await?;
+    }
     let mut scopes: Vec<String> = contracts
         .iter()
         .flat_map(|c| c.scopes().iter().cloned())
         .collect();
     scopes.sort();
     scopes.dedup();
-    let make = async |principal: &str, grants: Vec<String>, roles: &[&str], label: &str| {
+    let make_in = async |tenant: &str, principal: &str, grants: Vec<String>, roles: &[&str], label: &str| {
         let generated = keys::generate();
         store
             .create_api_key(&NewApiKey {
@@ -341,6 +360,17 @@ async fn first_keys(
             .await
             .map(|()| generated.key)
     };
+    let make = async |principal: &str, grants: Vec<String>, roles: &[&str], label: &str| {
+        make_in(tenant, principal, grants, roles, label).await
+    };
+    let operator = make_in(
+        crate::auth::PLATFORM_TENANT,
+        "operator",
+        Vec::new(),
+        &[crate::auth::ADMIN_ROLE],
+        "platform operator key",
+    )
+    .await?;
     let admin = make(
         "admin",
         Vec::new(),
@@ -349,5 +379,9 @@ async fn first_keys(
     )
     .await?;
     let agent = make("demo-agent", scopes, &["agent", "operator"], "demo agent key").await?;
-    Ok(Some(FirstKeys { admin, agent }))
+    Ok(Some(FirstKeys {
+        operator,
+        admin,
+        agent,
+    }))
 }

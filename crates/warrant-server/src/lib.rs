@@ -36,6 +36,7 @@ pub fn router(state: Arc<AppState>, limits: HttpLimits) -> Router {
         .merge(routes::approvals::router())
         .merge(routes::ledger::router())
         .merge(routes::keys::router())
+        .merge(routes::tenants::router())
         .merge(routes::health::router())
         .merge(mcp::router(&state))
         .route_layer(axum::middleware::from_fn(trace::observe))

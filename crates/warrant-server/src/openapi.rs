@@ -104,6 +104,8 @@ pub struct ApprovalHold {
 pub struct ContractSummary {
     /// `tool-contract@sha256:<hex>`.
     id: String,
+    /// The tenant that owns it; absent for a platform contract.
+    tenant: Option<String>,
     /// Name.
     name: String,
     /// Version.
@@ -139,6 +141,8 @@ pub struct ContractList {
 pub struct Registered {
     /// The content id.
     id: String,
+    /// The tenant that owns it; absent for a platform contract.
+    tenant: Option<String>,
     /// Name.
     name: String,
     /// Version.
@@ -277,6 +281,48 @@ pub struct CreateKey {
     label: Option<String>,
 }
 
+/// A new tenant.
+#[derive(ToSchema)]
+pub struct CreateTenant {
+    /// The tenant id (1-128 of A-Z a-z 0-9 _ - . :; not `platform`).
+    id: String,
+    /// A label.
+    label: Option<String>,
+    /// The principal of its first admin key (default `admin`).
+    admin: Option<String>,
+}
+
+/// A tenant.
+#[derive(ToSchema)]
+pub struct Tenant {
+    /// The tenant id.
+    id: String,
+    /// A label.
+    label: Option<String>,
+    /// Created (RFC 3339).
+    created_at: String,
+}
+
+/// A created tenant with its first admin key (shown once).
+#[derive(ToSchema)]
+pub struct CreatedTenant {
+    /// The tenant id.
+    id: String,
+    /// A label.
+    label: Option<String>,
+    /// Created (RFC 3339).
+    created_at: String,
+    /// The first admin key.
+    admin_key: CreatedKey,
+}
+
+/// Tenants.
+#[derive(ToSchema)]
+pub struct TenantList {
+    /// Every tenant.
+    tenants: Vec<Tenant>,
+}
+
 /// A created key (shown once).
 #[derive(ToSchema)]
 pub struct CreatedKey {
@@ -336,6 +382,9 @@ impl Modify for BearerKeys {
         crate::routes::ledger::show,
         crate::routes::keys::create,
         crate::routes::keys::revoke,
+        crate::routes::tenants::create,
+        crate::routes::tenants::list,
+        crate::routes::tenants::create_tenant_key,
         crate::routes::health::healthz,
         crate::routes::health::ready,
         crate::routes::health::metrics,
@@ -343,7 +392,8 @@ impl Modify for BearerKeys {
     ),
     components(schemas(
         ErrorBody, ErrorDetail, Proposal, ProposalAnswer, ApprovalHold, ContractSummary, ContractList,
-        Registered, Retired, Approval, ApprovalList, ReviewBody, LedgerRow, LedgerPage, CreateKey, CreatedKey
+        Registered, Retired, Approval, ApprovalList, ReviewBody, LedgerRow, LedgerPage, CreateKey, CreatedKey,
+        CreateTenant, CreatedTenant, Tenant, TenantList
     )),
     modifiers(&BearerKeys),
     security(("api_key" = []))

@@ -6,6 +6,7 @@ pub mod health;
 pub mod keys;
 pub mod ledger;
 pub mod proposals;
+pub mod tenants;
 
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;

@@ -9,6 +9,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use warrant_core::Contract;
+use warrant_core::contract::Namespace;
 use warrant_core::env::Env;
 use warrant_core::pipeline::Authority;
 use warrant_core::policy::{PolicyEngine, PolicyRequest, PolicyVerdict};
@@ -109,10 +110,14 @@ pub struct AppState {
     pub(crate) tools: Arc<RwLock<Arc<Index>>>,
 }
 
-/// What the registry and the policy engine were built from: each stored contract's content
-/// id and whether it is retired.
+/// One stored contract as the sync compares it: where it lives, its content id and its binding
+/// (an operator binding a tenant's contract changes only the binding).
+type ContractKey = (Namespace, String, Option<String>);
+
+/// What the registry and the policy engine were built from: each stored contract's namespace,
+/// content id and binding digest, and whether it is retired.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct ContractSet(BTreeMap<String, bool>);
+pub(crate) struct ContractSet(BTreeMap<ContractKey, bool>);
 
 impl ContractSet {
     /// The set `stored` (as read from the store) describes.
@@ -120,7 +125,16 @@ impl ContractSet {
         ContractSet(
             stored
                 .iter()
-                .map(|c| (c.content_id.clone(), c.retired_at.is_some()))
+                .map(|c| {
+                    (
+                        (
+                            c.namespace.clone(),
+                            c.content_id.clone(),
+                            c.binding_digest.clone(),
+                        ),
+                        c.retired_at.is_some(),
+                    )
+                })
                 .collect(),
         )
     }
@@ -130,7 +144,16 @@ impl ContractSet {
         ContractSet(
             states
                 .iter()
-                .map(|c| (c.content_id.clone(), c.retired_at.is_some()))
+                .map(|c| {
+                    (
+                        (
+                            c.namespace.clone(),
+                            c.content_id.clone(),
+                            c.binding_digest.clone(),
+                        ),
+                        c.retired_at.is_some(),
+                    )
+                })
                 .collect(),
         )
     }
@@ -161,9 +184,14 @@ impl ContractChanges {
     fn between(old: &ContractSet, stored: &[StoredContract]) -> Self {
         let mut changes = ContractChanges::default();
         for c in stored {
-            let label = || format!("{}@{}", c.name, c.version);
+            let label = || format!("{}@{}", c.namespace.qualify(&c.name), c.version);
             let retired = c.retired_at.is_some();
-            match old.0.get(&c.content_id) {
+            let key = (
+                c.namespace.clone(),
+                c.content_id.clone(),
+                c.binding_digest.clone(),
+            );
+            match old.0.get(&key) {
                 None => {
                     changes.registered.push(label());
                     if retired {
@@ -221,7 +249,14 @@ impl AppState {
         self.set_tool_index(Index::of(&stored, &contracts, now));
         let added: Vec<Arc<Contract>> = contracts
             .iter()
-            .filter(|c| !applied.0.contains_key(c.id_str()))
+            .filter(|c| {
+                let key = (
+                    c.namespace().clone(),
+                    c.id_str().to_owned(),
+                    c.adapter().map(|a| a.digest().text()),
+                );
+                !applied.0.contains_key(&key)
+            })
             .cloned()
             .collect();
         warn_unusable_bindings(&self.adapters, &added);

@@ -279,10 +279,19 @@ impl Harness {
         .unwrap();
         // A retired contract is not a tool (retired as the retire route does it).
         let state = &gateway.state;
-        let old = state.store.get_contract("old", 1).await.unwrap().unwrap();
+        let old = state
+            .store
+            .get_contract(&warrant_core::contract::Namespace::Platform, "old", 1)
+            .await
+            .unwrap()
+            .unwrap();
         state
             .registry
-            .retire(&old.content_id, time::OffsetDateTime::now_utc())
+            .retire(
+                &warrant_core::contract::Namespace::Platform,
+                &old.content_id,
+                time::OffsetDateTime::now_utc(),
+            )
             .await
             .unwrap();
         state.sync_contracts().await.unwrap();

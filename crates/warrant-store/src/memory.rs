@@ -11,16 +11,18 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use time::OffsetDateTime;
+use warrant_core::contract::Namespace;
 use warrant_core::records::*;
 use warrant_core::store::{
-    Store, StoreError, attempt_row, classify_existing, ledger_page, parse_ledger_cursor, review_refusal,
-    status_after,
+    RegistrationPlan, Store, StoreError, attempt_row, classify_existing, ledger_page, parse_ledger_cursor,
+    plan_registration, review_refusal, status_after,
 };
 
 #[derive(Default)]
 struct State {
     closed: bool,
-    contracts: BTreeMap<(String, u32), StoredContract>,
+    contracts: BTreeMap<(Namespace, String, u32), StoredContract>,
+    tenants: BTreeMap<String, TenantRecord>,
     ledger: HashMap<String, LedgerEntry>,
     idempotency: HashMap<IdempotencyScope, IdempotencyRecord>,
     approvals: HashMap<String, ApprovalRequest>,
@@ -160,36 +162,63 @@ impl Store for MemoryStore {
 
     async fn register_contract(&self, c: &StoredContract) -> Result<Registration, StoreError> {
         self.with(|s| {
-            let key = (c.name.clone(), c.version);
-            if let Some(existing) = s.contracts.get(&key) {
-                return if existing.content_id == c.content_id {
-                    Ok(Registration::Unchanged)
-                } else {
-                    Err(StoreError::Conflict(format!(
-                        "{}@{} is already registered as {}; a changed contract needs a new version",
-                        c.name, c.version, existing.content_id
-                    )))
-                };
+            let key = (c.namespace.clone(), c.name.clone(), c.version);
+            let platform_uses_name = s
+                .contracts
+                .keys()
+                .any(|(ns, name, _)| *ns == Namespace::Platform && *name == c.name);
+            match plan_registration(s.contracts.get(&key), c, platform_uses_name)? {
+                RegistrationPlan::Unchanged => Ok(Registration::Unchanged),
+                RegistrationPlan::Bind => {
+                    if let Some(existing) = s.contracts.get_mut(&key) {
+                        existing.binding = c.binding.clone();
+                        existing.binding_digest = c.binding_digest.clone();
+                    }
+                    Ok(Registration::Bound)
+                }
+                RegistrationPlan::Insert => {
+                    if s.contracts
+                        .iter()
+                        .any(|((ns, _, _), e)| *ns == c.namespace && e.content_id == c.content_id)
+                    {
+                        return Err(StoreError::Conflict(format!(
+                            "{} is already registered",
+                            c.content_id
+                        )));
+                    }
+                    let mut stored = c.clone();
+                    stored.registered_at = trunc(stored.registered_at);
+                    s.contracts.insert(key, stored);
+                    Ok(Registration::Registered)
+                }
             }
-            if s.contracts.values().any(|e| e.content_id == c.content_id) {
-                return Err(StoreError::Conflict(format!(
-                    "{} is already registered",
-                    c.content_id
-                )));
-            }
-            let mut stored = c.clone();
-            stored.registered_at = trunc(stored.registered_at);
-            s.contracts.insert(key, stored);
-            Ok(Registration::Registered)
         })
     }
 
-    async fn get_contract(&self, name: &str, version: u32) -> Result<Option<StoredContract>, StoreError> {
-        self.with(|s| Ok(s.contracts.get(&(name.to_owned(), version)).cloned()))
+    async fn get_contract(
+        &self,
+        namespace: &Namespace,
+        name: &str,
+        version: u32,
+    ) -> Result<Option<StoredContract>, StoreError> {
+        self.with(|s| {
+            Ok(s.contracts
+                .get(&(namespace.clone(), name.to_owned(), version))
+                .cloned())
+        })
     }
 
-    async fn get_contract_by_id(&self, content_id: &str) -> Result<Option<StoredContract>, StoreError> {
-        self.with(|s| Ok(s.contracts.values().find(|c| c.content_id == content_id).cloned()))
+    async fn get_contract_by_id(
+        &self,
+        namespace: &Namespace,
+        content_id: &str,
+    ) -> Result<Option<StoredContract>, StoreError> {
+        self.with(|s| {
+            Ok(s.contracts
+                .values()
+                .find(|c| c.namespace == *namespace && c.content_id == content_id)
+                .cloned())
+        })
     }
 
     async fn list_contracts(&self) -> Result<Vec<StoredContract>, StoreError> {
@@ -201,23 +230,50 @@ impl Store for MemoryStore {
             Ok(s.contracts
                 .values()
                 .map(|c| ContractState {
+                    namespace: c.namespace.clone(),
                     content_id: c.content_id.clone(),
+                    binding_digest: c.binding_digest.clone(),
                     retired_at: c.retired_at,
                 })
                 .collect())
         })
     }
 
-    async fn retire_contract(&self, content_id: &str, at: OffsetDateTime) -> Result<bool, StoreError> {
-        self.with(
-            |s| match s.contracts.values_mut().find(|c| c.content_id == content_id) {
+    async fn retire_contract(
+        &self,
+        namespace: &Namespace,
+        content_id: &str,
+        at: OffsetDateTime,
+    ) -> Result<bool, StoreError> {
+        self.with(|s| {
+            match s
+                .contracts
+                .values_mut()
+                .find(|c| c.namespace == *namespace && c.content_id == content_id)
+            {
                 Some(c) => {
                     c.retired_at.get_or_insert(trunc(at));
                     Ok(true)
                 }
                 None => Ok(false),
-            },
-        )
+            }
+        })
+    }
+
+    async fn create_tenant(&self, tenant: &TenantRecord) -> Result<bool, StoreError> {
+        self.with(|s| {
+            if s.tenants.contains_key(&tenant.id) {
+                return Ok(false);
+            }
+            let mut t = tenant.clone();
+            t.created_at = trunc(t.created_at);
+            s.tenants.insert(t.id.clone(), t);
+            Ok(true)
+        })
+    }
+
+    async fn list_tenants(&self) -> Result<Vec<TenantRecord>, StoreError> {
+        self.with(|s| Ok(s.tenants.values().cloned().collect()))
     }
 
     async fn insert_ledger(&self, entry: &LedgerEntry) -> Result<(), StoreError> {

@@ -31,10 +31,11 @@ use warrant_core::canon::canonical_string;
 use crate::error::Db;
 use crate::exec::{Arg, Exec, PgRead, PgTx, RowExt, args};
 use crate::sqlite::{Sqlite, SqliteExec};
+use warrant_core::contract::Namespace;
 use warrant_core::records::*;
 use warrant_core::store::{
-    Store, StoreError, attempt_row, classify_existing, ledger_page, parse_ledger_cursor, review_refusal,
-    status_after,
+    RegistrationPlan, Store, StoreError, attempt_row, classify_existing, ledger_page, parse_ledger_cursor,
+    plan_registration, review_refusal, status_after,
 };
 
 /// Where the store lives.
@@ -506,19 +507,20 @@ fn job_of(row: &impl RowExt) -> Result<Job, StoreError> {
 
 macro_rules! contract_columns {
     () => {
-        "name, version, content_id, body, binding, binding_digest, registered_at, retired_at"
+        "tenant, name, version, content_id, body, binding, binding_digest, registered_at, retired_at"
     };
 }
 
-/// One stored contract by name and version.
+/// One stored contract of a namespace by name and version.
 const SELECT_CONTRACT: &str = concat!(
     "SELECT ",
     contract_columns!(),
-    " FROM contracts WHERE name = $1 AND version = $2"
+    " FROM contracts WHERE tenant = $1 AND name = $2 AND version = $3"
 );
 
 fn contract_of(row: &impl RowExt) -> Result<StoredContract, StoreError> {
     Ok(StoredContract {
+        namespace: Namespace::from_stored(&row.text("tenant")?),
         name: row.text("name")?,
         version: u32_of(row.int("version")?)?,
         content_id: row.text("content_id")?,
@@ -693,67 +695,102 @@ impl Store for SqlStore {
     }
 
     async fn register_contract(&self, c: &StoredContract) -> Result<Registration, StoreError> {
-        let sql = "INSERT INTO contracts (name, version, content_id, body, binding, binding_digest, registered_at) \
-                   VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING";
+        let insert = "INSERT INTO contracts (tenant, name, version, content_id, body, binding, binding_digest, \
+                      registered_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
+        let bind = "UPDATE contracts SET binding = $1, binding_digest = $2 \
+                    WHERE tenant = $3 AND name = $4 AND version = $5 AND binding_digest IS NULL";
+        let platform_name = "SELECT 1 AS one FROM contracts WHERE tenant = '' AND name = $1 LIMIT 1";
         let body = json_text(&c.body);
         let binding = c.binding.as_ref().map(json_text);
         write_op!(self, [c = c.clone()], |ex| {
             let version = i64::from(c.version);
-            let args = args![
-                &c.name,
-                version,
-                &c.content_id,
-                &body,
-                &binding,
-                &c.binding_digest,
-                ms(c.registered_at),
-            ];
-            if ex.execute(sql, &args).await? == 1 {
-                return Ok(Registration::Registered);
-            }
+            let tenant = c.namespace.as_stored();
             let existing = ex
-                .fetch_optional(SELECT_CONTRACT, &args![&c.name, version])
-                .await?;
-            match existing.map(|r| contract_of(&r)).transpose()? {
-                Some(e) if e.content_id == c.content_id => Ok(Registration::Unchanged),
-                Some(e) => Err(StoreError::Conflict(format!(
-                    "{}@{} is already registered as {}; a changed contract needs a new version",
-                    c.name, c.version, e.content_id
-                ))),
-                None => Err(StoreError::Conflict(format!(
-                    "{} is already registered",
-                    c.content_id
-                ))),
+                .fetch_optional(SELECT_CONTRACT, &args![tenant, &c.name, version])
+                .await?
+                .map(|r| contract_of(&r))
+                .transpose()?;
+            let platform_uses_name = c.namespace.tenant().is_some()
+                && ex.fetch_optional(platform_name, &args![&c.name]).await?.is_some();
+            match plan_registration(existing.as_ref(), &c, platform_uses_name)? {
+                RegistrationPlan::Unchanged => Ok(Registration::Unchanged),
+                RegistrationPlan::Bind => {
+                    let args = args![&binding, &c.binding_digest, tenant, &c.name, version];
+                    if ex.execute(bind, &args).await? == 1 {
+                        Ok(Registration::Bound)
+                    } else {
+                        Err(StoreError::Conflict(format!(
+                            "{}@{} was bound meanwhile",
+                            c.name, c.version
+                        )))
+                    }
+                }
+                RegistrationPlan::Insert => {
+                    let args = args![
+                        tenant,
+                        &c.name,
+                        version,
+                        &c.content_id,
+                        &body,
+                        &binding,
+                        &c.binding_digest,
+                        ms(c.registered_at),
+                    ];
+                    // A unique violation (the same body under another name@version of this
+                    // namespace, or a concurrent registration) maps onto `Conflict`.
+                    ex.execute(insert, &args).await?;
+                    Ok(Registration::Registered)
+                }
             }
         })
     }
 
-    async fn get_contract(&self, name: &str, version: u32) -> Result<Option<StoredContract>, StoreError> {
-        read_op!(self, [name = name.to_owned()], |ex| {
-            let row = ex
-                .fetch_optional(SELECT_CONTRACT, &args![&name, i64::from(version)])
-                .await?;
-            row.map(|r| contract_of(&r)).transpose()
-        })
+    async fn get_contract(
+        &self,
+        namespace: &Namespace,
+        name: &str,
+        version: u32,
+    ) -> Result<Option<StoredContract>, StoreError> {
+        read_op!(
+            self,
+            [tenant = namespace.as_stored().to_owned(), name = name.to_owned()],
+            |ex| {
+                let row = ex
+                    .fetch_optional(SELECT_CONTRACT, &args![&tenant, &name, i64::from(version)])
+                    .await?;
+                row.map(|r| contract_of(&r)).transpose()
+            }
+        )
     }
 
-    async fn get_contract_by_id(&self, content_id: &str) -> Result<Option<StoredContract>, StoreError> {
+    async fn get_contract_by_id(
+        &self,
+        namespace: &Namespace,
+        content_id: &str,
+    ) -> Result<Option<StoredContract>, StoreError> {
         let sql = concat!(
             "SELECT ",
             contract_columns!(),
-            " FROM contracts WHERE content_id = $1"
+            " FROM contracts WHERE tenant = $1 AND content_id = $2"
         );
-        read_op!(self, [content_id = content_id.to_owned()], |ex| {
-            let row = ex.fetch_optional(sql, &args![&content_id]).await?;
-            row.map(|r| contract_of(&r)).transpose()
-        })
+        read_op!(
+            self,
+            [
+                tenant = namespace.as_stored().to_owned(),
+                content_id = content_id.to_owned()
+            ],
+            |ex| {
+                let row = ex.fetch_optional(sql, &args![&tenant, &content_id]).await?;
+                row.map(|r| contract_of(&r)).transpose()
+            }
+        )
     }
 
     async fn list_contracts(&self) -> Result<Vec<StoredContract>, StoreError> {
         let sql = concat!(
             "SELECT ",
             contract_columns!(),
-            " FROM contracts ORDER BY name, version"
+            " FROM contracts ORDER BY tenant, name, version"
         );
         read_op!(self, [], |ex| {
             let rows = ex.fetch_all(sql, &[]).await?;
@@ -764,12 +801,17 @@ impl Store for SqlStore {
     async fn list_contract_states(&self) -> Result<Vec<ContractState>, StoreError> {
         read_op!(self, [], |ex| {
             let rows = ex
-                .fetch_all("SELECT content_id, retired_at FROM contracts", &[])
+                .fetch_all(
+                    "SELECT tenant, content_id, binding_digest, retired_at FROM contracts",
+                    &[],
+                )
                 .await?;
             rows.iter()
                 .map(|row| {
                     Ok(ContractState {
+                        namespace: Namespace::from_stored(&row.text("tenant")?),
                         content_id: row.text("content_id")?,
+                        binding_digest: row.opt_text("binding_digest")?,
                         retired_at: opt_from_ms(row.opt_int("retired_at")?)?,
                     })
                 })
@@ -777,10 +819,44 @@ impl Store for SqlStore {
         })
     }
 
-    async fn retire_contract(&self, content_id: &str, at: OffsetDateTime) -> Result<bool, StoreError> {
-        let sql = "UPDATE contracts SET retired_at = COALESCE(retired_at, $1) WHERE content_id = $2";
-        write_op!(self, [content_id = content_id.to_owned()], |ex| {
-            Ok(ex.execute(sql, &args![ms(at), &content_id]).await? == 1)
+    async fn retire_contract(
+        &self,
+        namespace: &Namespace,
+        content_id: &str,
+        at: OffsetDateTime,
+    ) -> Result<bool, StoreError> {
+        let sql = "UPDATE contracts SET retired_at = COALESCE(retired_at, $1) WHERE tenant = $2 AND content_id = $3";
+        write_op!(
+            self,
+            [
+                tenant = namespace.as_stored().to_owned(),
+                content_id = content_id.to_owned()
+            ],
+            |ex| Ok(ex.execute(sql, &args![ms(at), &tenant, &content_id]).await? == 1)
+        )
+    }
+
+    async fn create_tenant(&self, t: &TenantRecord) -> Result<bool, StoreError> {
+        let sql = "INSERT INTO tenants (id, label, created_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING";
+        write_op!(self, [t = t.clone()], |ex| {
+            Ok(ex.execute(sql, &args![&t.id, &t.label, ms(t.created_at)]).await? == 1)
+        })
+    }
+
+    async fn list_tenants(&self) -> Result<Vec<TenantRecord>, StoreError> {
+        read_op!(self, [], |ex| {
+            let rows = ex
+                .fetch_all("SELECT id, label, created_at FROM tenants ORDER BY id", &[])
+                .await?;
+            rows.iter()
+                .map(|row| {
+                    Ok(TenantRecord {
+                        id: row.text("id")?,
+                        label: row.opt_text("label")?,
+                        created_at: from_ms(row.int("created_at")?)?,
+                    })
+                })
+                .collect()
         })
     }
 

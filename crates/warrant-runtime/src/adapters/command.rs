@@ -71,7 +71,7 @@ impl CommandAdapter {
     /// # Errors
     /// A malformed binding, a program outside the configured roots, or a missing credential.
     pub fn from_binding(
-        _contract: &Contract,
+        contract: &Contract,
         doc: &Value,
         config: &AdapterConfig,
     ) -> Result<Self, BindingError> {
@@ -95,7 +95,10 @@ impl CommandAdapter {
             None => None,
         };
         let credential = match b.opt_string("credential")? {
-            Some(name) => Some((name.to_owned(), config.secrets.get(name)?)),
+            Some(name) => Some((
+                name.to_owned(),
+                config.secrets.grant(name, contract)?.secret().clone(),
+            )),
             None => None,
         };
         Ok(CommandAdapter {

@@ -5,11 +5,15 @@
 //! adapter:
 //!   kind: send_email
 //!   from: support@example.com
-//!   relay: { host: smtp.example.com, port: 587, tls: starttls }   # optional: the configured relay
-//!   credential: SMTP_LOGIN            # optional; its value is `user:password`
 //!   timeout: 30s                      # optional; the whole SMTP exchange
 //!   status_url: https://esp.example/v1/messages/{operation_id}    # optional, for reconcile
 //! ```
+//!
+//! The relay and its login are the platform operator's (`[adapters.smtp]` in `warrant.toml`),
+//! never a binding's: a contract cannot pick where mail goes or which login it uses. Every send
+//! resolves the relay and dials only addresses the outbound network guard vets (the same rules
+//! as HTTP: private, loopback and metadata addresses only where the operator allows the host),
+//! and a login is refused over a relay without TLS.
 //!
 //! The arguments are `to` (a list or one address), optional `cc` and `bcc`, `subject` and
 //! `body`. The `Message-ID` is `<{operation id}@{sender's domain}>`: every attempt of one
@@ -34,10 +38,11 @@ use serde_json::{Value, json};
 use warrant_core::{Contract, ToolErrorCode};
 
 use super::AdapterConfig;
-use super::http::{ask_status, check_status_url};
+use super::http::{ask_status, check_status_url, net_failure, status_url};
 use crate::adapter::{Adapter, BindingError, Failure, Inquiry, Invocation, Reconciled};
 use crate::binding::Binding;
 use crate::net::SafeClient;
+use crate::secrets::Secret;
 
 /// How the relay is reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,7 +55,7 @@ pub enum RelaySecurity {
     Plain,
 }
 
-/// An SMTP relay.
+/// The SMTP relay (operator configuration only).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SmtpRelay {
     /// Host name or address.
@@ -59,38 +64,31 @@ pub struct SmtpRelay {
     pub port: u16,
     /// Transport security.
     pub security: RelaySecurity,
+    /// The login, `user:password`; refused with [`RelaySecurity::Plain`].
+    pub login: Option<Secret>,
 }
 
 impl SmtpRelay {
-    fn from_doc(doc: &Value) -> Result<Self, BindingError> {
-        let b = Binding::open("send_email", doc, &["host", "port", "tls"])?;
-        let port = doc
-            .get("port")
-            .and_then(Value::as_u64)
-            .and_then(|p| u16::try_from(p).ok())
-            .ok_or_else(|| BindingError::invalid("send_email", "`relay.port` must be a port number"))?;
-        let security = match b.opt_string("tls")?.unwrap_or("starttls") {
-            "starttls" => RelaySecurity::StartTls,
-            "tls" => RelaySecurity::Tls,
-            "none" => RelaySecurity::Plain,
-            other => {
-                return Err(BindingError::invalid(
-                    "send_email",
-                    format!("`relay.tls` must be starttls, tls or none, not `{other}`"),
-                ));
-            }
-        };
-        Ok(SmtpRelay {
-            host: b.string("host")?.to_owned(),
-            port,
-            security,
-        })
+    /// Checks the relay's own rules (a login only over TLS).
+    ///
+    /// # Errors
+    /// A login over a relay without TLS.
+    pub fn check(&self) -> Result<(), String> {
+        if self.login.is_some() && self.security == RelaySecurity::Plain {
+            return Err("an SMTP login is never sent without TLS: set tls = \"starttls\" or \"tls\"".into());
+        }
+        if let Some(login) = &self.login
+            && login.expose().split_once(':').is_none()
+        {
+            return Err("the SMTP login must be user:password".into());
+        }
+        Ok(())
     }
 }
 
 /// The `send_email` adapter of one contract.
 pub struct EmailAdapter {
-    transport: AsyncSmtpTransport<Tokio1Executor>,
+    relay: SmtpRelay,
     from: Mailbox,
     domain: String,
     timeout: Duration,
@@ -110,60 +108,67 @@ impl EmailAdapter {
     /// Builds the adapter from its binding.
     ///
     /// # Errors
-    /// A malformed binding, no relay, or a missing or malformed credential.
+    /// A malformed binding, or no relay configured.
     pub fn from_binding(
         _contract: &Contract,
         doc: &Value,
         config: &AdapterConfig,
     ) -> Result<Self, BindingError> {
-        let b = Binding::open(
-            "send_email",
-            doc,
-            &["from", "relay", "credential", "timeout", "status_url"],
-        )?;
+        let b = Binding::open("send_email", doc, &["from", "timeout", "status_url"])?;
         let from_text = b.string("from")?;
         let from: Mailbox = from_text
             .parse()
             .map_err(|_| BindingError::invalid("send_email", format!("`{from_text}` is not an address")))?;
         let domain = from.email.domain().to_owned();
-        let relay = match b.object("relay")? {
-            Some(doc) => SmtpRelay::from_doc(doc)?,
-            None => config.smtp.clone().ok_or_else(|| {
-                BindingError::invalid(
-                    "send_email",
-                    "no `relay` in the binding and no SMTP relay configured",
-                )
-            })?,
-        };
+        let relay = config.smtp.clone().ok_or_else(|| {
+            BindingError::invalid("send_email", "no SMTP relay is configured ([adapters.smtp])")
+        })?;
+        relay
+            .check()
+            .map_err(|why| BindingError::invalid("send_email", why))?;
         let timeout = b.duration("timeout", Duration::from_secs(30), Duration::from_secs(300))?;
-        let tls = |host: &str| {
-            TlsParameters::new(host.to_owned())
-                .map_err(|e| BindingError::invalid("send_email", format!("tls parameters: {e}")))
-        };
-        let security = match relay.security {
-            RelaySecurity::StartTls => Tls::Required(tls(&relay.host)?),
-            RelaySecurity::Tls => Tls::Wrapper(tls(&relay.host)?),
-            RelaySecurity::Plain => Tls::None,
-        };
-        let mut builder = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(relay.host.clone())
-            .port(relay.port)
-            .tls(security)
-            .timeout(Some(timeout));
-        if let Some(name) = b.opt_string("credential")? {
-            let secret = config.secrets.get(name)?;
-            let (user, password) = secret.expose().split_once(':').ok_or_else(|| {
-                BindingError::invalid("send_email", format!("credential `{name}` must be user:password"))
-            })?;
-            builder = builder.credentials(Credentials::new(user.to_owned(), password.to_owned()));
-        }
         Ok(EmailAdapter {
-            transport: builder.build(),
+            relay,
             from,
             domain,
             timeout,
             client: config.client.clone(),
             status_url: check_status_url(&b)?,
         })
+    }
+
+    /// A transport to one vetted address of the relay: the name is resolved and vetted by the
+    /// outbound guard (as for HTTP), and the connection goes to that address, while TLS still
+    /// verifies the relay's name.
+    async fn transport(&self) -> Result<AsyncSmtpTransport<Tokio1Executor>, Failure> {
+        let relay = &self.relay;
+        let tls = relay.security != RelaySecurity::Plain;
+        let addrs = self
+            .client
+            .vet(tls, &relay.host, relay.port)
+            .await
+            .map_err(net_failure)?;
+        let ip = addrs
+            .first()
+            .ok_or_else(|| Failure::new(ToolErrorCode::UpstreamUnavailable, "the relay has no address"))?;
+        let parameters = || {
+            TlsParameters::new(relay.host.clone())
+                .map_err(|_| Failure::new(ToolErrorCode::PermanentFailure, "tls parameters for the relay"))
+        };
+        let security = match relay.security {
+            RelaySecurity::StartTls => Tls::Required(parameters()?),
+            RelaySecurity::Tls => Tls::Wrapper(parameters()?),
+            RelaySecurity::Plain => Tls::None,
+        };
+        // `builder_dangerous` only because the TLS settings are given explicitly above.
+        let mut builder = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(ip.to_string())
+            .port(relay.port)
+            .tls(security)
+            .timeout(Some(self.timeout));
+        if let Some((user, password)) = relay.login.as_ref().and_then(|l| l.expose().split_once(':')) {
+            builder = builder.credentials(Credentials::new(user.to_owned(), password.to_owned()));
+        }
+        Ok(builder.build())
     }
 
     fn message(&self, call: &Invocation<'_>) -> Result<Message, Failure> {
@@ -210,7 +215,8 @@ impl Adapter for EmailAdapter {
         let message = self.message(call)?;
         let id = format!("<{}@{}>", call.operation_id.as_str(), self.domain);
         let limit = self.timeout.min(call.timeout);
-        match tokio::time::timeout(limit, self.transport.send(message)).await {
+        let transport = self.transport().await?;
+        match tokio::time::timeout(limit, transport.send(message)).await {
             Ok(Ok(_)) => Ok(json!({"message_id": id, "status": "sent"})),
             Ok(Err(e)) => Err(smtp_failure(&e)),
             Err(_) => Err(Failure::ambiguous(
@@ -222,7 +228,10 @@ impl Adapter for EmailAdapter {
 
     async fn reconcile(&self, inquiry: &Inquiry<'_>) -> Result<Reconciled, Failure> {
         match &self.status_url {
-            Some(template) => ask_status(&self.client, template, http::HeaderMap::new(), inquiry).await,
+            Some(template) => {
+                let url = status_url(template, inquiry)?;
+                ask_status(&self.client, url, http::HeaderMap::new(), inquiry).await
+            }
             None => Ok(Reconciled::Unknown),
         }
     }

@@ -8,13 +8,16 @@
 //!   kind: structured_data_fetch
 //!   url: https://api.example.com/v1/orders/{order_id}   # placeholders filled from the arguments
 //!   # or: url_argument: url                           # the URL is the argument `url` itself
-//!   credential: ORDERS_API_TOKEN                       # optional; `Authorization: Bearer …`
+//!   credential: ORDERS_API_TOKEN                       # optional; `Authorization: Bearer …`,
+//!                                                      # only to an origin the credential is pinned to
 //!   timeout: 10s                                       # optional
 //! ```
 //!
 //! A placeholder's value is percent-encoded as one path segment, so an argument cannot add
 //! path segments, a query or another host. With `url_argument`, the URL may come from a model:
-//! the SSRF guard is what keeps it off internal addresses.
+//! the SSRF guard is what keeps it off internal addresses, and the credential is only attached
+//! when the chosen URL's origin is one the credential is pinned to (otherwise the call fails
+//! with `TOOL_PERMISSION_DENIED` and nothing is sent).
 
 use std::time::Duration;
 
@@ -29,7 +32,7 @@ use super::http::{json_headers, net_failure, parse_body, status_failure};
 use crate::adapter::{Adapter, BindingError, Failure, Inquiry, Invocation, Reconciled};
 use crate::binding::Binding;
 use crate::net::{OutboundRequest, SafeClient};
-use crate::secrets::Secret;
+use crate::secrets::Credential;
 
 /// Everything but RFC 3986 unreserved characters is encoded in a filled-in segment.
 const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
@@ -50,7 +53,7 @@ enum Source {
 pub struct FetchAdapter {
     client: SafeClient,
     source: Source,
-    credential: Option<Secret>,
+    credential: Option<Credential>,
     timeout: Duration,
 }
 
@@ -72,12 +75,24 @@ impl FetchAdapter {
                 "a fetch is a read: the contract's effect must be `read`",
             ));
         }
+        let credential = b
+            .opt_string("credential")?
+            .map(|n| config.secrets.grant(n, contract))
+            .transpose()?;
         let source = match (b.opt_string("url")?, b.opt_string("url_argument")?) {
             (Some(t), None) => {
                 let probe = Url::parse(&fill(t, &serde_json::Map::new(), true).unwrap_or_default())
                     .map_err(|e| BindingError::invalid(kind, format!("`url`: {e}")))?;
                 if !matches!(probe.scheme(), "http" | "https") {
                     return Err(BindingError::invalid(kind, "`url` must be an http(s) URL"));
+                }
+                // A template whose origin is fixed is checked now; one with a placeholder in
+                // its authority is checked on every call (in `json_headers`).
+                let authority_fixed = t
+                    .split_once("://")
+                    .is_some_and(|(_, rest)| !rest.split('/').next().unwrap_or_default().contains('{'));
+                if let (Some(credential), true) = (&credential, authority_fixed) {
+                    credential.check_origin(&probe)?;
                 }
                 Source::Template(t.to_owned())
             }
@@ -92,10 +107,7 @@ impl FetchAdapter {
         Ok(FetchAdapter {
             client: config.client.clone(),
             source,
-            credential: b
-                .opt_string("credential")?
-                .map(|n| config.secrets.get(n))
-                .transpose()?,
+            credential,
             timeout: b.duration("timeout", Duration::from_secs(10), Duration::from_secs(120))?,
         })
     }
@@ -147,7 +159,7 @@ fn fill(template: &str, args: &serde_json::Map<String, Value>, lenient: bool) ->
 impl Adapter for FetchAdapter {
     async fn invoke(&self, call: &Invocation<'_>) -> Result<Value, Failure> {
         let url = self.url(call.arguments)?;
-        let headers = json_headers(self.credential.as_ref())?;
+        let headers = json_headers(self.credential.as_ref(), &url)?;
         let request = OutboundRequest {
             headers,
             follow_redirects: true,

@@ -5,7 +5,8 @@
 //! adapter:
 //!   kind: http
 //!   url: https://credits.internal.example/v1/credits
-//!   credential: CREDITS_API_TOKEN      # sent as `Authorization: Bearer …`; optional
+//!   credential: CREDITS_API_TOKEN      # sent as `Authorization: Bearer …`; optional; must be
+//!                                      # granted to this tool and pinned to the URL's origin
 //!   timeout: 10s                       # per attempt; optional
 //!   status_url: https://credits.internal.example/v1/operations/{operation_id}   # optional
 //! ```
@@ -38,7 +39,7 @@ use super::{AdapterConfig, read_status, with_operation};
 use crate::adapter::{Adapter, BindingError, Failure, Inquiry, Invocation, Reconciled};
 use crate::binding::Binding;
 use crate::net::{NetError, OutboundRequest, SafeClient};
-use crate::secrets::Secret;
+use crate::secrets::Credential;
 
 /// The longest per-attempt timeout a binding may ask for.
 const MAX_TIMEOUT: Duration = Duration::from_secs(300);
@@ -49,7 +50,7 @@ pub struct HttpAdapter {
     client: SafeClient,
     url: Url,
     status_url: Option<String>,
-    credential: Option<Secret>,
+    credential: Option<Credential>,
     timeout: Duration,
 }
 
@@ -57,9 +58,10 @@ impl HttpAdapter {
     /// Builds the adapter from its binding.
     ///
     /// # Errors
-    /// A malformed binding or a missing credential.
+    /// A malformed binding, or a credential that is missing, not granted to this tool or not
+    /// pinned to the endpoint's origin.
     pub fn from_binding(
-        _contract: &Contract,
+        contract: &Contract,
         doc: &Value,
         config: &AdapterConfig,
     ) -> Result<Self, BindingError> {
@@ -68,8 +70,14 @@ impl HttpAdapter {
         let status_url = check_status_url(&b)?;
         let credential = b
             .opt_string("credential")?
-            .map(|n| config.secrets.get(n))
+            .map(|n| config.secrets.grant(n, contract))
             .transpose()?;
+        if let Some(credential) = &credential {
+            credential.check_origin(&url)?;
+            if let Some(template) = &status_url {
+                credential.check_origin(&parse_url(&b, &with_operation(template, "op_0"))?)?;
+            }
+        }
         let timeout = b.duration("timeout", Duration::from_secs(10), MAX_TIMEOUT)?;
         Ok(HttpAdapter {
             client: config.client.clone(),
@@ -80,8 +88,13 @@ impl HttpAdapter {
         })
     }
 
-    pub(crate) fn headers(&self, call_scopes: &[String], tenant: &str) -> Result<HeaderMap, Failure> {
-        let mut headers = json_headers(self.credential.as_ref())?;
+    pub(crate) fn headers(
+        &self,
+        url: &Url,
+        call_scopes: &[String],
+        tenant: &str,
+    ) -> Result<HeaderMap, Failure> {
+        let mut headers = json_headers(self.credential.as_ref(), url)?;
         if let Ok(v) = HeaderValue::from_str(tenant) {
             headers.insert("warrant-tenant", v);
         }
@@ -95,7 +108,7 @@ impl HttpAdapter {
 #[async_trait]
 impl Adapter for HttpAdapter {
     async fn invoke(&self, call: &Invocation<'_>) -> Result<Value, Failure> {
-        let mut headers = self.headers(call.scopes, call.tenant)?;
+        let mut headers = self.headers(&self.url, call.scopes, call.tenant)?;
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         let key = HeaderValue::from_str(call.operation_id.as_str()).map_err(|_| {
             Failure::new(
@@ -120,29 +133,29 @@ impl Adapter for HttpAdapter {
     async fn reconcile(&self, inquiry: &Inquiry<'_>) -> Result<Reconciled, Failure> {
         match &self.status_url {
             Some(template) => {
-                ask_status(
-                    &self.client,
-                    template,
-                    self.headers(&[], inquiry.tenant)?,
-                    inquiry,
-                )
-                .await
+                let url = status_url(template, inquiry)?;
+                let headers = self.headers(&url, &[], inquiry.tenant)?;
+                ask_status(&self.client, url, headers, inquiry).await
             }
             None => Ok(Reconciled::Unknown),
         }
     }
 }
 
-/// Asks a status endpoint what became of an operation: GET `template` with
-/// `{operation_id}` filled in; 404 means it never happened, 200 carries a status answer.
+/// A `status_url` template with `{operation_id}` filled in.
+pub(crate) fn status_url(template: &str, inquiry: &Inquiry<'_>) -> Result<Url, Failure> {
+    Url::parse(&with_operation(template, inquiry.operation_id.as_str()))
+        .map_err(|_| Failure::new(ToolErrorCode::PermanentFailure, "status_url is not a URL"))
+}
+
+/// Asks a status endpoint what became of an operation: GET `url` (see [`status_url`]); 404
+/// means it never happened, 200 carries a status answer.
 pub(crate) async fn ask_status(
     client: &SafeClient,
-    template: &str,
+    url: Url,
     headers: HeaderMap,
     inquiry: &Inquiry<'_>,
 ) -> Result<Reconciled, Failure> {
-    let url = Url::parse(&with_operation(template, inquiry.operation_id.as_str()))
-        .map_err(|_| Failure::new(ToolErrorCode::PermanentFailure, "status_url is not a URL"))?;
     let request = OutboundRequest {
         headers,
         timeout: Some(inquiry.timeout),
@@ -181,11 +194,26 @@ fn parse_url(b: &Binding<'_>, text: &str) -> Result<Url, BindingError> {
 }
 
 /// `Accept: application/json`, and the adapter's own credential as a bearer token (marked
-/// sensitive, so no debug output shows it).
-pub(crate) fn json_headers(credential: Option<&Secret>) -> Result<HeaderMap, Failure> {
+/// sensitive, so no debug output shows it) for a request to `url`.
+///
+/// INVARIANT: this is the one place a credential is put on an outbound request, and it is put
+/// there only when `url`'s origin is one the credential is pinned to — whoever chose the URL.
+/// (Redirects to another origin drop it: see `SafeClient`.)
+pub(crate) fn json_headers(credential: Option<&Credential>, url: &Url) -> Result<HeaderMap, Failure> {
     let mut headers = HeaderMap::new();
     headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
-    if let Some(secret) = credential {
+    if let Some(credential) = credential {
+        if !credential.may_reach(url) {
+            return Err(Failure::new(
+                ToolErrorCode::PermissionDenied,
+                format!(
+                    "credential `{}` may not be sent to {}",
+                    credential.name(),
+                    url.origin().ascii_serialization()
+                ),
+            ));
+        }
+        let secret = credential.secret();
         let mut value = HeaderValue::from_str(&format!("Bearer {}", secret.expose())).map_err(|_| {
             Failure::new(
                 ToolErrorCode::PermanentFailure,

@@ -559,7 +559,7 @@ pub async fn structured_data_fetch(h: &Arc<Harness>) {
     let before = h.faults.seen.lock().unwrap().len();
     let strict = Arc::new(Adapters::new(AdapterConfig {
         client: SafeClient::new(NetPolicy::default()),
-        secrets: Secrets::fixed([("CREDIT_TOKEN", "x")]),
+        secrets: Secrets::default(),
         smtp: None,
         command_roots: Vec::new(),
     }));
@@ -640,4 +640,108 @@ pub async fn the_background_reconciler_resolves_on_its_own(h: &Arc<Harness>) {
     }
     task.abort();
     assert_eq!(outcome, Some(records::Outcome::ReconciledCommitted));
+}
+
+/// A credential goes only where the operator pinned it: a model-chosen URL at another origin
+/// fails with `TOOL_PERMISSION_DENIED` and nothing is sent; a binding cannot name a credential
+/// that is not granted to its tool (an environment variable, another tool's), and a fixed URL
+/// outside the pins is refused when the binding is built.
+pub async fn credentials_reach_only_their_tools_and_origins(h: &Arc<Harness>) {
+    let addr = h.faults_addr;
+    let e = h
+        .run(
+            "fetch_any",
+            json!({"url": format!("http://{addr}/json/order")}),
+            None,
+        )
+        .await;
+    assert_eq!(committed(&e)["status"], "paid");
+    assert_eq!(
+        h.faults.header("fetch:order", "authorization").as_deref(),
+        Some("Bearer tok-fetch-secret")
+    );
+    // Another origin (another port of the same host): refused before anything is sent.
+    let other = format!(
+        "http://127.0.0.1:{}/json/elsewhere",
+        addr.port().wrapping_add(1).max(1)
+    );
+    let e = h.run("fetch_any", json!({"url": other}), None).await;
+    assert_eq!(failed(&e), ToolErrorCode::PermissionDenied);
+    assert_eq!(h.faults.requests("fetch:elsewhere"), 0);
+
+    let adapters = Adapters::new(AdapterConfig {
+        client: SafeClient::new(NetPolicy::default()),
+        secrets: crate::support::secrets(addr),
+        smtp: None,
+        command_roots: Vec::new(),
+    });
+    let bind = |name: &str, adapter: serde_json::Value| {
+        let doc = json!({
+            "name": name, "version": 1, "description": "d", "owner": "o",
+            "effect": "read", "scopes": ["s"],
+            "input": {"type": "object", "additionalProperties": false, "properties": {}},
+            "output": {"type": "object"},
+            "adapter": adapter,
+        });
+        warrant_core::Contract::from_document(doc).unwrap()
+    };
+    for credential in ["HOME", "PATH", "WARRANT_REDACTION_KEY", "CREDIT_TOKEN"] {
+        let c = bind(
+            "probe",
+            json!({"kind": "http", "url": format!("http://{addr}/honoured"), "credential": credential}),
+        );
+        assert_eq!(
+            adapters.validate(&c),
+            Err(warrant_runtime::BindingError::MissingCredential(
+                credential.into()
+            )),
+            "{credential}"
+        );
+    }
+    // The credit tool's own credential, at an origin it is not pinned to.
+    let c = bind(
+        "credit",
+        json!({"kind": "http", "url": "https://elsewhere.example/credits", "credential": "CREDIT_TOKEN"}),
+    );
+    assert!(matches!(
+        adapters.validate(&c),
+        Err(warrant_runtime::BindingError::CredentialOrigin { .. })
+    ));
+}
+
+/// The SMTP relay is reached through the outbound guard: without the operator allowing the
+/// relay's host, a loopback relay is refused and nothing is sent; a login without TLS is
+/// refused outright.
+pub async fn the_smtp_relay_goes_through_the_outbound_guard(h: &Arc<Harness>) {
+    let before = h.sink.messages.lock().unwrap().len();
+    let guarded = Arc::new(Adapters::new(AdapterConfig {
+        client: SafeClient::new(NetPolicy::default()),
+        secrets: Secrets::default(),
+        smtp: Some(h.runtime.adapters().config().smtp.clone().unwrap()),
+        command_roots: Vec::new(),
+    }));
+    let runtime = Runtime::new(
+        h.store.clone(),
+        h.authority.registry().clone(),
+        h.authority.env().clone(),
+        guarded,
+        *h.runtime.settings(),
+    );
+    let proposal = json!({"tool": "mail", "version": 1, "idempotency_key": "guarded-mail",
+        "arguments": {"to": ["alice@customer.example"], "subject": "s", "body": "b"}});
+    let allowed = h.allow(&proposal).await.unwrap();
+    let e = runtime.execute(allowed).await.unwrap();
+    assert_eq!(failed(&e), ToolErrorCode::PermanentFailure);
+    assert_eq!(
+        h.sink.messages.lock().unwrap().len(),
+        before,
+        "nothing reached the relay"
+    );
+    let plain_login = warrant_runtime::adapters::SmtpRelay {
+        host: "127.0.0.1".into(),
+        port: 25,
+        security: warrant_runtime::adapters::RelaySecurity::Plain,
+        login: Some(warrant_runtime::Secret::new("user:password")),
+    };
+    assert!(plain_login.check().is_err());
 }

@@ -181,7 +181,17 @@ async fn status(State(faults): State<Arc<Faults>>, Path(operation): Path<String>
     }
 }
 
-async fn fixed(Path(name): Path<String>) -> Response {
+async fn fixed(State(faults): State<Arc<Faults>>, headers: HeaderMap, Path(name): Path<String>) -> Response {
+    {
+        // Fetches are recorded under `fetch:<name>`, so tests can see what was sent.
+        let mut seen = faults.seen.lock().unwrap();
+        let s = seen.entry(format!("fetch:{name}")).or_default();
+        s.requests += 1;
+        s.last_headers = headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_owned()))
+            .collect();
+    }
     match name.as_str() {
         "order" => axum::Json(
             json!({"order_id": "ord_12345678", "status": "paid", "total_cents": 1200, "currency": "EUR"}),

@@ -55,6 +55,8 @@ on_every_backend! {
     command_adapter,
     send_email_reaches_exactly_the_recipients,
     structured_data_fetch,
+    credentials_reach_only_their_tools_and_origins,
+    the_smtp_relay_goes_through_the_outbound_guard,
     a_keyless_read_is_one_ledger_row,
     committed_spend_is_charged,
     the_background_reconciler_resolves_on_its_own,

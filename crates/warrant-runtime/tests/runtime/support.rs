@@ -20,7 +20,7 @@ use warrant_policy::{CedarEngine, PolicySource};
 use warrant_runtime::adapters::{AdapterConfig, RelaySecurity, SmtpRelay};
 use warrant_runtime::net::{NetPolicy, SafeClient};
 use warrant_runtime::retry::RetrySettings;
-use warrant_runtime::{Adapters, Execution, Runtime, RuntimeSettings, Secrets};
+use warrant_runtime::{Adapters, CredentialSpec, Execution, Runtime, RuntimeSettings, Secrets};
 use warrant_store::testing::TestDatabase;
 use warrant_store::{DatabaseUrl, SqlStore, StoreOptions, SystemEnv};
 
@@ -38,6 +38,7 @@ pub struct Harness {
     pub runtime: Runtime,
     pub store: Arc<dyn Store>,
     pub faults: Arc<Faults>,
+    pub faults_addr: SocketAddr,
     pub sink: Arc<Sink>,
     pub tools: PathBuf,
     cleanup: Option<TestDatabase>,
@@ -56,7 +57,7 @@ const CREDIT_OUT: &str = r#"{ "type": "object", "additionalProperties": false, "
     "properties": { "credit_id": { "type": "string", "maxLength": 64 }, "status": { "enum": ["applied", "pending"] } } }"#;
 
 /// The test tools, bound to the fault server at `addr`.
-fn contracts(addr: SocketAddr, smtp: SocketAddr, tools: &std::path::Path) -> Vec<Contract> {
+fn contracts(addr: SocketAddr, tools: &std::path::Path) -> Vec<Contract> {
     let base = format!("http://{addr}");
     let write = |name: &str, honoured: bool, max: u8, binding: Value, cost: u64| {
         let doc = json!({
@@ -133,6 +134,21 @@ fn contracts(addr: SocketAddr, smtp: SocketAddr, tools: &std::path::Path) -> Vec
         "adapter": {"kind": "structured_data_fetch", "url": format!("{base}/json/{{name}}")},
     });
     out.push(Contract::from_document(fetch).unwrap());
+    // A fetch of a URL the model chooses, with a credential pinned to the fault server's origin.
+    let fetch_any = json!({
+        "name": "fetch_any", "version": 1, "description": "a fetch of any URL", "owner": "test",
+        "effect": "read", "scopes": ["faults:read"], "approval": "none",
+        "input": {"type": "object", "additionalProperties": false, "required": ["url"],
+                  "properties": {"url": {"type": "string", "maxLength": 256}}},
+        "output": {"type": "object", "additionalProperties": false,
+                   "required": ["order_id", "status", "total_cents", "currency"],
+                   "properties": {"order_id": {"type": "string", "maxLength": 36},
+                                  "status": {"type": "string", "maxLength": 16},
+                                  "total_cents": {"type": "integer", "minimum": 0, "maximum": 100000000},
+                                  "currency": {"type": "string", "maxLength": 3}}},
+        "adapter": {"kind": "structured_data_fetch", "url_argument": "url", "credential": "FETCH_TOKEN"},
+    });
+    out.push(Contract::from_document(fetch_any).unwrap());
     let mail = json!({
         "name": "mail", "version": 1, "description": "send mail", "owner": "test",
         "effect": "irreversible", "scopes": ["email:send"], "approval": "none",
@@ -150,11 +166,26 @@ fn contracts(addr: SocketAddr, smtp: SocketAddr, tools: &std::path::Path) -> Vec
                 "body": {"type": "string", "minLength": 1, "maxLength": 20000}}},
         "output": {"type": "object", "additionalProperties": false, "required": ["message_id", "status"],
             "properties": {"message_id": {"type": "string", "maxLength": 256}, "status": {"enum": ["sent", "queued"]}}},
-        "adapter": {"kind": "send_email", "from": "support@acme.example",
-                    "relay": {"host": "127.0.0.1", "port": smtp.port(), "tls": "none"}},
+        "adapter": {"kind": "send_email", "from": "support@acme.example"},
     });
     out.push(Contract::from_document(mail).unwrap());
     out
+}
+
+/// The operator's credentials of the test tools: each granted to one tool and pinned to the
+/// fault server's origin.
+pub fn secrets(addr: SocketAddr) -> Secrets {
+    let origin = format!("http://{addr}");
+    let spec = |value: &str, tool: &str| {
+        CredentialSpec::new(value)
+            .for_tools([tool])
+            .unwrap()
+            .to_origins([origin.as_str()])
+            .unwrap()
+    };
+    Secrets::default()
+        .with("CREDIT_TOKEN", spec("tok-credit-secret", "credit"))
+        .with("FETCH_TOKEN", spec("tok-fetch-secret", "fetch_any"))
 }
 
 const POLICY: &str = r#"permit (principal, action, resource);"#;
@@ -199,7 +230,7 @@ impl Harness {
         let env = Arc::new(SystemEnv);
         let now = time::OffsetDateTime::now_utc();
         let registry = Arc::new(Registry::new(store.clone(), Duration::seconds(5)));
-        let contracts = contracts(addr, smtp_addr, &tools);
+        let contracts = contracts(addr, &tools);
         for c in &contracts {
             registry.register(c.clone(), now).await.unwrap();
         }
@@ -228,11 +259,12 @@ impl Harness {
         });
         let adapters = Arc::new(Adapters::new(AdapterConfig {
             client,
-            secrets: Secrets::fixed([("CREDIT_TOKEN", "tok-credit-secret")]),
+            secrets: secrets(addr),
             smtp: Some(SmtpRelay {
                 host: "127.0.0.1".into(),
                 port: smtp_addr.port(),
                 security: RelaySecurity::Plain,
+                login: None,
             }),
             command_roots: vec![tools.clone()],
         }));
@@ -251,6 +283,7 @@ impl Harness {
             runtime,
             store,
             faults,
+            faults_addr: addr,
             sink,
             tools,
             cleanup,

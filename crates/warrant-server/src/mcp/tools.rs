@@ -2,7 +2,7 @@
 //! tool result. Every refusal is a tool result marked as an error with its stage and code —
 //! never a JSON-RPC error, which agents would retry blindly.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,10 +35,19 @@ const KEY_FIELDS: [&str; 2] = ["io.warrant/idempotency_key", "idempotency_key"];
 /// `_meta` fields carrying an approval id.
 const APPROVAL_FIELDS: [&str; 2] = ["io.warrant/approval_id", "approval_id"];
 
-/// The registered contracts as tools: the newest live version of each name, and the newest
-/// version of any state (so a call to a retired tool is refused as retired, with a ledger row).
+/// The registered contracts as tools, per namespace: the newest live version of each name,
+/// and the newest version of any state (so a call to a retired tool is refused as retired,
+/// with a ledger row). A caller sees its tenant's own tools and the platform's; its own win
+/// for a name both have, as a call resolves them.
 #[derive(Debug, Default)]
 pub(crate) struct Index {
+    platform: Space,
+    tenants: HashMap<String, Space>,
+}
+
+/// The tools of one namespace.
+#[derive(Debug, Default)]
+struct Space {
     live: BTreeMap<String, Arc<Contract>>,
     newest: BTreeMap<String, u32>,
 }
@@ -49,36 +58,52 @@ impl Index {
     pub(crate) fn of(stored: &[StoredContract], compiled: &[Arc<Contract>], now: OffsetDateTime) -> Self {
         let mut index = Index::default();
         for (s, contract) in stored.iter().zip(compiled) {
-            let newest = index.newest.entry(s.name.clone()).or_insert(s.version);
+            let space = match s.namespace.tenant() {
+                None => &mut index.platform,
+                Some(t) => index.tenants.entry(t.to_owned()).or_default(),
+            };
+            let newest = space.newest.entry(s.name.clone()).or_insert(s.version);
             *newest = (*newest).max(s.version);
             if s.retired_at.is_some_and(|at| at <= now) {
                 continue;
             }
-            if index
+            if space
                 .live
                 .get(&s.name)
                 .is_none_or(|live| live.version() < s.version)
             {
-                index.live.insert(s.name.clone(), contract.clone());
+                space.live.insert(s.name.clone(), contract.clone());
             }
         }
         index
     }
 
-    /// The version a call to `name` pins, and the contract if it is live.
-    fn resolve(&self, name: &str) -> (u32, Option<&Arc<Contract>>) {
-        match self.live.get(name) {
-            Some(c) => (c.version(), Some(c)),
-            None => (self.newest.get(name).copied().unwrap_or(1), None),
+    /// The spaces a caller of `tenant` sees, its own first.
+    fn spaces(&self, tenant: &str) -> impl Iterator<Item = &Space> {
+        self.tenants.get(tenant).into_iter().chain([&self.platform])
+    }
+
+    /// The version a call to `name` by a caller of `tenant` pins, and the contract if it is live.
+    fn resolve(&self, tenant: &str, name: &str) -> (u32, Option<&Arc<Contract>>) {
+        for space in self.spaces(tenant) {
+            match (space.live.get(name), space.newest.get(name)) {
+                (Some(c), _) => return (c.version(), Some(c)),
+                (None, Some(v)) => return (*v, None),
+                (None, None) => {}
+            }
         }
+        (1, None)
     }
 }
 
-/// The tools `principal` may invoke: live contracts whose scopes its grants cover.
+/// The tools `principal` may invoke: live contracts of its tenant and of the platform whose
+/// scopes its grants cover (a tenant's own tool hides a platform tool of the same name).
 pub(crate) fn visible(index: &Index, principal: &Principal) -> Vec<Tool> {
+    let mut seen = std::collections::BTreeSet::new();
     index
-        .live
-        .values()
+        .spaces(principal.tenant())
+        .flat_map(|space| space.live.values())
+        .filter(|c| seen.insert(c.name().to_owned()))
         .filter(|c| c.scopes().is_subset(principal.grants()))
         .map(|c| tool(c))
         .collect()
@@ -204,7 +229,7 @@ pub(crate) async fn call(
         }
     };
     let index = state.tool_index();
-    let (version, contract) = index.resolve(&name);
+    let (version, contract) = index.resolve(principal.tenant(), &name);
     let needs_key = contract.is_some_and(|c| c.effect().requires_idempotency_key());
     let key = match client_key {
         Some(key) => Some(key),

@@ -1,4 +1,5 @@
-//! API keys of the admin's tenant: create (the key is shown once) and revoke.
+//! API keys of the admin's tenant: create (the key is shown once) and revoke. Keys of another
+//! tenant are the platform operator's to create (`routes::tenants`).
 
 use std::sync::Arc;
 
@@ -27,7 +28,7 @@ pub fn router() -> Router<Arc<AppState>> {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct CreateKey {
+pub(crate) struct CreateKey {
     principal: String,
     #[serde(default)]
     grants: Vec<String>,
@@ -50,9 +51,19 @@ pub(crate) async fn create(
     caller.require_admin()?;
     let req: CreateKey = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("expected {{principal, grants, roles, label}}: {e}")))?;
-    let tenant = caller.principal.tenant().to_owned();
+    let created = create_key(&state, caller.principal.tenant(), req).await?;
+    Ok((StatusCode::CREATED, Json(created)).into_response())
+}
+
+/// Creates a key of `tenant` (the caller has been authorized for that tenant) and answers it,
+/// shown once.
+pub(crate) async fn create_key(
+    state: &AppState,
+    tenant: &str,
+    req: CreateKey,
+) -> Result<serde_json::Value, ApiError> {
     // The same identity rules as authentication: a key that could not authenticate is refused.
-    Principal::new(&req.principal, &tenant, req.grants.iter().cloned())
+    Principal::new(&req.principal, tenant, req.grants.iter().cloned())
         .and_then(|p| p.with_roles(req.roles.iter().cloned()))
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     if req.label.as_ref().is_some_and(|l| l.chars().count() > 200) {
@@ -64,7 +75,7 @@ pub(crate) async fn create(
         .create_api_key(&NewApiKey {
             id: generated.id.clone(),
             key_hash: generated.hash,
-            tenant: tenant.clone(),
+            tenant: tenant.to_owned(),
             principal: req.principal.clone(),
             grants: req.grants.clone(),
             roles: req.roles.clone(),
@@ -72,7 +83,7 @@ pub(crate) async fn create(
             created_at: state.env.now(),
         })
         .await?;
-    let body = json!({
+    Ok(json!({
         "id": generated.id,
         "key": generated.key,
         "tenant": tenant,
@@ -80,8 +91,19 @@ pub(crate) async fn create(
         "grants": req.grants,
         "roles": req.roles,
         "label": req.label,
-    });
-    Ok((StatusCode::CREATED, Json(body)).into_response())
+    }))
+}
+
+impl CreateKey {
+    /// A tenant's first admin key.
+    pub(crate) fn admin(principal: String) -> Self {
+        CreateKey {
+            principal,
+            grants: Vec::new(),
+            roles: vec![crate::auth::ADMIN_ROLE.to_owned()],
+            label: Some("first admin".to_owned()),
+        }
+    }
 }
 
 /// Revoke a key.

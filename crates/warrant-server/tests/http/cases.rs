@@ -638,3 +638,259 @@ async fn join_all<F: std::future::Future + Unpin>(mut futures: Vec<F>) -> Vec<F:
     .await;
     results.into_iter().map(Option::unwrap).collect()
 }
+
+/// The trust model over HTTP: a tenant's contracts are its own (invisible, uncallable and
+/// unchangeable from another tenant, no squatting, no platform names); bindings are the
+/// operator's; tenants and their keys are created only by the operator.
+pub async fn contracts_and_tenants_follow_the_trust_model(h: &Harness) {
+    let upstream = h.upstream_addr;
+    let doc = |name: &str, description: &str| {
+        format!(
+            r#"
+name: {name}
+version: 1
+description: {description}
+owner: test
+effect: read
+scopes: [orders:read]
+approval: none
+input: {{ type: object, additionalProperties: false, required: [order_id], properties: {{ order_id: {{ type: string, maxLength: 20 }} }} }}
+output: {{ type: object }}
+"#
+        )
+    };
+    let register = |who: &str, query: &str, body: String| {
+        h.req(Method::POST, &format!("/v1/contracts{query}"), who)
+            .header("content-type", "application/yaml")
+            .body(body)
+    };
+    let status = |r: reqwest::Response| r.status().as_u16();
+    let code = async |r: reqwest::Response| {
+        let body: Value = r.json().await.unwrap();
+        body["error"]["code"].as_str().unwrap_or_default().to_owned()
+    };
+
+    // acme's own contract: listed and callable in acme only.
+    let r = register("admin", "", doc("orders_view", "acme's view"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let created: Value = r.json().await.unwrap();
+    assert_eq!(created["tenant"], "acme");
+    let acme_id = created["id"].as_str().unwrap().to_owned();
+    let call = json!({"tool": "orders_view", "version": 1, "arguments": {"order_id": "ord_1"}});
+    // Allowed (it has no binding yet, so it fails at execution).
+    let (s, body) = h.propose("agent", &call).await;
+    assert_eq!((s, body["decision"].as_str()), (502, Some("allow")), "{body}");
+    let (s, body) = h.propose("other", &call).await;
+    assert_eq!(
+        (s, body["error"]["code"].as_str()),
+        (404, Some("CONTRACT_NOT_FOUND")),
+        "{body}"
+    );
+    let listed = |who: &'static str| async move {
+        let r = h.req(Method::GET, "/v1/contracts", who).send().await.unwrap();
+        let list: Value = r.json().await.unwrap();
+        list["contracts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                format!(
+                    "{}:{}",
+                    c["tenant"].as_str().unwrap_or("-"),
+                    c["name"].as_str().unwrap()
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert!(listed("agent").await.contains(&"acme:orders_view".to_owned()));
+    assert!(listed("agent").await.contains(&"-:lookup".to_owned()));
+    assert!(!listed("other").await.iter().any(|c| c.ends_with("orders_view")));
+    let r = h
+        .req(Method::GET, "/v1/contracts/orders_view/1", "other")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status(r), 404);
+
+    // globex cannot retire it (nor a platform contract), and can register its own under the
+    // same name@version: no squatting.
+    let r = h
+        .req(
+            Method::POST,
+            &format!("/v1/contracts/{acme_id}/retire"),
+            "other_admin",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status(r), 404);
+    let r = h
+        .req(
+            Method::POST,
+            &format!("/v1/contracts/{acme_id}/retire?tenant=acme"),
+            "other_admin",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status(r), 403);
+    let (s, body) = h.propose("agent", &call).await;
+    assert_eq!(body["decision"], "allow", "still callable in acme: {s} {body}");
+    let r = register("other_admin", "", doc("orders_view", "globex's own"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status(r), 201);
+    let r = h
+        .req(Method::GET, "/v1/contracts/orders_view/1", "agent")
+        .send()
+        .await
+        .unwrap();
+    let one: Value = r.json().await.unwrap();
+    assert_eq!(one["document"]["description"], "acme's view");
+    // A platform name is the platform's.
+    let r = register("other_admin", "", doc("lookup", "a shadow"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(code(r).await, "CONTRACT_NAME_TAKEN");
+    let platform = listed("other").await;
+    assert!(platform.contains(&"-:lookup".to_owned()));
+    let lookup_id = {
+        let r = h
+            .req(Method::GET, "/v1/contracts/lookup/1", "agent")
+            .send()
+            .await
+            .unwrap();
+        let one: Value = r.json().await.unwrap();
+        one["id"].as_str().unwrap().to_owned()
+    };
+    let r = h
+        .req(
+            Method::POST,
+            &format!("/v1/contracts/{lookup_id}/retire"),
+            "admin",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status(r), 404, "a tenant admin cannot retire a platform contract");
+
+    // Bindings are the operator's: a tenant admin's document with `adapter` is refused; the
+    // operator binds acme's contract, and a different binding later is a conflict.
+    let bound = format!(
+        "{}adapter: {{ kind: http, url: \"http://{upstream}/lookup\", credential: HOME }}\n",
+        doc("orders_view", "acme's view")
+    );
+    let r = register("admin", "", bound.clone()).send().await.unwrap();
+    assert_eq!(code(r).await, "BINDING_OPERATOR_ONLY");
+    let r = register("operator", "?tenant=acme", bound).send().await.unwrap();
+    assert_eq!(code(r).await, "ADAPTER_BINDING_INVALID", "HOME is no credential");
+    let bound = format!(
+        "{}adapter: {{ kind: http, url: \"http://{upstream}/lookup\" }}\n",
+        doc("orders_view", "acme's view")
+    );
+    let r = register("operator", "?tenant=acme", bound).send().await.unwrap();
+    assert_eq!(status(r), 200, "bound");
+    let (s, body) = h.propose("agent", &call).await;
+    assert_eq!((s, body["outcome"].as_str()), (200, Some("committed")), "{body}");
+    let rebound = format!(
+        "{}adapter: {{ kind: http, url: \"http://{upstream}/credit\" }}\n",
+        doc("orders_view", "acme's view")
+    );
+    let r = register("operator", "?tenant=acme", rebound)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status(r), 409);
+    let r = register("admin", "?tenant=globex", doc("x", "y"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status(r), 403);
+
+    // Tenants: the operator's alone.
+    for who in ["admin", "agent", "other_admin"] {
+        let r = h.req(Method::GET, "/v1/tenants", who).send().await.unwrap();
+        assert_eq!(status(r), 403, "{who}");
+        let r = h
+            .req(Method::POST, "/v1/tenants", who)
+            .json(&json!({"id": "initech"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(status(r), 403, "{who}");
+        let r = h
+            .req(Method::POST, "/v1/tenants/acme/keys", who)
+            .json(&json!({"principal": "x", "roles": ["admin"]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(status(r), 403, "{who}");
+    }
+    let r = h
+        .req(Method::POST, "/v1/tenants", "operator")
+        .json(&json!({"id": "initech", "label": "Initech"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let created: Value = r.json().await.unwrap();
+    let initech_admin = created["admin_key"]["key"].as_str().unwrap().to_owned();
+    assert_eq!(created["admin_key"]["tenant"], "initech");
+    let r = h
+        .req(Method::POST, "/v1/tenants", "operator")
+        .json(&json!({"id": "initech"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(code(r).await, "TENANT_EXISTS");
+    let r = h
+        .req(Method::POST, "/v1/tenants", "operator")
+        .json(&json!({"id": "platform"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status(r), 400);
+    let r = h
+        .req(Method::GET, "/v1/tenants", "operator")
+        .send()
+        .await
+        .unwrap();
+    let tenants: Value = r.json().await.unwrap();
+    assert!(
+        tenants["tenants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["id"] == "initech")
+    );
+    let r = h
+        .req(Method::POST, "/v1/tenants/initech/keys", "operator")
+        .json(&json!({"principal": "bot", "grants": ["orders:read"], "roles": ["agent"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let r = h
+        .req(Method::POST, "/v1/tenants/nobody/keys", "operator")
+        .json(&json!({"principal": "bot"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status(r), 404);
+    // The new tenant's admin works in its tenant and sees no other tenant's contracts.
+    let r = h
+        .http
+        .get(format!("{}/v1/contracts", h.base()))
+        .bearer_auth(&initech_admin)
+        .send()
+        .await
+        .unwrap();
+    let list: Value = r.json().await.unwrap();
+    let names: Vec<&Value> = list["contracts"].as_array().unwrap().iter().collect();
+    assert!(names.iter().all(|c| c["tenant"].is_null()), "{list}");
+}

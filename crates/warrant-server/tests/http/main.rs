@@ -43,6 +43,7 @@ on_every_backend! {
     hostile_requests_get_clear_errors,
     tenants_cannot_reach_each_other,
     admins_register_and_retire_contracts,
+    contracts_and_tenants_follow_the_trust_model,
     keys_are_created_and_revoked,
     the_ledger_filters_and_pages,
     health_readiness_and_metrics,

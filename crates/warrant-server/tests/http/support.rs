@@ -150,6 +150,8 @@ permit (principal in Warrant::Role::"agent", action in Warrant::Action::"lookup"
 permit (principal in Warrant::Role::"agent", action in Warrant::Action::"credit", resource)
 when { resource.tenant == principal.tenant };
 permit (principal in Warrant::Role::"supervisor", action in Warrant::Action::"review:credit", resource);
+permit (principal in Warrant::Role::"agent", action in Warrant::Action::"invoke", resource)
+when { !resource.platform };
 "#;
 
 pub struct Node {
@@ -161,8 +163,10 @@ pub struct Node {
 pub struct Harness {
     pub nodes: Vec<Node>,
     pub upstream: Arc<Upstream>,
+    pub upstream_addr: SocketAddr,
     pub http: reqwest::Client,
-    /// Keys by name: admin, agent, reviewer, other (another tenant's agent).
+    /// Keys by name: admin, agent, reviewer, other (another tenant's agent), other_admin
+    /// (another tenant's admin), operator (the platform operator).
     pub keys: HashMap<&'static str, String>,
     cleanup: Option<TestDatabase>,
     _dir: tempfile::TempDir,
@@ -257,6 +261,8 @@ impl Harness {
                 vec!["agent"],
             ),
             ("reviewer", "acme", "sup-1", vec![], vec!["supervisor"]),
+            ("other_admin", "globex", "root-g", vec![], vec!["admin"]),
+            ("operator", "platform", "ops", vec![], vec!["admin"]),
             (
                 "other",
                 "globex",
@@ -284,6 +290,7 @@ impl Harness {
         Some(Harness {
             nodes: started,
             upstream,
+            upstream_addr,
             http: reqwest::Client::new(),
             keys,
             cleanup,

@@ -5,6 +5,7 @@ use std::time::Duration;
 use serde_json::json;
 use time::OffsetDateTime;
 use time::macros::datetime;
+use warrant_core::contract::Namespace;
 use warrant_store::*;
 
 use crate::support::Backend;
@@ -17,6 +18,7 @@ fn secs(n: i64) -> time::Duration {
 
 fn contract(name: &str, version: u32, id: &str) -> StoredContract {
     StoredContract {
+        namespace: Namespace::Platform,
         name: name.into(),
         version,
         content_id: id.into(),
@@ -97,44 +99,56 @@ pub async fn contracts_are_immutable(b: &Backend) {
     let v2 = contract("create_support_credit", 2, "tool-contract@sha256:dd");
     assert_eq!(s.register_contract(&v2).await.unwrap(), Registration::Registered);
 
+    let p = Namespace::Platform;
     assert_eq!(
-        s.get_contract("create_support_credit", 1).await.unwrap(),
+        s.get_contract(&p, "create_support_credit", 1).await.unwrap(),
         Some(c.clone())
     );
     assert_eq!(
-        s.get_contract_by_id("tool-contract@sha256:dd")
+        s.get_contract_by_id(&p, "tool-contract@sha256:dd")
             .await
             .unwrap()
             .unwrap()
             .version,
         2
     );
-    assert_eq!(s.get_contract("create_support_credit", 3).await.unwrap(), None);
+    assert_eq!(
+        s.get_contract(&p, "create_support_credit", 3).await.unwrap(),
+        None
+    );
     let all = s.list_contracts().await.unwrap();
     assert_eq!(all.iter().map(|c| c.version).collect::<Vec<_>>(), vec![1, 2]);
 
     assert!(
-        s.retire_contract("tool-contract@sha256:aa", T0 + secs(5))
+        s.retire_contract(&p, "tool-contract@sha256:aa", T0 + secs(5))
             .await
             .unwrap()
     );
     assert!(
-        s.retire_contract("tool-contract@sha256:aa", T0 + secs(9))
+        s.retire_contract(&p, "tool-contract@sha256:aa", T0 + secs(9))
             .await
             .unwrap()
     );
-    let retired = s.get_contract("create_support_credit", 1).await.unwrap().unwrap();
+    let retired = s
+        .get_contract(&p, "create_support_credit", 1)
+        .await
+        .unwrap()
+        .unwrap();
     let mut states = s.list_contract_states().await.unwrap();
     states.sort_by(|a, b| a.content_id.cmp(&b.content_id));
     assert_eq!(
         states,
         vec![
             ContractState {
+                namespace: Namespace::Platform,
                 content_id: "tool-contract@sha256:aa".into(),
+                binding_digest: Some("sha256:bb".into()),
                 retired_at: Some(T0 + secs(5)),
             },
             ContractState {
+                namespace: Namespace::Platform,
                 content_id: "tool-contract@sha256:dd".into(),
+                binding_digest: Some("sha256:bb".into()),
                 retired_at: None,
             },
         ]
@@ -144,7 +158,167 @@ pub async fn contracts_are_immutable(b: &Backend) {
         Some(T0 + secs(5)),
         "retiring twice keeps the first time"
     );
-    assert!(!s.retire_contract("tool-contract@sha256:zz", T0).await.unwrap());
+    assert!(
+        !s.retire_contract(&p, "tool-contract@sha256:zz", T0)
+            .await
+            .unwrap()
+    );
+}
+
+/// Tenants' contracts live apart: one tenant cannot retire, squat or see into another's
+/// namespace, nor take a platform name; the same document may live in several namespaces.
+pub async fn contracts_are_namespaced_by_tenant(b: &Backend) {
+    let s = b.store();
+    let acme = Namespace::Tenant("acme".into());
+    let beta = Namespace::Tenant("beta".into());
+    let of = |ns: &Namespace, name: &str, v: u32, id: &str| StoredContract {
+        namespace: ns.clone(),
+        binding: None,
+        binding_digest: None,
+        ..contract(name, v, id)
+    };
+    let a = of(&acme, "billing", 1, "tool-contract@sha256:a1");
+    assert_eq!(s.register_contract(&a).await.unwrap(), Registration::Registered);
+    // The same name@version in another tenant is that tenant's own (no squatting), even with
+    // another body, and the same body too.
+    let b1 = of(&beta, "billing", 1, "tool-contract@sha256:b1");
+    assert_eq!(s.register_contract(&b1).await.unwrap(), Registration::Registered);
+    let same_doc = of(&beta, "billing", 2, "tool-contract@sha256:a1");
+    assert_eq!(
+        s.register_contract(&same_doc).await.unwrap(),
+        Registration::Registered
+    );
+    assert_eq!(
+        s.get_contract(&acme, "billing", 1)
+            .await
+            .unwrap()
+            .unwrap()
+            .content_id,
+        "tool-contract@sha256:a1"
+    );
+    assert_eq!(
+        s.get_contract(&beta, "billing", 1)
+            .await
+            .unwrap()
+            .unwrap()
+            .content_id,
+        "tool-contract@sha256:b1"
+    );
+    assert_eq!(
+        s.get_contract(&Namespace::Platform, "billing", 1).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        s.get_contract_by_id(&beta, "tool-contract@sha256:a1")
+            .await
+            .unwrap()
+            .unwrap()
+            .version,
+        2
+    );
+    // Beta retiring acme's content id retires only its own copy.
+    assert!(
+        !s.retire_contract(&beta, "tool-contract@sha256:b9", T0)
+            .await
+            .unwrap()
+    );
+    assert!(
+        s.retire_contract(&beta, "tool-contract@sha256:a1", T0 + secs(1))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        s.get_contract(&acme, "billing", 1)
+            .await
+            .unwrap()
+            .unwrap()
+            .retired_at,
+        None
+    );
+    // A tenant cannot take a platform contract's name.
+    let platform = contract("send_email", 1, "tool-contract@sha256:e1");
+    assert_eq!(
+        s.register_contract(&platform).await.unwrap(),
+        Registration::Registered
+    );
+    assert!(matches!(
+        s.register_contract(&of(&acme, "send_email", 7, "tool-contract@sha256:e7"))
+            .await,
+        Err(StoreError::Conflict(_))
+    ));
+    let listed = s.list_contracts().await.unwrap();
+    assert_eq!(listed.len(), 4);
+    let states = s.list_contract_states().await.unwrap();
+    assert_eq!(states.len(), 4);
+    assert!(states.iter().any(|c| c.namespace == acme));
+}
+
+/// A stored binding wins: a registration without one changes nothing, one with a binding sets
+/// it where none is stored, and a different binding never replaces it.
+pub async fn a_stored_binding_is_never_replaced(b: &Backend) {
+    let s = b.store();
+    let acme = Namespace::Tenant("acme".into());
+    let bare = StoredContract {
+        namespace: acme.clone(),
+        binding: None,
+        binding_digest: None,
+        ..contract("sync", 1, "tool-contract@sha256:51")
+    };
+    assert_eq!(
+        s.register_contract(&bare).await.unwrap(),
+        Registration::Registered
+    );
+    let bound = StoredContract {
+        binding: Some(json!({"kind": "http", "url": "https://sync.example"})),
+        binding_digest: Some("sha256:b1".into()),
+        ..bare.clone()
+    };
+    assert_eq!(s.register_contract(&bound).await.unwrap(), Registration::Bound);
+    assert_eq!(
+        s.register_contract(&bound).await.unwrap(),
+        Registration::Unchanged
+    );
+    assert_eq!(s.register_contract(&bare).await.unwrap(), Registration::Unchanged);
+    let other = StoredContract {
+        binding: Some(json!({"kind": "http", "url": "https://evil.example"})),
+        binding_digest: Some("sha256:e1".into()),
+        ..bare.clone()
+    };
+    assert!(matches!(
+        s.register_contract(&other).await,
+        Err(StoreError::Conflict(_))
+    ));
+    let stored = s.get_contract(&acme, "sync", 1).await.unwrap().unwrap();
+    assert_eq!(stored.binding_digest.as_deref(), Some("sha256:b1"));
+    assert_eq!(stored.binding, bound.binding);
+    let states = s.list_contract_states().await.unwrap();
+    assert_eq!(states[0].binding_digest.as_deref(), Some("sha256:b1"));
+}
+
+/// Tenants are records of their own, created once.
+pub async fn tenants_are_created_once(b: &Backend) {
+    let s = b.store();
+    let t = TenantRecord {
+        id: "acme".into(),
+        label: Some("Acme".into()),
+        created_at: T0,
+    };
+    assert!(s.create_tenant(&t).await.unwrap());
+    assert!(
+        !s.create_tenant(&TenantRecord {
+            label: None,
+            ..t.clone()
+        })
+        .await
+        .unwrap()
+    );
+    let beta = TenantRecord {
+        id: "beta".into(),
+        label: None,
+        created_at: T0 + secs(1),
+    };
+    assert!(s.create_tenant(&beta).await.unwrap());
+    assert_eq!(s.list_tenants().await.unwrap(), vec![t, beta]);
 }
 
 pub async fn ledger_round_trips_and_paginates(b: &Backend) {

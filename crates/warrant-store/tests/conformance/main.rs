@@ -52,6 +52,9 @@ macro_rules! conformance {
 conformance! {
     a_read_is_recorded_once_with_its_outcome,
     contracts_are_immutable,
+    contracts_are_namespaced_by_tenant,
+    a_stored_binding_is_never_replaced,
+    tenants_are_created_once,
     ledger_round_trips_and_paginates,
     tenants_are_isolated,
     idempotency_claims_replays_and_refuses,
