@@ -485,6 +485,12 @@ impl CompiledSchema {
         self.walker.annotations(arguments).map_err(|o| o.rejection())
     }
 
+    /// `jsonschema`'s full evaluation of `instance` (annotations included): what the walk is
+    /// held to in the property tests.
+    pub fn evaluate(&self, instance: &Value) -> jsonschema::Evaluation {
+        self.validator.evaluate(instance)
+    }
+
     /// Whether `instance` is valid (no error details).
     pub fn is_valid(&self, instance: &Value) -> bool {
         self.validator.is_valid(instance)
