@@ -246,3 +246,49 @@ fn a_walk_past_the_depth_bound_refuses() {
     let refused = check(&schema, deep).unwrap_err();
     assert_eq!(refused.code().as_str(), "ARGUMENTS_TOO_COMPLEX");
 }
+
+#[test]
+fn a_member_is_guarded_only_when_a_guard_always_applies_to_it() {
+    let email = Contract::from_text(
+        include_str!("../../../examples/contracts/send_email.v1.yaml"),
+        warrant_core::contract::DocumentFormat::Yaml,
+    )
+    .unwrap();
+    let walker = email.input_schema().walker();
+    // `to` and `cc` carry the list; `bcc` is refused by the closed root.
+    assert!(walker.guards_member("to") && walker.guards_member("cc") && walker.guards_member("bcc"));
+    assert!(!walker.guards_member("subject"));
+    for (schema, to) in [
+        (through_then(), false),
+        (through_dependent_schemas(), false),
+        (
+            json!({"type": "object", "additionalProperties": false,
+                "properties": {"to": {"anyOf": [guarded_recipients(), recipients()]}}}),
+            false,
+        ),
+        (
+            json!({"type": "object", "additionalProperties": false,
+                "properties": {"to": {"type": "array", "maxItems": 5,
+                                      "items": {"type": "string", "maxLength": 9, "x-warrant-allowlist": "email_recipients"}}}}),
+            false,
+        ),
+        (
+            json!({"type": "object", "additionalProperties": false, "$defs": {"r": guarded_recipients()},
+                "properties": {"to": {"allOf": [{"$ref": "#/$defs/r"}]}}}),
+            true,
+        ),
+        (
+            json!({"type": "object", "additionalProperties": false, "properties": {"to": false}}),
+            true,
+        ),
+    ] {
+        assert_eq!(
+            contract(schema.clone())
+                .input_schema()
+                .walker()
+                .guards_member("to"),
+            to,
+            "{schema}"
+        );
+    }
+}
