@@ -8,6 +8,7 @@
 //! the document as authored, minus its `adapter` binding, which gets its own digest.
 
 mod schema;
+pub mod walk;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -141,6 +141,9 @@ reject_codes! {
     SchemaArrayLength => "SCHEMA_ARRAY_LENGTH", Schema;
     /// Any other violation of the input schema.
     SchemaViolation => "SCHEMA_VIOLATION", Schema;
+    /// The arguments nest too deep, or reach too many schema nodes, for the annotation walk
+    /// (guards, redaction) to finish: refused rather than passed unchecked.
+    ArgumentsTooComplex => "ARGUMENTS_TOO_COMPLEX", Schema;
     /// The policy engine denied the call.
     PolicyDenied => "POLICY_DENIED", Policy;
     /// The caller's grants do not cover a scope the contract requires.

@@ -5,15 +5,17 @@
 //! (`*@customer.example`); matching is case-insensitive. A value that does not parse as exactly
 //! one bare address (no display name, no list, no comment, no domain literal) is refused like
 //! an address off the list, and a marked field with no list configured for the tenant refuses
-//! every value: guards fail closed.
+//! every value: guards fail closed. Which values a marked node applies to is the schema walk's
+//! answer ([`crate::contract::walk`]), the same one redaction uses.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use email_address::{EmailAddress, Options};
 use serde_json::{Map, Value};
 
+use crate::contract::CompiledSchema;
+use crate::contract::walk::{Annotations, Instance};
 use crate::decision::{RejectCode, Rejection};
-use crate::json::push_pointer_segment;
 
 /// One allow-list.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -99,138 +101,62 @@ impl Guards {
             .insert(name.to_owned(), list);
     }
 
-    /// Checks every value under a marked schema node of `input_schema` in `arguments`.
+    /// Checks every value a marked node of `schema` applies to in `arguments` (valid for it):
+    /// one walk ([`crate::contract::walk`]), then [`Guards::check_annotations`].
     ///
     /// # Errors
-    /// `reject(guard, RECIPIENT_NOT_ALLOWED)` with the pointer of the first refused value.
+    /// `reject(guard, RECIPIENT_NOT_ALLOWED)` with the pointer of the first refused value, or
+    /// `reject(schema, ARGUMENTS_TOO_COMPLEX)` when the walk overflows.
     pub fn check(
         &self,
         tenant: &str,
-        input_schema: &Value,
+        schema: &CompiledSchema,
         arguments: &Map<String, Value>,
     ) -> Result<(), Rejection> {
+        self.check_annotations(tenant, &schema.annotations(arguments)?)
+    }
+
+    /// Checks every value an `x-warrant-allowlist` node applies to, as the walk found them. A
+    /// string must be on the list; each item of an array must be a string on the list; `null`
+    /// (no value) passes; anything else is refused.
+    ///
+    /// # Errors
+    /// `reject(guard, RECIPIENT_NOT_ALLOWED)` with the pointer of the first refused value.
+    pub fn check_annotations(
+        &self,
+        tenant: &str,
+        annotations: &Annotations<'_, '_>,
+    ) -> Result<(), Rejection> {
         let lists = self.tenants.get(tenant);
-        let mut pointer = String::from("/arguments");
-        let mut visit = |list: &str, value: &str, at: &str| {
-            let allowed = lists.and_then(|l| l.get(list)).is_some_and(|l| l.allows(value));
-            if allowed {
-                Ok(())
-            } else {
+        for hit in annotations.hits() {
+            let Some(name) = hit.node().allowlist() else {
+                continue;
+            };
+            let list = lists.and_then(|l| l.get(name));
+            let allowed = |value: &Value| value.as_str().is_some_and(|v| list.is_some_and(|l| l.allows(v)));
+            let refuse = |at: String| {
                 Err(Rejection::new(
                     RejectCode::RecipientNotAllowed,
-                    format!("a value is not on the tenant's `{list}` allow-list"),
+                    format!("a value is not on the tenant's `{name}` allow-list"),
                 )
                 .at(at))
-            }
-        };
-        // The root of an input schema is a plain object schema (the lint requires it); walk its
-        // properties without copying the arguments. A composed root takes the general path.
-        match input_schema {
-            Value::Object(node)
-                if !["$ref", "allOf", "anyOf", "oneOf"]
-                    .iter()
-                    .any(|k| node.contains_key(*k)) =>
-            {
-                walk_members(input_schema, node, arguments, &mut pointer, 0, &mut visit)
-            }
-            _ => walk(
-                input_schema,
-                input_schema,
-                &Value::Object(arguments.clone()),
-                &mut pointer,
-                0,
-                &mut visit,
-            ),
-        }
-    }
-}
-
-const MAX_DEPTH: usize = 64;
-
-type Visit<'a> = dyn FnMut(&str, &str, &str) -> Result<(), Rejection> + 'a;
-
-/// The members of an object against the `properties` of its schema node.
-fn walk_members(
-    root: &Value,
-    node: &Map<String, Value>,
-    members: &Map<String, Value>,
-    pointer: &mut String,
-    depth: usize,
-    visit: &mut Visit<'_>,
-) -> Result<(), Rejection> {
-    if let Some(Value::Object(properties)) = node.get("properties") {
-        for (name, member) in members {
-            if let Some(sub) = properties.get(name) {
-                let len = pointer.len();
-                pointer.push('/');
-                push_pointer_segment(pointer, name);
-                walk(root, sub, member, pointer, depth + 1, visit)?;
-                pointer.truncate(len);
-            }
-        }
-    }
-    Ok(())
-}
-
-fn walk(
-    root: &Value,
-    schema: &Value,
-    value: &Value,
-    pointer: &mut String,
-    depth: usize,
-    visit: &mut Visit<'_>,
-) -> Result<(), Rejection> {
-    let Value::Object(node) = schema else {
-        return Ok(());
-    };
-    if depth > MAX_DEPTH {
-        return Ok(());
-    }
-    if let Some(list) = node.get("x-warrant-allowlist").and_then(Value::as_str) {
-        match value {
-            Value::String(s) => visit(list, s, pointer)?,
-            Value::Array(items) => {
-                for (i, item) in items.iter().enumerate() {
-                    let at = format!("{pointer}/{i}");
-                    // A non-string item under an allow-listed node is never allowed.
-                    visit(list, item.as_str().unwrap_or(""), &at)?;
+            };
+            let at = format!("/arguments{}", hit.pointer());
+            match hit.value() {
+                Instance::Value(Value::Null) => {}
+                Instance::Value(Value::Array(items)) => {
+                    for (i, item) in items.iter().enumerate() {
+                        if !allowed(item) {
+                            return refuse(format!("{at}/{i}"));
+                        }
+                    }
                 }
-            }
-            Value::Null => {}
-            _ => visit(list, "", pointer)?,
-        }
-    }
-    if let Some(target) = node
-        .get("$ref")
-        .and_then(Value::as_str)
-        .and_then(|r| r.strip_prefix('#'))
-        && let Some(resolved) = root.pointer(target)
-    {
-        walk(root, resolved, value, pointer, depth + 1, visit)?;
-    }
-    for key in ["allOf", "anyOf", "oneOf"] {
-        if let Some(Value::Array(branches)) = node.get(key) {
-            for branch in branches {
-                walk(root, branch, value, pointer, depth + 1, visit)?;
+                Instance::Value(value) if allowed(value) => {}
+                _ => return refuse(at),
             }
         }
+        Ok(())
     }
-    match value {
-        Value::Object(members) => walk_members(root, node, members, pointer, depth, visit)?,
-        Value::Array(items) => {
-            let prefix = node.get("prefixItems").and_then(Value::as_array);
-            for (i, item) in items.iter().enumerate() {
-                if let Some(sub) = prefix.and_then(|p| p.get(i)).or_else(|| node.get("items")) {
-                    let len = pointer.len();
-                    pointer.push_str(&format!("/{i}"));
-                    walk(root, sub, item, pointer, depth + 1, visit)?;
-                    pointer.truncate(len);
-                }
-            }
-        }
-        _ => {}
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -291,6 +217,7 @@ mod tests {
                 "subject": {"type": "string"}
             }
         });
+        let schema = CompiledSchema::compile(&schema).unwrap();
         let mut guards = Guards::new();
         guards.set("acme", "email_recipients", list());
         let args = |v: Value| v.as_object().unwrap().clone();

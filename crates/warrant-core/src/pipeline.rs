@@ -38,7 +38,7 @@ use crate::json::Limits;
 use crate::policy::{PolicyAction, PolicyEngine, PolicyRequest, PolicyVerdict};
 use crate::proposal::{Envelope, ValidatedProposal};
 use crate::records::*;
-use crate::redact::{RedactionKey, redact_map};
+use crate::redact::{RedactionKey, redact_annotated};
 use crate::registry::Registry;
 use crate::store::{Store, StoreError};
 
@@ -321,13 +321,17 @@ impl Authority {
         p.facts.schema = Some(true);
         p.facts.payload_digest = Some(proposal.payload_digest());
         p.row.payload_digest = Some(proposal.payload_digest().text());
-        if let Some(schema) = contract.input_document() {
-            p.row.arguments = Some(if contract.input_schema().may_redact() {
-                redact_map(schema, proposal.arguments(), &self.redaction)
-            } else {
-                Value::Object(proposal.arguments().clone())
-            });
-        }
+        // One walk of the schema's annotations serves redaction now and the guards below; a
+        // walk that overflows refuses the call (its arguments are then not stored at all).
+        let annotations = match contract.input_schema().annotations(proposal.arguments()) {
+            Ok(a) => a,
+            Err(r) => reject!(r),
+        };
+        p.row.arguments = Some(if annotations.any_sensitive() {
+            redact_annotated(&annotations, proposal.arguments(), &self.redaction)
+        } else {
+            Value::Object(proposal.arguments().clone())
+        });
 
         // identity: the principal comes from authentication; the tenant of every record
         // written below is the principal's.
@@ -352,12 +356,7 @@ impl Authority {
         p.facts.delegated_scopes = Some(scopes.iter().map(str::to_owned).collect());
 
         // guards
-        if contract.has_allowlists()
-            && let Some(schema) = contract.input_document()
-            && let Err(r) = self
-                .guards
-                .check(principal.tenant(), schema, proposal.arguments())
-        {
+        if let Err(r) = self.guards.check_annotations(principal.tenant(), &annotations) {
             reject!(r)
         }
 

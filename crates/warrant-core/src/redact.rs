@@ -10,6 +10,9 @@ use serde_json::{Map, Value};
 use sha2::Sha256;
 
 use crate::canon::canonical_bytes;
+use crate::contract::CompiledSchema;
+use crate::contract::walk::Annotations;
+use crate::decision::Rejection;
 
 type HmacSha256 = hmac::Hmac<Sha256>;
 
@@ -45,121 +48,68 @@ impl RedactionKey {
     }
 }
 
-/// Returns `arguments` with every value under a sensitive schema node replaced by its token.
-/// Follows `properties`, `items`, `prefixItems`, local `$ref`s and every branch of
-/// `allOf`/`anyOf`/`oneOf` (a value sensitive in any branch is redacted).
-pub fn redact(input_schema: &Value, arguments: &Value, key: &RedactionKey) -> Value {
-    redact_at(input_schema, input_schema, arguments, key, 0)
-}
-
-/// [`redact`] for an arguments object.
-pub fn redact_map(input_schema: &Value, arguments: &Map<String, Value>, key: &RedactionKey) -> Value {
-    let Value::Object(node) = input_schema else {
-        return Value::Object(arguments.clone());
-    };
-    if node.get("x-warrant-sensitive") == Some(&Value::Bool(true))
-        || !subschemas(input_schema, node).is_empty()
-    {
-        return redact(input_schema, &Value::Object(arguments.clone()), key);
-    }
-    let mut members = arguments.clone();
-    if let Some(Value::Object(properties)) = node.get("properties") {
-        redact_members(input_schema, properties, &mut members, key, 0);
-    }
-    Value::Object(members)
-}
-
-/// Bounds `$ref` chasing (schemas may be recursive).
-const MAX_DEPTH: usize = 64;
-
-/// Whether [`redact`] can change any value under `input_schema`. `false` only when no node
-/// is marked sensitive, no `$ref` can lead the walk around in circles, and the document nests
-/// no deeper than the depth bound (each step of the walk goes at least one level deeper into
-/// the document, so the walk then never reaches the bound, past which it would redact). For
-/// such a schema redaction is the identity, and the walk can be skipped: contracts compute
-/// this once ([`crate::contract::CompiledSchema::may_redact`]).
-pub fn may_redact(input_schema: &Value) -> bool {
-    fn walk(node: &Value, depth: usize) -> bool {
-        if depth > MAX_DEPTH {
-            return true;
-        }
-        match node {
-            Value::Object(map) => map.iter().any(|(key, value)| {
-                (key == "x-warrant-sensitive" && *value == Value::Bool(true))
-                    || key == "$ref"
-                    || walk(value, depth + 1)
-            }),
-            Value::Array(items) => items.iter().any(|item| walk(item, depth + 1)),
-            _ => false,
-        }
-    }
-    walk(input_schema, 0)
-}
-
-fn redact_at(root: &Value, schema: &Value, value: &Value, key: &RedactionKey, depth: usize) -> Value {
-    let Value::Object(node) = schema else {
-        return value.clone();
-    };
-    if depth > MAX_DEPTH || node.get("x-warrant-sensitive") == Some(&Value::Bool(true)) {
-        // Past the depth bound, redact rather than risk leaking.
-        return Value::String(key.token(value));
-    }
-    let mut out = value.clone();
-    for sub in subschemas(root, node) {
-        out = redact_at(root, sub, &out, key, depth + 1);
-    }
-    match &mut out {
-        Value::Object(members) => {
-            if let Some(Value::Object(properties)) = node.get("properties") {
-                redact_members(root, properties, members, key, depth);
-            }
-        }
-        Value::Array(items) => {
-            let prefix = node.get("prefixItems").and_then(Value::as_array);
-            for (i, item) in items.iter_mut().enumerate() {
-                let item_schema = prefix.and_then(|p| p.get(i)).or_else(|| node.get("items"));
-                if let Some(s) = item_schema {
-                    *item = redact_at(root, s, item, key, depth + 1);
-                }
-            }
-        }
-        _ => {}
-    }
-    out
-}
-
-fn redact_members(
-    root: &Value,
-    properties: &Map<String, Value>,
-    members: &mut Map<String, Value>,
+/// Returns `arguments` (valid for `schema`) with every value a sensitive node applies to
+/// replaced by its token: one walk ([`crate::contract::walk`]), then [`redact_annotated`].
+///
+/// # Errors
+/// `reject(schema, ARGUMENTS_TOO_COMPLEX)` when the walk overflows: arguments that cannot be
+/// walked are refused, never stored in clear.
+pub fn redact_map(
+    schema: &CompiledSchema,
+    arguments: &Map<String, Value>,
     key: &RedactionKey,
-    depth: usize,
-) {
-    for (name, member) in members.iter_mut() {
-        if let Some(s) = properties.get(name) {
-            *member = redact_at(root, s, member, key, depth + 1);
-        }
-    }
+) -> Result<Value, Rejection> {
+    Ok(redact_annotated(&schema.annotations(arguments)?, arguments, key))
 }
 
-/// The schemas that apply to the same value: local `$ref` and composition branches.
-fn subschemas<'a>(root: &'a Value, node: &'a Map<String, Value>) -> Vec<&'a Value> {
-    let mut out = Vec::new();
-    if let Some(target) = node
-        .get("$ref")
-        .and_then(Value::as_str)
-        .and_then(|r| r.strip_prefix('#'))
-    {
-        if let Some(resolved) = root.pointer(target) {
-            out.push(resolved);
-        }
-    }
-    for key in ["allOf", "anyOf", "oneOf"] {
-        if let Some(Value::Array(branches)) = node.get(key) {
-            out.extend(branches.iter());
-        }
-    }
+/// [`redact_map`] for any value valid for `schema`.
+///
+/// # Errors
+/// `reject(schema, ARGUMENTS_TOO_COMPLEX)` when the walk overflows.
+pub fn redact(schema: &CompiledSchema, value: &Value, key: &RedactionKey) -> Result<Value, Rejection> {
+    let annotations = schema.walker().annotations_of(value).map_err(|o| o.rejection())?;
+    let mut out = value.clone();
+    replace_sensitive(&annotations, &mut out, key);
+    Ok(out)
+}
+
+/// `arguments` with every value a sensitive node applies to (as the walk found them) replaced
+/// by its token. Where sensitive values nest, the outermost is replaced, and its token is
+/// always over the value as proposed, so equal values get equal tokens whatever nests in them.
+pub fn redact_annotated(
+    annotations: &Annotations<'_, '_>,
+    arguments: &Map<String, Value>,
+    key: &RedactionKey,
+) -> Value {
+    let mut out = Value::Object(arguments.clone());
+    replace_sensitive(annotations, &mut out, key);
     out
+}
+
+fn replace_sensitive(annotations: &Annotations<'_, '_>, out: &mut Value, key: &RedactionKey) {
+    let mut sensitive: Vec<_> = annotations
+        .hits()
+        .iter()
+        .filter(|h| h.node().sensitive())
+        .collect();
+    sensitive.sort_by(|a, b| a.pointer().cmp(b.pointer()));
+    let mut replaced: Vec<&str> = Vec::new();
+    for hit in sensitive {
+        let pointer = hit.pointer();
+        let inside = |outer: &&str| {
+            pointer == *outer
+                || pointer
+                    .strip_prefix(*outer)
+                    .is_some_and(|rest| rest.starts_with('/'))
+        };
+        if replaced.iter().any(inside) {
+            continue;
+        }
+        if let Some(slot) = out.pointer_mut(pointer) {
+            *slot = Value::String(key.token(&hit.value().to_value()));
+            replaced.push(pointer);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -171,9 +121,13 @@ mod tests {
         RedactionKey::new(vec![7; 32]).unwrap()
     }
 
+    fn compiled(schema: Value) -> CompiledSchema {
+        CompiledSchema::compile(&schema).unwrap()
+    }
+
     #[test]
     fn sensitive_values_become_keyed_tokens() {
-        let schema = json!({
+        let schema = compiled(json!({
             "type": "object",
             "properties": {
                 "to": {"type": "array", "items": {"type": "string", "x-warrant-sensitive": true}},
@@ -182,10 +136,10 @@ mod tests {
                 "subject": {"type": "string"}
             },
             "$defs": {"card": {"type": "object", "properties": {"number": {"type": "string", "x-warrant-sensitive": true}, "brand": {"type": "string"}}}}
-        });
+        }));
         let args = json!({"to": ["a@x.example"], "body": "secret text", "subject": "hi",
                           "card": {"number": "4242424242424242", "brand": "visa"}});
-        let out = redact(&schema, &args, &key());
+        let out = redact(&schema, &args, &key()).unwrap();
         let text = out.to_string();
         assert!(
             !text.contains("secret text") && !text.contains("4242") && !text.contains("a@x.example"),
@@ -195,41 +149,60 @@ mod tests {
         assert_eq!(out["card"]["brand"], "visa");
         assert!(out["body"].as_str().unwrap().starts_with("hmac-sha256:"));
         // Deterministic for one key, different under another.
-        assert_eq!(out, redact(&schema, &args, &key()));
+        assert_eq!(out, redact(&schema, &args, &key()).unwrap());
         let other = RedactionKey::new(vec![8; 32]).unwrap();
-        assert_ne!(out["body"], redact(&schema, &args, &other)["body"]);
+        assert_ne!(out["body"], redact(&schema, &args, &other).unwrap()["body"]);
         assert!(RedactionKey::new(vec![0; 8]).is_none());
         assert_eq!(format!("{:?}", key()), "RedactionKey(..)");
+        assert_eq!(
+            redact_map(&schema, args.as_object().unwrap(), &key()).unwrap(),
+            out
+        );
     }
 
     #[test]
     fn schemas_that_cannot_redact_are_recognised() {
-        let plain = json!({
+        let plain = compiled(json!({
             "type": "object",
             "properties": {
                 "to": {"type": "array", "items": {"type": "string"}},
                 "card": {"allOf": [{"type": "object", "properties": {"n": {"type": "string"}}}]},
                 "flag": {"type": "boolean", "x-warrant-sensitive": false}
             }
-        });
-        assert!(!may_redact(&plain));
+        }));
+        assert!(!plain.may_redact());
         let args = json!({"to": ["a"], "card": {"n": "4242"}, "flag": true});
-        assert_eq!(redact(&plain, &args, &key()), args);
-        assert!(may_redact(
-            &json!({"properties": {"a": {"x-warrant-sensitive": true}}})
-        ));
-        assert!(may_redact(&json!({"items": [{"$ref": "#"}]})));
-        let mut deep = json!({"type": "string"});
-        for _ in 0..40 {
-            deep = json!({"type": "object", "properties": {"a": deep}});
-        }
-        assert!(may_redact(&deep));
+        assert_eq!(redact(&plain, &args, &key()).unwrap(), args);
+        assert!(compiled(json!({"properties": {"a": {"x-warrant-sensitive": true}}})).may_redact());
+        // Recursion and depth alone no longer force the walk: only a sensitive node does.
+        assert!(!compiled(json!({"items": {"$ref": "#"}})).may_redact());
+        assert!(
+            compiled(json!({"$defs": {"s": {"x-warrant-sensitive": true}}, "items": {"$ref": "#/$defs/s"}}))
+                .may_redact()
+        );
+        assert!(!compiled(json!({"$defs": {"s": {"x-warrant-sensitive": true}}})).may_redact());
+    }
+
+    #[test]
+    fn the_outermost_sensitive_value_is_hashed_as_proposed() {
+        let schema = compiled(json!({
+            "type": "object",
+            "properties": {"card": {"x-warrant-sensitive": true, "type": "object",
+                                    "properties": {"number": {"type": "string", "x-warrant-sensitive": true}}}}
+        }));
+        let args = json!({"card": {"number": "4242"}});
+        let out = redact(&schema, &args, &key()).unwrap();
+        assert_eq!(
+            out["card"],
+            Value::String(key().token(&json!({"number": "4242"})))
+        );
     }
 
     #[test]
     fn recursive_schemas_terminate() {
-        let schema = json!({"$ref": "#"});
-        let out = redact(&schema, &json!({"a": 1}), &key());
-        assert!(out.as_str().unwrap().starts_with("hmac-sha256:"));
+        let schema = compiled(json!({"$ref": "#", "properties": {"a": {"x-warrant-sensitive": true}}}));
+        let out = redact(&schema, &json!({"a": 1, "b": 2}), &key()).unwrap();
+        assert!(out["a"].as_str().unwrap().starts_with("hmac-sha256:"));
+        assert_eq!(out["b"], 2);
     }
 }

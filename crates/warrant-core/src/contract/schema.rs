@@ -1,13 +1,15 @@
 //! Input schemas: the closure lint of PRODUCT §2, compilation with the strict integer rule,
 //! and the mapping of schema violations onto the closed rejection codes.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use jsonschema::error::ValidationErrorKind;
-use jsonschema::{Draft, Keyword, PatternOptions, ValidationError};
-use serde_json::{Map, Value};
+use jsonschema::{Draft, Keyword, PatternOptions, Registry, ValidationError, ValidationOptions};
+use serde_json::{Map, Value, json};
 
 use super::Problems;
+use super::walk::{self, Annotations, Walker};
 use crate::decision::{RejectCode, Rejection};
 use crate::json::push_pointer_segment;
 
@@ -132,6 +134,83 @@ pub(super) fn lint_input(schema: &Value, pointer: &str, problems: &mut Problems)
         _ => problems.push(pointer, "the input schema must be an object schema"),
     }
     lint_node(schema, pointer, true, problems);
+    lint_placement(schema, pointer, problems);
+}
+
+/// Annotations only where the walk ([`walk`]) applies them, and `$ref`s only to schemas: an
+/// `x-warrant-*` annotation the walk never reaches would look like a guard or a redaction and
+/// be neither.
+fn lint_placement(schema: &Value, base: &str, problems: &mut Problems) {
+    let walker = match Walker::plan(schema) {
+        Ok(w) => w,
+        Err(found) => {
+            for problem in found {
+                problems.push(&format!("{base}{}", problem.pointer), &problem.message);
+            }
+            return;
+        }
+    };
+    let reached: HashSet<&str> = walker.nodes().map(walk::SchemaNode::pointer).collect();
+    let mut positions = Vec::new();
+    schema_positions(schema, String::new(), &mut positions);
+    for (pointer, node) in &positions {
+        if reached.contains(pointer.as_str()) {
+            continue;
+        }
+        for key in [walk::ALLOWLIST, walk::SENSITIVE] {
+            if node.as_object().is_some_and(|m| m.contains_key(key)) {
+                problems.push(
+                    &format!("{base}{pointer}/{key}"),
+                    &format!(
+                        "`{key}` never applies here: annotations apply only through properties, \
+                         additionalProperties, items, prefixItems, $ref, allOf, anyOf, oneOf, then, \
+                         else and dependentSchemas (not under not, if, contains, propertyNames, \
+                         unevaluatedItems, unevaluatedProperties, contentSchema or an unreferenced \
+                         $defs entry)"
+                    ),
+                );
+            }
+        }
+    }
+    let known: HashSet<&str> = positions.iter().map(|(p, _)| p.as_str()).collect();
+    for reference in walker.references() {
+        if !known.contains(reference.target.as_str()) {
+            problems.push(
+                &format!("{base}{}", reference.at),
+                "`$ref` must point to a schema (`#`, or a node under properties, items, $defs, ...)",
+            );
+        }
+    }
+}
+
+/// Every node in a schema position (value or constraint), with its pointer within `node`'s
+/// document: the nodes [`lint_node`] visits.
+fn schema_positions<'a>(node: &'a Value, pointer: String, out: &mut Vec<(String, &'a Value)>) {
+    let Value::Object(map) = node else {
+        if node.is_boolean() {
+            out.push((pointer, node));
+        }
+        return;
+    };
+    for (key, sub) in map {
+        let key = key.as_str();
+        if VALUE_SCHEMA.contains(&key) || CONSTRAINT_SCHEMA.contains(&key) {
+            schema_positions(sub, child(&pointer, key), out);
+        } else if VALUE_SCHEMA_LISTS.contains(&key) {
+            if let Value::Array(items) = sub {
+                for (i, item) in items.iter().enumerate() {
+                    schema_positions(item, child(&child(&pointer, key), &i.to_string()), out);
+                }
+            }
+        } else if (VALUE_SCHEMA_MAPS.contains(&key) || CONSTRAINT_SCHEMA_MAPS.contains(&key))
+            && let Value::Object(entries) = sub
+        {
+            for (name, item) in entries {
+                schema_positions(item, child(&child(&pointer, key), name), out);
+            }
+        }
+    }
+    out.push((pointer, node));
 }
 
 fn lint_node(node: &Value, pointer: &str, must_be_closed: bool, problems: &mut Problems) {
@@ -315,11 +394,24 @@ fn child(pointer: &str, segment: &str) -> String {
     out
 }
 
-/// A compiled schema validator with the strict integer rule.
+/// A compiled schema validator with the strict integer rule, and the walk of its annotations.
 #[derive(Clone)]
 pub struct CompiledSchema {
     validator: Arc<jsonschema::Validator>,
-    may_redact: bool,
+    walker: Arc<Walker>,
+}
+
+/// The base URI the input schema is registered under while the walk's branch tests compile.
+const INPUT_URI: &str = "urn:warrant:input";
+
+/// The options of every validator of a contract schema: draft 2020-12, linear-time regexes,
+/// formats asserted, no remote references, the strict integer rule.
+fn options<'i>() -> ValidationOptions<'i> {
+    jsonschema::options()
+        .with_draft(Draft::Draft202012)
+        .with_pattern_options(PatternOptions::regex())
+        .should_validate_formats(true)
+        .with_keyword(STRICT_INTEGER, |_, _, _| Ok(Box::new(StrictInteger)))
 }
 
 impl std::fmt::Debug for CompiledSchema {
@@ -331,33 +423,72 @@ impl std::fmt::Debug for CompiledSchema {
 impl CompiledSchema {
     /// Compiles `schema` (draft 2020-12, linear-time regexes, formats asserted, no remote
     /// references) after injecting the strict integer rule into a copy of it.
-    pub(super) fn compile(schema: &Value) -> Result<Self, String> {
+    ///
+    /// The walk of its annotations decides `anyOf`/`oneOf` branches and `if` with validators of
+    /// the same options, compiled for those subschemas of the same (strict) copy: a branch
+    /// applies exactly when the contract's own validator would say it validates.
+    pub(crate) fn compile(schema: &Value) -> Result<Self, String> {
         let mut copy = schema.clone();
         inject_strict_integer(&mut copy);
-        let validator = jsonschema::options()
-            .with_draft(Draft::Draft202012)
-            .with_pattern_options(PatternOptions::regex())
-            .should_validate_formats(true)
-            .with_keyword(STRICT_INTEGER, |_, _, _| Ok(Box::new(StrictInteger)))
-            .build(&copy)
-            .map_err(|e| {
-                let at = e.schema_path().as_str().to_owned();
-                if at.is_empty() {
-                    e.to_string()
-                } else {
-                    format!("{e} (at {at})")
-                }
+        let describe = |e: ValidationError<'_>| {
+            let at = e.schema_path().as_str().to_owned();
+            if at.is_empty() {
+                e.to_string()
+            } else {
+                format!("{e} (at {at})")
+            }
+        };
+        let validator = options().build(&copy).map_err(describe)?;
+        let mut walker = Walker::plan(schema).map_err(|problems| {
+            problems
+                .first()
+                .map(|p| format!("{} (at {})", p.message, p.pointer))
+                .unwrap_or_default()
+        })?;
+        if walker.needs_tests() {
+            let registry = Registry::new()
+                .draft(Draft::Draft202012)
+                .add(INPUT_URI, &copy)
+                .and_then(|r| r.prepare())
+                .map_err(|e| e.to_string())?;
+            let options = options().with_registry(&registry);
+            walker.compile_tests(&mut |at| {
+                let wrapper = json!({"$ref": format!("{INPUT_URI}#{}", Walker::fragment(at))});
+                options.build(&wrapper).map(Arc::new).map_err(describe)
             })?;
+        }
         Ok(CompiledSchema {
             validator: Arc::new(validator),
-            may_redact: crate::redact::may_redact(schema),
+            walker: Arc::new(walker),
         })
     }
 
-    /// Whether redaction can change a value this schema accepts (see
-    /// [`crate::redact::may_redact`]); when not, the ledger copy of the arguments is taken as is.
+    /// Whether redaction can change a value this schema accepts (a node the walk reaches is
+    /// marked sensitive); when not, the ledger copy of the arguments is taken as is.
     pub fn may_redact(&self) -> bool {
-        self.may_redact
+        self.walker.has_sensitive()
+    }
+
+    /// The walk of this schema's annotations.
+    pub fn walker(&self) -> &Walker {
+        &self.walker
+    }
+
+    /// Every annotated node applying to `arguments` (valid for this schema).
+    ///
+    /// # Errors
+    /// `reject(schema, ARGUMENTS_TOO_COMPLEX)` when the walk overflows its bounds.
+    pub fn annotations<'w, 'v>(
+        &'w self,
+        arguments: &'v Map<String, Value>,
+    ) -> Result<Annotations<'w, 'v>, Rejection> {
+        self.walker.annotations(arguments).map_err(|o| o.rejection())
+    }
+
+    /// `jsonschema`'s full evaluation of `instance` (annotations included): what the walk is
+    /// held to in the property tests.
+    pub fn evaluate(&self, instance: &Value) -> jsonschema::Evaluation {
+        self.validator.evaluate(instance)
     }
 
     /// Whether `instance` is valid (no error details).

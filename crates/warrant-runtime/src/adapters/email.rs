@@ -110,10 +110,11 @@ impl EmailAdapter {
     /// # Errors
     /// A malformed binding, or no relay configured.
     pub fn from_binding(
-        _contract: &Contract,
+        contract: &Contract,
         doc: &Value,
         config: &AdapterConfig,
     ) -> Result<Self, BindingError> {
+        require_guarded_recipients(contract)?;
         let b = Binding::open("send_email", doc, &["from", "timeout", "status_url"])?;
         let from_text = b.string("from")?;
         let from: Mailbox = from_text
@@ -259,5 +260,34 @@ fn smtp_failure(e: &lettre::transport::smtp::Error) -> Failure {
             ToolErrorCode::UpstreamUnavailable,
             "the connection to the relay failed",
         )
+    }
+}
+
+/// The fields [`EmailAdapter::message`] reads recipients from.
+const RECIPIENT_FIELDS: [&str; 3] = ["to", "cc", "bcc"];
+
+/// Refuses a binding whose contract could let a recipient through unguarded: the message is
+/// addressed from `to`, `cc` and `bcc` whatever the contract says, so each one the input schema
+/// admits must be allow-listed on a node that applies to it in every valid call (the schema
+/// walk's [`warrant_core::contract::walk::Walker::guards_member`]).
+fn require_guarded_recipients(contract: &Contract) -> Result<(), BindingError> {
+    let walker = contract.input_schema().walker();
+    let open: Vec<String> = RECIPIENT_FIELDS
+        .into_iter()
+        .filter(|field| !walker.guards_member(field))
+        .map(|field| format!("`{field}`"))
+        .collect();
+    if open.is_empty() {
+        Ok(())
+    } else {
+        Err(BindingError::invalid(
+            "send_email",
+            format!(
+                "the input schema admits {} without `x-warrant-allowlist` on the node that always \
+                 applies to it (directly, through `$ref` or `allOf`; not only in a branch); \
+                 guard it or leave it out of `properties`",
+                open.join(", ")
+            ),
+        ))
     }
 }

@@ -541,6 +541,67 @@ pub async fn send_email_reaches_exactly_the_recipients(h: &Arc<Harness>) {
     assert_eq!(h.sink.messages.lock().unwrap().len(), 1);
 }
 
+/// `send_email` reads `to`, `cc` and `bcc` whatever the contract says: a binding is refused at
+/// registration unless each one the input schema admits is allow-listed on a node that applies
+/// to it in every valid call.
+pub async fn a_send_email_binding_needs_every_recipient_field_guarded(h: &Arc<Harness>) {
+    let list = |extra: Value| {
+        let mut node =
+            json!({"type": "array", "maxItems": 10, "items": {"type": "string", "maxLength": 254}});
+        for (k, v) in extra.as_object().unwrap() {
+            node[k] = v.clone();
+        }
+        node
+    };
+    let guarded = || list(json!({"x-warrant-allowlist": "email_recipients"}));
+    let mail = |input: Value| {
+        warrant_core::Contract::from_document(json!({
+            "name": "mail_check", "version": 1, "description": "send mail", "owner": "test",
+            "effect": "irreversible", "scopes": ["email:send"], "approval": "none",
+            "idempotency": {"honoured": false, "retention": "1h"},
+            "input": input,
+            "output": {"type": "object", "additionalProperties": false},
+            "adapter": {"kind": "send_email", "from": "support@acme.example"},
+        }))
+        .unwrap()
+    };
+    let closed = |properties: Value| json!({"type": "object", "additionalProperties": false, "required": ["to"], "properties": properties});
+    let adapters = h.runtime.adapters();
+    let refused = |input: Value, field: &str| {
+        let err = adapters.validate(&mail(input.clone())).unwrap_err();
+        assert!(err.to_string().contains(&format!("`{field}`")), "{input}: {err}");
+    };
+    // `bcc` is admitted but not guarded.
+    refused(closed(json!({"to": guarded(), "bcc": list(json!({}))})), "bcc");
+    // `to` is guarded only when `then` applies.
+    let mut conditional = closed(json!({"to": list(json!({})), "kind": {"enum": ["a", "b"]}}));
+    conditional["if"] = json!({"properties": {"kind": {"const": "a"}}});
+    conditional["then"] = closed(json!({"to": guarded(), "kind": {"enum": ["a"]}}));
+    refused(conditional, "to");
+    // `to` is guarded only when `cc` is present.
+    let mut dependent = closed(json!({"to": list(json!({})), "cc": guarded()}));
+    dependent["dependentSchemas"] = json!({"cc": {"properties": {"to": guarded()}}});
+    refused(dependent, "to");
+    // `to` is guarded in one `anyOf` branch only.
+    refused(
+        closed(json!({"to": {"anyOf": [guarded(), list(json!({}))]}})),
+        "to",
+    );
+
+    // Guarded directly, through `$ref` and `allOf`; `cc`/`bcc` refused by the closed root.
+    adapters
+        .validate(&mail(closed(
+            json!({"to": guarded(), "cc": guarded(), "bcc": guarded()}),
+        )))
+        .unwrap();
+    let mut by_ref = closed(json!({"to": {"$ref": "#/$defs/recipients"}, "cc": {"allOf": [guarded()]}}));
+    by_ref["$defs"] = json!({"recipients": guarded()});
+    adapters.validate(&mail(by_ref)).unwrap();
+    adapters
+        .validate(&mail(closed(json!({"to": guarded(), "bcc": false}))))
+        .unwrap();
+}
+
 pub async fn structured_data_fetch(h: &Arc<Harness>) {
     let e = h.run("fetch_order", json!({"name": "order"}), None).await;
     assert_eq!(committed(&e)["status"], "paid");

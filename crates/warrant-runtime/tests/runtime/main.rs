@@ -54,6 +54,7 @@ on_every_backend! {
     concurrent_executions_make_one_effect,
     command_adapter,
     send_email_reaches_exactly_the_recipients,
+    a_send_email_binding_needs_every_recipient_field_guarded,
     structured_data_fetch,
     credentials_reach_only_their_tools_and_origins,
     the_smtp_relay_goes_through_the_outbound_guard,
