@@ -238,11 +238,7 @@ fn expected(c: &Case) -> String {
 fn described(decision: Option<&str>, stage: Option<&str>, code: Option<&str>) -> String {
     match decision {
         Some("allow") => "allow".into(),
-        Some("reject") => format!(
-            "reject {} {}",
-            stage.unwrap_or("?"),
-            code.unwrap_or("?")
-        ),
+        Some("reject") => format!("reject {} {}", stage.unwrap_or("?"), code.unwrap_or("?")),
         other => format!("{other:?} {stage:?} {code:?}"),
     }
 }
@@ -354,7 +350,11 @@ fn stdio(dir: &Path, key: &str, cases: &[Case]) -> Vec<Seen> {
     writeln!(stdin, "{init}").unwrap();
     let answer = rx.recv_timeout(Duration::from_secs(20)).unwrap();
     assert_eq!(answer["id"], 0, "{answer}");
-    writeln!(stdin, r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#).unwrap();
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
+    )
+    .unwrap();
     let mut seen = Vec::new();
     for (i, c) in cases.iter().enumerate() {
         let id = 100 + i;
@@ -454,7 +454,10 @@ fn every_lane_answers_the_table_alike() {
             ("check", &via_check[i]),
         ] {
             if seen.answer != want {
-                problems.push(format!("{}: {lane} answered `{}`, want `{want}`", c.name, seen.answer));
+                problems.push(format!(
+                    "{}: {lane} answered `{}`, want `{want}`",
+                    c.name, seen.answer
+                ));
             }
             if lane != "check" && c.expect.is_some() {
                 match &seen.ledger_id {
@@ -482,8 +485,11 @@ fn every_lane_answers_the_table_alike() {
             }
             let row: Value = r.json().await.unwrap();
             let (stage, code) = expect.unwrap();
-            if (row["decision"].as_str(), row["stage"].as_str(), row["error_code"].as_str())
-                != (Some("reject"), Some(stage), Some(code))
+            if (
+                row["decision"].as_str(),
+                row["stage"].as_str(),
+                row["error_code"].as_str(),
+            ) != (Some("reject"), Some(stage), Some(code))
             {
                 problems.push(format!("{name}: {lane}'s ledger row says {row}"));
             }

@@ -223,7 +223,9 @@ async fn guard_request(State(guard): State<Guard>, request: Request, next: Next)
         std::borrow::Cow::Borrowed(_) => bytes,
         std::borrow::Cow::Owned(message) => axum::body::Bytes::from(message),
     };
-    parts.headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+    parts
+        .headers
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
     next.run(Request::from_parts(parts, Body::from(body))).await
 }
 
@@ -351,6 +353,109 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
 
     use super::*;
+
+    /// A gateway over a memory store with one read tool, `pay`, and the first keys.
+    async fn gateway(dir: &std::path::Path) -> (crate::Gateway, String) {
+        use warrant_runtime::adapters::AdapterConfig;
+        use warrant_runtime::net::{NetPolicy, SafeClient};
+        std::fs::write(
+            dir.join("pay.yaml"),
+            "name: pay\nversion: 1\ndescription: Pay.\nowner: t\neffect: read\nscopes: [p:read]\n\
+             approval: none\ninput:\n  type: object\n  additionalProperties: false\n  properties:\n    \
+             n: { type: integer, minimum: 0, maximum: 9 }\noutput:\n  type: object\n  \
+             additionalProperties: false\n  properties: {}\nadapter: { kind: http, url: \"http://127.0.0.1:9/\" }\n",
+        )
+        .unwrap();
+        let store: Arc<dyn warrant_core::store::Store> = Arc::new(warrant_store::MemoryStore::new());
+        let gateway = crate::Gateway::start(crate::GatewayConfig {
+            store: store.clone(),
+            contracts_dir: Some(dir.to_owned()),
+            policies: vec![warrant_policy::PolicySource::new(
+                "all.cedar",
+                "permit (principal, action, resource);",
+            )],
+            guards: warrant_core::guard::Guards::new(),
+            budgets: Default::default(),
+            redaction: warrant_core::redact::RedactionKey::new(vec![5; 32]).unwrap(),
+            adapters: AdapterConfig {
+                client: SafeClient::new(NetPolicy::default()),
+                secrets: warrant_runtime::Secrets::default(),
+                smtp: None,
+                command_roots: Vec::new(),
+            },
+            runtime: Default::default(),
+            settings: Default::default(),
+            limits: Default::default(),
+            public_url: "http://127.0.0.1:1".into(),
+            first_tenant: "acme".into(),
+            background: false,
+            contract_sync_every: crate::CONTRACT_SYNC_EVERY,
+        })
+        .await
+        .unwrap();
+        let key = gateway.first_keys.as_ref().unwrap().agent.clone();
+        (gateway, key)
+    }
+
+    /// The SDK's own stdio framing keeps no raw bytes: a `tools/call` served through it is
+    /// refused, never run from the SDK's decoded arguments (where `7.0` reads as `7`); through
+    /// the lane's framing the same line is decided on what the client wrote.
+    #[tokio::test]
+    async fn a_call_without_its_raw_bytes_is_refused() {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        let dir = tempfile::tempdir().unwrap();
+        let (gateway, key) = gateway(dir.path()).await;
+        let lines = [
+            r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"pay","arguments":{"n":7.0}}}"#,
+        ];
+        for framed in [false, true] {
+            let (client, server) = tokio::io::duplex(1 << 16);
+            let (read, write) = tokio::io::split(server);
+            let state = gateway.state.clone();
+            let key = key.clone();
+            let served = tokio::spawn(async move {
+                if framed {
+                    serve_io(state, key, read, write).await.unwrap();
+                } else {
+                    let running = Gateway::new(state, Some(key)).serve((read, write)).await.unwrap();
+                    let _ = running.waiting().await;
+                }
+            });
+            let (read, mut write) = tokio::io::split(client);
+            for line in lines {
+                write.write_all(format!("{line}\n").as_bytes()).await.unwrap();
+            }
+            let mut answers = tokio::io::BufReader::new(read).lines();
+            let answer = loop {
+                let line = answers.next_line().await.unwrap().unwrap();
+                let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+                if v["id"] == 1 {
+                    break v;
+                }
+            };
+            let s = &answer["result"]["structuredContent"];
+            let seen = (s["stage"].as_str(), s["code"].as_str());
+            if framed {
+                assert_eq!(seen, (Some("schema"), Some("SCHEMA_NOT_INTEGER")), "{answer}");
+            } else {
+                assert_eq!(seen, (Some("internal"), Some("INTERNAL")), "{answer}");
+                assert!(s["ledger_id"].is_null(), "{answer}");
+            }
+            drop(write);
+            drop(answers);
+            served.await.unwrap();
+        }
+        let principal = Principal::new("demo-agent", "acme", Vec::new()).unwrap();
+        let page = gateway
+            .state
+            .store
+            .list_ledger(principal.tenant(), &Default::default())
+            .await
+            .unwrap();
+        assert_eq!(page.entries.len(), 1, "only the framed call was decided");
+    }
 
     #[test]
     fn allowed_hosts_include_the_public_host() {

@@ -7,12 +7,12 @@
 use std::sync::Arc;
 
 use rmcp::RoleServer;
+use rmcp::model::GetExtensions;
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::Transport;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::Mutex;
-use rmcp::model::GetExtensions;
 use warrant_core::json::Limits;
 
 use super::raw;
@@ -164,7 +164,8 @@ where
             match serde_json::from_slice::<ClientJsonRpcMessage>(&framed.message) {
                 Ok(mut message) => {
                     // The raw parts travel with the request to its handler.
-                    if let (ClientJsonRpcMessage::Request(request), Some(call)) = (&mut message, framed.call) {
+                    if let (ClientJsonRpcMessage::Request(request), Some(call)) = (&mut message, framed.call)
+                    {
                         request.request.extensions_mut().insert(call);
                     }
                     return Some(message);

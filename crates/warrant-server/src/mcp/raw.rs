@@ -28,8 +28,8 @@ use std::borrow::Cow;
 use std::fmt;
 
 use rmcp::model::RequestId;
-use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
+use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::Value;
 use serde_json::value::RawValue;
 use warrant_core::json::{self, JsonError, Limits};

@@ -16,11 +16,11 @@ use warrant_core::Contract;
 use warrant_core::Rejection;
 use warrant_core::authority::Principal;
 use warrant_core::canon::canonical_bytes_of_map;
-use warrant_core::json::{self, Limits};
-use warrant_core::proposal::Envelope;
 use warrant_core::contract::{ApprovalMode, Effect};
 use warrant_core::decision::{Outcome, Retryable};
+use warrant_core::json::{self, Limits};
 use warrant_core::pipeline::Call;
+use warrant_core::proposal::Envelope;
 use warrant_core::store::StoreError;
 use warrant_runtime::{Dispatched, dispatch};
 
@@ -187,7 +187,12 @@ fn meta_text<'a>(meta: &'a JsonObject, fields: &[&'static str]) -> Result<Option
 /// A `_meta` field as the proposal carries it: a string goes as a transport value (like an
 /// HTTP header); any other value goes into the envelope under `field`, where `decide` refuses
 /// it with the envelope's own code and a ledger row.
-fn meta_field<'a>(meta: &'a JsonObject, fields: &[&'static str], field: &str, envelope: &mut Vec<u8>) -> Option<&'a str> {
+fn meta_field<'a>(
+    meta: &'a JsonObject,
+    fields: &[&'static str],
+    field: &str,
+    envelope: &mut Vec<u8>,
+) -> Option<&'a str> {
     match meta_text(meta, fields) {
         Ok(text) => text,
         Err(name) => {
