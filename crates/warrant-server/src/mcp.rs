@@ -11,14 +11,17 @@
 //!   `Mcp-Session-Id`), so any number of gateway nodes behind a load balancer behave as one.
 //! - **Authentication first.** `Authorization: Bearer <key>` is checked against the store
 //!   before any MCP processing; a missing or unknown key is a 401 with the API's error shape.
-//! - **Strict JSON.** Request bodies (and stdio lines) must pass the strict parser before the
-//!   SDK's `serde_json` sees them: duplicate keys, out-of-range numbers or lone surrogates would
-//!   otherwise be merged or rounded silently inside the arguments. Such a message is a JSON-RPC
-//!   parse error (-32700); it is not a proposal.
+//! - **The client's own bytes.** Request bodies (and stdio lines) are framed below the SDK
+//!   (`raw`): the arguments of a `tools/call` are kept as written and become the proposal
+//!   `decide` parses, so its strict parser refuses over MCP exactly what it refuses over HTTP
+//!   (duplicate keys, `7.0` for an integer, depth, size, …), with a ledger row; the rest of
+//!   the message must pass the strict parser before the SDK's `serde_json` sees it, else it is a
+//!   JSON-RPC parse error (-32700), not a proposal.
 //! - **DNS-rebinding guard.** The SDK's `Host` check stays on; the allowed hosts are the
 //!   loopback names plus the host of the public URL, or what [`McpConfig`] says.
 
 mod lines;
+mod raw;
 pub(crate) mod tools;
 
 use std::sync::Arc;
@@ -39,7 +42,7 @@ use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::json;
 use warrant_core::authority::Principal;
-use warrant_core::json::{self, Limits};
+use warrant_core::json::Limits;
 
 pub use tools::{DERIVED_KEY_WINDOW, derived_idempotency_key};
 
@@ -167,8 +170,9 @@ struct Guard {
     max_body_bytes: usize,
 }
 
-/// Authenticates the request (401 before any MCP processing) and holds its body to the strict
-/// parser; the caller travels to the handler in the request's extensions.
+/// Authenticates the request (401 before any MCP processing) and frames its body
+/// ([`raw::frame`]: the strict parser for the message, the raw arguments of a `tools/call` kept
+/// aside); the caller and those arguments travel to the handler in the request's extensions.
 async fn guard_request(State(guard): State<Guard>, request: Request, next: Next) -> Response {
     let (mut parts, body) = request.into_parts();
     let Some(token) = bearer(&parts) else {
@@ -199,20 +203,30 @@ async fn guard_request(State(guard): State<Guard>, request: Request, next: Next)
         max_bytes: guard.max_body_bytes,
         max_depth: MESSAGE_MAX_DEPTH,
     };
-    if let Err(e) = json::parse(&bytes, limits) {
-        let id = serde_json::from_slice::<serde_json::Value>(&bytes)
-            .ok()
-            .and_then(|v| v.get("id").cloned())
-            .unwrap_or(serde_json::Value::Null);
-        let body = lines::parse_error(&id, &e);
-        return (
-            StatusCode::BAD_REQUEST,
-            [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
-            body,
-        )
-            .into_response();
+    let framed = match raw::frame(&bytes, limits) {
+        Ok(framed) => framed,
+        Err(refused) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+                refused.line(),
+            )
+                .into_response();
+        }
+    };
+    // The SDK hands the request's parts to the handler: the raw parts of a `tools/call` go
+    // with them.
+    if let Some(call) = framed.call {
+        parts.extensions.insert(call);
     }
-    next.run(Request::from_parts(parts, Body::from(bytes))).await
+    let body = match framed.message {
+        std::borrow::Cow::Borrowed(_) => bytes,
+        std::borrow::Cow::Owned(message) => axum::body::Bytes::from(message),
+    };
+    parts
+        .headers
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+    next.run(Request::from_parts(parts, Body::from(body))).await
 }
 
 fn unauthorized(message: &str) -> Response {
@@ -302,7 +316,23 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let (principal, trace) = self.caller(&context).await?;
-        let result = tools::call(&self.state, principal, trace, request, &context.meta.0.0).await;
+        // The client's own bytes of this call, from the transport's framing (stdio: in the
+        // message's extensions; HTTP: in the request parts the SDK passes on). Without them
+        // the call is refused: the SDK's decoded arguments have lost their spelling.
+        let raw = context
+            .extensions
+            .get::<raw::RawCall>()
+            .or_else(|| {
+                context
+                    .extensions
+                    .get::<axum::http::request::Parts>()
+                    .and_then(|p| p.extensions.get::<raw::RawCall>())
+            })
+            .filter(|raw| raw.matches(&context.id, &request.name));
+        let result = match raw {
+            Some(raw) => tools::call(&self.state, principal, trace, request, raw, &context.meta.0.0).await,
+            None => tools::unframed(&trace),
+        };
         Ok(result.into())
     }
 }
@@ -323,6 +353,109 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
 
     use super::*;
+
+    /// A gateway over a memory store with one read tool, `pay`, and the first keys.
+    async fn gateway(dir: &std::path::Path) -> (crate::Gateway, String) {
+        use warrant_runtime::adapters::AdapterConfig;
+        use warrant_runtime::net::{NetPolicy, SafeClient};
+        std::fs::write(
+            dir.join("pay.yaml"),
+            "name: pay\nversion: 1\ndescription: Pay.\nowner: t\neffect: read\nscopes: [p:read]\n\
+             approval: none\ninput:\n  type: object\n  additionalProperties: false\n  properties:\n    \
+             n: { type: integer, minimum: 0, maximum: 9 }\noutput:\n  type: object\n  \
+             additionalProperties: false\n  properties: {}\nadapter: { kind: http, url: \"http://127.0.0.1:9/\" }\n",
+        )
+        .unwrap();
+        let store: Arc<dyn warrant_core::store::Store> = Arc::new(warrant_store::MemoryStore::new());
+        let gateway = crate::Gateway::start(crate::GatewayConfig {
+            store: store.clone(),
+            contracts_dir: Some(dir.to_owned()),
+            policies: vec![warrant_policy::PolicySource::new(
+                "all.cedar",
+                "permit (principal, action, resource);",
+            )],
+            guards: warrant_core::guard::Guards::new(),
+            budgets: Default::default(),
+            redaction: warrant_core::redact::RedactionKey::new(vec![5; 32]).unwrap(),
+            adapters: AdapterConfig {
+                client: SafeClient::new(NetPolicy::default()),
+                secrets: warrant_runtime::Secrets::default(),
+                smtp: None,
+                command_roots: Vec::new(),
+            },
+            runtime: Default::default(),
+            settings: Default::default(),
+            limits: Default::default(),
+            public_url: "http://127.0.0.1:1".into(),
+            first_tenant: "acme".into(),
+            background: false,
+            contract_sync_every: crate::CONTRACT_SYNC_EVERY,
+        })
+        .await
+        .unwrap();
+        let key = gateway.first_keys.as_ref().unwrap().agent.clone();
+        (gateway, key)
+    }
+
+    /// The SDK's own stdio framing keeps no raw bytes: a `tools/call` served through it is
+    /// refused, never run from the SDK's decoded arguments (where `7.0` reads as `7`); through
+    /// the lane's framing the same line is decided on what the client wrote.
+    #[tokio::test]
+    async fn a_call_without_its_raw_bytes_is_refused() {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        let dir = tempfile::tempdir().unwrap();
+        let (gateway, key) = gateway(dir.path()).await;
+        let lines = [
+            r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"pay","arguments":{"n":7.0}}}"#,
+        ];
+        for framed in [false, true] {
+            let (client, server) = tokio::io::duplex(1 << 16);
+            let (read, write) = tokio::io::split(server);
+            let state = gateway.state.clone();
+            let key = key.clone();
+            let served = tokio::spawn(async move {
+                if framed {
+                    serve_io(state, key, read, write).await.unwrap();
+                } else {
+                    let running = Gateway::new(state, Some(key)).serve((read, write)).await.unwrap();
+                    let _ = running.waiting().await;
+                }
+            });
+            let (read, mut write) = tokio::io::split(client);
+            for line in lines {
+                write.write_all(format!("{line}\n").as_bytes()).await.unwrap();
+            }
+            let mut answers = tokio::io::BufReader::new(read).lines();
+            let answer = loop {
+                let line = answers.next_line().await.unwrap().unwrap();
+                let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+                if v["id"] == 1 {
+                    break v;
+                }
+            };
+            let s = &answer["result"]["structuredContent"];
+            let seen = (s["stage"].as_str(), s["code"].as_str());
+            if framed {
+                assert_eq!(seen, (Some("schema"), Some("SCHEMA_NOT_INTEGER")), "{answer}");
+            } else {
+                assert_eq!(seen, (Some("internal"), Some("INTERNAL")), "{answer}");
+                assert!(s["ledger_id"].is_null(), "{answer}");
+            }
+            drop(write);
+            drop(answers);
+            served.await.unwrap();
+        }
+        let principal = Principal::new("demo-agent", "acme", Vec::new()).unwrap();
+        let page = gateway
+            .state
+            .store
+            .list_ledger(principal.tenant(), &Default::default())
+            .await
+            .unwrap();
+        assert_eq!(page.entries.len(), 1, "only the framed call was decided");
+    }
 
     #[test]
     fn allowed_hosts_include_the_public_host() {

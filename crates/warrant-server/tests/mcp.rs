@@ -665,8 +665,24 @@ async fn refusals_are_tool_errors(h: &Harness) {
                 json!({"order_id": "ord_abc123"}),
                 Some(json!({"approval_id": 5})),
             ),
-            "request",
-            "META_INVALID",
+            "parse",
+            "ENVELOPE_INVALID",
+        ),
+        (
+            call(
+                "note",
+                json!({"customer_id": "c"}),
+                Some(json!({"io.warrant/idempotency_key": ["k"]})),
+            ),
+            "idempotency",
+            "IDEMPOTENCY_KEY_INVALID",
+        ),
+        // Written as `7.0` by the client (serde_json spells an f64 with its fraction): not an
+        // integer, as over HTTP, though the SDK's decoded value would print as `7`.
+        (
+            call("note", json!({"customer_id": "c", "amount_cents": 7.0}), None),
+            "schema",
+            "SCHEMA_NOT_INTEGER",
         ),
         (
             call(
@@ -692,12 +708,23 @@ async fn refusals_are_tool_errors(h: &Harness) {
         );
         let t = text(&result);
         assert!(t.contains(&format!("{stage} {code}")), "{name}: {t}");
-        if stage != "request" {
-            assert!(
-                s["ledger_id"].is_string(),
-                "{name}: a refusal has its ledger row: {s}"
-            );
-        }
+        // Every refusal has its ledger row, with the same stage and code.
+        let id = s["ledger_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name}: a refusal names its ledger row: {s}"));
+        let row = h
+            .gateway
+            .state
+            .store
+            .get_ledger("acme", id)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{name}: no ledger row {id}"));
+        assert_eq!(
+            (row.stage.as_deref(), row.error_code.as_deref()),
+            (Some(stage), Some(code)),
+            "{name}"
+        );
     }
     assert_eq!(h.upstream.effects(), 0);
     agent.cancel().await.unwrap();
@@ -749,8 +776,26 @@ async fn keys_are_checked_before_mcp(h: &Harness) {
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["result"]["serverInfo"]["name"], "warrant");
 
-    // Not strict JSON (a duplicate key inside the arguments): a parse error, not a proposal.
+    // A duplicate key inside the arguments is the proposal's: refused by `decide`, as over
+    // HTTP, with a ledger row.
     let dup = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"note","arguments":{"customer_id":"a","customer_id":"b"}}}"#;
+    let r = post(Some(&h.keys["agent"]))
+        .header("mcp-protocol-version", "2025-06-18")
+        .body(dup)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let body: Value = r.json().await.unwrap();
+    let s = &body["result"]["structuredContent"];
+    assert_eq!(
+        (s["stage"].as_str(), s["code"].as_str()),
+        (Some("parse"), Some("DUPLICATE_KEY")),
+        "{body}"
+    );
+    assert!(s["ledger_id"].is_string(), "{body}");
+    // Anywhere else in the message it is not strict JSON: a parse error, not a proposal.
+    let dup = r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"note","name":"lookup","arguments":{"customer_id":"a"}}}"#;
     let r = post(Some(&h.keys["agent"]))
         .header("mcp-protocol-version", "2025-06-18")
         .body(dup)
@@ -759,8 +804,22 @@ async fn keys_are_checked_before_mcp(h: &Harness) {
         .unwrap();
     assert_eq!(r.status().as_u16(), 400);
     let body: Value = r.json().await.unwrap();
-    assert_eq!(body["id"], 3);
+    assert_eq!(body["id"], 4);
     assert_eq!(body["error"]["code"], -32700);
+    // A batch is refused whole.
+    let batch = format!(
+        "[{}]",
+        r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"note","arguments":{"customer_id":"a"}}}"#
+    );
+    let r = post(Some(&h.keys["agent"]))
+        .header("mcp-protocol-version", "2025-06-18")
+        .body(batch)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], -32600);
     assert_eq!(h.upstream.effects(), 0);
 
     // Stateless: no session stream to open or close.

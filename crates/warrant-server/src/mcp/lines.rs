@@ -1,33 +1,25 @@
-//! The stdio transport: newline-delimited JSON-RPC, each line held to the strict parser before
-//! the SDK decodes it. Written here rather than using the SDK's own line codec because that
-//! one hands lines straight to `serde_json`, which keeps the last of duplicate keys.
+//! The stdio transport: newline-delimited JSON-RPC, each line framed by [`raw::frame`] before
+//! the SDK decodes it (held to the strict parser, the raw arguments of a `tools/call` kept in
+//! the request's extensions for the handler). Written here rather than using the SDK's own line
+//! codec because that one hands lines straight to `serde_json`, which keeps the last of
+//! duplicate keys and forgets how numbers were written.
 
 use std::sync::Arc;
 
 use rmcp::RoleServer;
+use rmcp::model::GetExtensions;
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::Transport;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::Mutex;
-use warrant_core::json::{self, JsonError, Limits};
+use warrant_core::json::Limits;
+
+use super::raw;
 
 /// The longest line accepted; longer ones are skipped up to their newline and answered with
 /// a parse error.
 const MAX_LINE_BYTES: usize = 1024 * 1024;
-
-/// A JSON-RPC parse error (-32700) naming what the strict parser refused.
-pub(crate) fn parse_error(id: &Value, error: &JsonError) -> String {
-    json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "error": {
-            "code": -32700,
-            "message": format!("parse error: {} at byte {}", error.message(), error.offset()),
-        },
-    })
-    .to_string()
-}
 
 fn error_line(id: &Value, code: i64, message: &str) -> String {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}).to_string()
@@ -156,31 +148,38 @@ where
                 max_bytes: MAX_LINE_BYTES,
                 max_depth: super::MESSAGE_MAX_DEPTH,
             };
-            let strict = json::parse(line, limits);
-            // The id to answer a refusal with, when the line is JSON at all; lines that are not
-            // JSON, and notifications, get no answer (as with the SDK's codec: answering garbage
-            // can start an error storm).
-            let id = serde_json::from_slice::<Value>(line)
-                .ok()
-                .and_then(|v| v.get("id").cloned());
-            match strict {
-                Err(e) => {
-                    if let Some(id) = id {
-                        self.reply(parse_error(&id, &e)).await;
+            // Lines that are not JSON, and notifications, get no answer (as with the SDK's
+            // codec: answering garbage can start an error storm).
+            let framed = match raw::frame(line, limits) {
+                Ok(framed) => framed,
+                Err(refused) => {
+                    if refused.id.is_some() {
+                        self.reply(refused.line()).await;
                     } else {
-                        tracing::debug!(error = e.message(), "mcp stdio: skipped an unparsable line");
+                        tracing::debug!(message = refused.message, "mcp stdio: skipped a line");
+                    }
+                    continue;
+                }
+            };
+            match serde_json::from_slice::<ClientJsonRpcMessage>(&framed.message) {
+                Ok(mut message) => {
+                    // The raw parts travel with the request to its handler.
+                    if let (ClientJsonRpcMessage::Request(request), Some(call)) = (&mut message, framed.call)
+                    {
+                        request.request.extensions_mut().insert(call);
+                    }
+                    return Some(message);
+                }
+                Err(e) => {
+                    let id = serde_json::from_slice::<Value>(&framed.message)
+                        .ok()
+                        .and_then(|v| v.get("id").cloned());
+                    if let Some(id) = id {
+                        self.reply(error_line(&id, -32600, "invalid request")).await;
+                    } else {
+                        tracing::debug!(error = %e, "mcp stdio: skipped an unknown message");
                     }
                 }
-                Ok(_) => match serde_json::from_slice::<ClientJsonRpcMessage>(line) {
-                    Ok(message) => return Some(message),
-                    Err(e) => {
-                        if let Some(id) = id {
-                            self.reply(error_line(&id, -32600, "invalid request")).await;
-                        } else {
-                            tracing::debug!(error = %e, "mcp stdio: skipped an unknown message");
-                        }
-                    }
-                },
             }
         }
     }

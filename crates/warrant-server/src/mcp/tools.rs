@@ -15,13 +15,16 @@ use time::OffsetDateTime;
 use warrant_core::Contract;
 use warrant_core::Rejection;
 use warrant_core::authority::Principal;
-use warrant_core::canon::{canonical_bytes, canonical_bytes_of_map};
+use warrant_core::canon::canonical_bytes_of_map;
 use warrant_core::contract::{ApprovalMode, Effect};
 use warrant_core::decision::{Outcome, Retryable};
+use warrant_core::json::{self, Limits};
 use warrant_core::pipeline::Call;
+use warrant_core::proposal::Envelope;
 use warrant_core::store::StoreError;
 use warrant_runtime::{Dispatched, dispatch};
 
+use super::raw::RawCall;
 use crate::routes::rfc3339;
 use crate::state::AppState;
 use warrant_core::records::StoredContract;
@@ -206,42 +209,55 @@ fn meta_text<'a>(meta: &'a JsonObject, fields: &[&'static str]) -> Result<Option
     Ok(None)
 }
 
-/// Runs one `tools/call` through `dispatch` and answers it as a tool result.
+/// A `_meta` field as the proposal carries it: a string goes as a transport value (like an
+/// HTTP header); any other value goes into the envelope under `field`, where `decide` refuses
+/// it with the envelope's own code and a ledger row.
+fn meta_field<'a>(
+    meta: &'a JsonObject,
+    fields: &[&'static str],
+    field: &str,
+    envelope: &mut Vec<u8>,
+) -> Option<&'a str> {
+    match meta_text(meta, fields) {
+        Ok(text) => text,
+        Err(name) => {
+            if let Some(value) = meta.get(name) {
+                envelope.extend_from_slice(format!("\"{field}\":{value},").as_bytes());
+            }
+            None
+        }
+    }
+}
+
+/// Runs one `tools/call` through `dispatch` and answers it as a tool result. The proposal is
+/// built from `raw`, the client's own bytes of the call; `request` (the SDK's decoding of the
+/// same message) only names the tool.
 pub(crate) async fn call(
     state: &Arc<AppState>,
     principal: Principal,
     trace: String,
     request: CallToolRequestParams,
+    raw: &RawCall,
     meta: &JsonObject,
 ) -> CallToolResult {
     let name = request.name.into_owned();
-    let arguments = request.arguments.unwrap_or_default();
-    let (client_key, approval_id) = match (meta_text(meta, &KEY_FIELDS), meta_text(meta, &APPROVAL_FIELDS)) {
-        (Ok(k), Ok(a)) => (k.map(str::to_owned), a.map(str::to_owned)),
-        (Err(field), _) | (_, Err(field)) => {
-            return refusal(
-                "request",
-                "META_INVALID",
-                &format!("`_meta.{field}` must be a string"),
-                None,
-                json!({"trace_id": trace}),
-            );
-        }
-    };
+    let mut extra = Vec::new();
+    let client_key = meta_field(meta, &KEY_FIELDS, "idempotency_key", &mut extra).map(str::to_owned);
+    let approval_id = meta_field(meta, &APPROVAL_FIELDS, "approval", &mut extra).map(str::to_owned);
     let index = state.tool_index();
     let (version, contract) = index.resolve(principal.tenant(), &name);
     let needs_key = contract.is_some_and(|c| c.effect().requires_idempotency_key());
+    let bytes = raw.proposal(version, &extra);
     let key = match client_key {
         Some(key) => Some(key),
         None if needs_key => {
-            match derive_key(state, &principal, &name, &arguments, approval_id.as_deref()).await {
-                Ok(key) => Some(key),
+            match derive_key(state, &principal, &name, &bytes, approval_id.as_deref()).await {
+                Ok(key) => key,
                 Err(e) => return internal(&e, &trace),
             }
         }
         None => None,
     };
-    let bytes = canonical_bytes(&json!({"tool": name, "version": version, "arguments": arguments}));
     // The call runs in its own task: a client that disconnects (which cancels the request's
     // handler) must not cut an execution off between its attempt and its outcome.
     let task_state = state.clone();
@@ -265,28 +281,50 @@ pub(crate) async fn call(
     }
 }
 
+/// A `tools/call` whose raw bytes the transport did not keep (or that do not match the
+/// request): refused rather than run from the SDK's decoded arguments, which have lost their
+/// spelling. The framing of both transports keeps them for every `tools/call`, so this is a
+/// server fault, logged with an incident id.
+pub(crate) fn unframed(trace: &str) -> CallToolResult {
+    internal(&"a tools/call without its raw arguments", trace)
+}
+
 /// The key of a non-read call whose client sent none: the key the presented approval is bound
-/// to (approvals are single use, so it names one operation), else the windowed derivation.
+/// to (approvals are single use, so it names one operation), else the windowed derivation over
+/// the proposal's arguments (none when they do not parse: `decide` refuses them first).
 async fn derive_key(
     state: &AppState,
     principal: &Principal,
     tool: &str,
-    arguments: &Map<String, Value>,
+    proposal: &[u8],
     approval_id: Option<&str>,
-) -> Result<String, StoreError> {
+) -> Result<Option<String>, StoreError> {
     if let Some(id) = approval_id
         && warrant_core::proposal::is_valid_id(id)
         && let Some(approval) = state.store.get_approval(principal.tenant(), id).await?
         && let Some(key) = approval.request.idempotency_key
     {
-        return Ok(key);
+        return Ok(Some(key));
     }
-    Ok(derived_idempotency_key(
+    // Over the arguments as `decide` will read them. Limits no configuration exceeds: a
+    // proposal `decide` accepts always gets its key; one it refuses at the parse stage (the
+    // only proposals refused here) needs none.
+    let limits = Limits {
+        max_bytes: proposal.len(),
+        max_depth: json::MAX_DEPTH_CAP,
+    };
+    let Ok(envelope) = Envelope::parse(proposal, limits) else {
+        return Ok(None);
+    };
+    let Value::Object(arguments) = envelope.arguments() else {
+        return Ok(None);
+    };
+    Ok(Some(derived_idempotency_key(
         principal,
         tool,
         arguments,
         state.env.now(),
-    ))
+    )))
 }
 
 /// The tool result of a dispatched proposal.
