@@ -248,11 +248,17 @@ impl IntoResponse for AuthRefusal {
         let (error, header) = match self {
             AuthRefusal::Missing => (
                 ApiError::unauthorized("missing bearer key"),
-                (WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"warrant\"")),
+                (
+                    WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"warrant\""),
+                ),
             ),
             AuthRefusal::Invalid => (
                 ApiError::unauthorized("unknown, revoked or malformed key"),
-                (WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"warrant\"")),
+                (
+                    WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"warrant\""),
+                ),
             ),
             AuthRefusal::Limited(wait) => {
                 // Whole seconds, rounded up: a client that waits exactly this long gets in.
@@ -417,7 +423,10 @@ mod tests {
             "key_1",
             "forged keys pushed a valid key out of the cache"
         );
-        assert!(cache.get("forged99", t0).is_some(), "the latest forged key is remembered");
+        assert!(
+            cache.get("forged99", t0).is_some(),
+            "the latest forged key is remembered"
+        );
     }
 
     #[test]
@@ -431,11 +440,17 @@ mod tests {
         }
         assert!(limiter.blocked_for(a, now).is_none());
         let wait = limiter.fail(a, now).expect("past the budget");
-        assert!(wait > Duration::ZERO && wait <= Duration::from_secs(20), "{wait:?}");
+        assert!(
+            wait > Duration::ZERO && wait <= Duration::from_secs(20),
+            "{wait:?}"
+        );
         assert!(limiter.blocked_for(a, now).is_some());
         assert!(limiter.blocked_for(a, now + wait).is_none(), "the block ends");
         assert!(limiter.blocked_for(b, now).is_none());
-        assert!(limiter.fail(b, now).is_none(), "another address has its own budget");
+        assert!(
+            limiter.fail(b, now).is_none(),
+            "another address has its own budget"
+        );
     }
 
     #[test]

@@ -38,7 +38,9 @@ struct Server {
 async fn start(limits: HttpLimits) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let url = DatabaseUrl::data_dir(dir.path());
-    let DatabaseUrl::Sqlite(db) = url.clone() else { unreachable!() };
+    let DatabaseUrl::Sqlite(db) = url.clone() else {
+        unreachable!()
+    };
     let store: Arc<dyn Store> = Arc::new(SqlStore::open(&url, &StoreOptions::default()).await.unwrap());
     let gateway = Gateway::start(GatewayConfig {
         store,
@@ -117,10 +119,20 @@ async fn read_to_close(stream: &mut TcpStream, within: Duration) -> Option<Strin
 
 /// A whole request on a fresh connection from `local`, `Connection: close`: the status and
 /// the raw response (headers and body).
-async fn request_from(local: Ipv4Addr, to: SocketAddr, method: &str, path: &str, key: Option<&str>) -> (u16, String) {
+async fn request_from(
+    local: Ipv4Addr,
+    to: SocketAddr,
+    method: &str,
+    path: &str,
+    key: Option<&str>,
+) -> (u16, String) {
     let mut stream = connect_from(local, to).await;
-    let auth = key.map(|k| format!("authorization: Bearer {k}\r\n")).unwrap_or_default();
-    let head = format!("{method} {path} HTTP/1.1\r\nhost: localhost\r\n{auth}content-length: 0\r\nconnection: close\r\n\r\n");
+    let auth = key
+        .map(|k| format!("authorization: Bearer {k}\r\n"))
+        .unwrap_or_default();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nhost: localhost\r\n{auth}content-length: 0\r\nconnection: close\r\n\r\n"
+    );
     stream.write_all(head.as_bytes()).await.unwrap();
     let response = read_to_close(&mut stream, Duration::from_secs(10))
         .await
@@ -177,7 +189,11 @@ async fn a_half_sent_head_is_closed_within_the_header_timeout() {
         let closed = read_to_close(s, Duration::from_secs(5)).await;
         assert!(closed.is_some(), "a half-sent head was still open after 5 s");
     }
-    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
     // A connection that sends nothing at all is closed the same way.
     let mut silent = TcpStream::connect(server.addr).await.unwrap();
     assert!(read_to_close(&mut silent, Duration::from_secs(5)).await.is_some());
@@ -230,7 +246,11 @@ async fn connections_over_the_cap_are_refused_at_once_and_health_stays_reachable
     assert_eq!(status, 503, "{response}");
     assert!(response.contains("OVERLOADED"), "{response}");
     assert!(header(&response, "retry-after").is_some(), "{response}");
-    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
     // Past the cap and its reserve for health probes, a connection is closed at once.
     for _ in 0..64 {
         idle.push(TcpStream::connect(server.addr).await.unwrap());
@@ -335,7 +355,11 @@ async fn readyz_answers_503_when_the_store_cannot_write() {
     let started = Instant::now();
     let (status, response) = request(server.addr, "GET", "/readyz", None).await;
     assert_eq!(status, 503, "{response}");
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
     let (status, _) = request(server.addr, "GET", "/healthz", None).await;
     assert_eq!(status, 200, "liveness does not depend on the store");
     lock.execute_batch("ROLLBACK").unwrap();
@@ -364,7 +388,8 @@ async fn a_flood_of_forged_keys_is_limited_for_that_address_only() {
     let mut statuses = Vec::new();
     let mut limited = None;
     for i in 0..20 {
-        let (status, response) = request_from(attacker, server.addr, "GET", "/v1/ledger", Some(&forged(i))).await;
+        let (status, response) =
+            request_from(attacker, server.addr, "GET", "/v1/ledger", Some(&forged(i))).await;
         statuses.push(status);
         if status == 429 {
             limited = Some(response);

@@ -16,12 +16,10 @@ use crate::state::AppState;
 /// on the connections kept for them past the connection cap, so an orchestrator still gets
 /// an answer from a busy gateway.
 pub fn probes() -> Router<Arc<AppState>> {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route(
-            "/readyz",
-            get(ready).layer(Extension(Arc::new(Readiness::default()))),
-        )
+    Router::new().route("/healthz", get(healthz)).route(
+        "/readyz",
+        get(ready).layer(Extension(Arc::new(Readiness::default()))),
+    )
 }
 
 /// The other unauthenticated routes: metrics and the OpenAPI document.
