@@ -166,6 +166,10 @@ struct LimitsSection {
     body_bytes: Option<usize>,
     request_timeout: Option<String>,
     concurrency: Option<usize>,
+    connections: Option<usize>,
+    header_timeout: Option<String>,
+    body_timeout: Option<String>,
+    auth_failures_per_minute: Option<u32>,
     approval_ttl: Option<String>,
     call_deadline: Option<String>,
 }
@@ -486,7 +490,32 @@ pub(crate) fn load(args: &ConfigArgs) -> Result<Loaded> {
             defaults.request_timeout,
         )?,
         concurrency: cfg.limits.concurrency.unwrap_or(defaults.concurrency).max(1),
+        connections: cfg.limits.connections.unwrap_or(defaults.connections).max(1),
+        header_timeout: duration(
+            "limits.header_timeout",
+            cfg.limits.header_timeout.as_ref(),
+            defaults.header_timeout,
+        )?,
+        body_timeout: duration(
+            "limits.body_timeout",
+            cfg.limits.body_timeout.as_ref(),
+            defaults.body_timeout,
+        )?,
+        auth_failures_per_minute: cfg
+            .limits
+            .auth_failures_per_minute
+            .unwrap_or(defaults.auth_failures_per_minute)
+            .max(1),
     };
+    for (key, value) in [
+        ("limits.header_timeout", limits.header_timeout),
+        ("limits.body_timeout", limits.body_timeout),
+        ("limits.request_timeout", limits.request_timeout),
+    ] {
+        if value.is_zero() {
+            bail!("`{key}` must be longer than 0s");
+        }
+    }
     let mut runtime = RuntimeSettings::default();
     runtime.retry.deadline = duration(
         "limits.call_deadline",
@@ -616,6 +645,19 @@ mod tests {
             Duration::ZERO,
         );
         assert_eq!(sync.unwrap(), warrant_server::CONTRACT_SYNC_EVERY);
+        let defaults = HttpLimits::default();
+        let l = &cfg.limits;
+        let time = |key, t: Option<&String>| duration(key, t, Duration::ZERO).unwrap();
+        assert_eq!(l.body_bytes, Some(defaults.body_bytes));
+        assert_eq!(time("r", l.request_timeout.as_ref()), defaults.request_timeout);
+        assert_eq!(l.concurrency, Some(defaults.concurrency));
+        assert_eq!(l.connections, Some(defaults.connections));
+        assert_eq!(time("h", l.header_timeout.as_ref()), defaults.header_timeout);
+        assert_eq!(time("b", l.body_timeout.as_ref()), defaults.body_timeout);
+        assert_eq!(
+            l.auth_failures_per_minute,
+            Some(defaults.auth_failures_per_minute)
+        );
         let err = toml::from_str::<FileConfig>("[server]\nlisten = \"x\"\nport = 1\n").unwrap_err();
         assert!(err.to_string().contains("port"), "{err}");
         let err = toml::from_str::<FileConfig>("[limits]\nconcurrency = \"many\"\n").unwrap_err();

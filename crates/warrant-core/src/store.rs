@@ -45,6 +45,10 @@ pub enum StoreError {
 pub trait Store: Send + Sync + 'static {
     /// Checks that the database answers.
     async fn ping(&self) -> Result<(), StoreError>;
+    /// Checks that the database accepts a write: it commits one row of its own (a table that
+    /// holds nothing else), so a full disk, a read-only file or a write lock held elsewhere
+    /// shows here, where a [`Store::ping`] (a read) still succeeds.
+    async fn probe_write(&self, at: OffsetDateTime) -> Result<(), StoreError>;
 
     // ----- contracts (the platform's, registered by the operator, and each tenant's own) -----
 

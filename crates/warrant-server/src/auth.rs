@@ -2,13 +2,18 @@
 //! grants and roles always come from the stored key, never from the request.
 
 use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use axum::extract::FromRequestParts;
-use axum::http::header::AUTHORIZATION;
+use axum::extract::{ConnectInfo, FromRequestParts};
+use axum::http::header::{AUTHORIZATION, RETRY_AFTER, WWW_AUTHENTICATE};
 use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use governor::clock::Clock;
 use warrant_core::authority::Principal;
 use warrant_store::keys::hash_presented;
 
@@ -71,15 +76,19 @@ pub const KEY_CACHE_TTL: Duration = Duration::from_secs(2);
 ///
 /// An entry lives for `ttl`: a key revoked through this gateway is dropped at once
 /// ([`KeyCache::forget`]); a key revoked through another node sharing the database stops
-/// working here within `ttl`. Unknown keys are remembered too, so a flood of forged keys costs
-/// no database reads; the cache holds at most `capacity` entries and is emptied when full,
-/// which bounds its memory whatever is presented. Written by hand (a map and a clock): the
+/// working here within `ttl`. Unknown keys are remembered too, so repeating a forged key costs
+/// no database reads — but in a map of their own: anyone can present any number of forged
+/// keys, so that map is emptied when full, and it never pushes a valid key out. The valid map
+/// fills only with keys an admin created; when full it drops its expired entries, then
+/// everything (which costs one store read per key). Each holds at most `capacity` entries,
+/// which bounds the memory whatever is presented. Written by hand (two maps and a clock): the
 /// cache crates bring eviction policies and background machinery this does not need.
 #[derive(Debug)]
 pub struct KeyCache {
     ttl: Duration,
     capacity: usize,
-    entries: RwLock<HashMap<String, (Instant, Option<Caller>)>>,
+    valid: RwLock<HashMap<String, (Instant, Caller)>>,
+    unknown: RwLock<HashMap<String, Instant>>,
     /// Bumped by every [`KeyCache::forget`]: a resolution read from the store before a
     /// revocation is not cached after it.
     revocations: AtomicU64,
@@ -91,7 +100,8 @@ impl KeyCache {
         KeyCache {
             ttl,
             capacity: 10_000,
-            entries: RwLock::new(HashMap::new()),
+            valid: RwLock::new(HashMap::new()),
+            unknown: RwLock::new(HashMap::new()),
             revocations: AtomicU64::new(0),
         }
     }
@@ -101,11 +111,21 @@ impl KeyCache {
         self.revocations.load(Ordering::Acquire)
     }
 
+    fn fresh(&self, at: Instant, now: Instant) -> bool {
+        now.saturating_duration_since(at) < self.ttl
+    }
+
     /// The cached resolution of a key hash: `Some(None)` for a key known not to be valid.
     fn get(&self, hash: &str, now: Instant) -> Option<Option<Caller>> {
-        let entries = self.entries.read().ok()?;
-        let (at, caller) = entries.get(hash)?;
-        (now.saturating_duration_since(*at) < self.ttl).then(|| caller.clone())
+        if let Ok(valid) = self.valid.read()
+            && let Some((at, caller)) = valid.get(hash)
+            && self.fresh(*at, now)
+        {
+            return Some(Some(caller.clone()));
+        }
+        let unknown = self.unknown.read().ok()?;
+        let at = unknown.get(hash)?;
+        self.fresh(*at, now).then_some(None)
     }
 
     /// Caches a resolution read from the store, unless a key was revoked since `seen` (from
@@ -114,27 +134,177 @@ impl KeyCache {
         if self.ttl.is_zero() {
             return;
         }
-        if let Ok(mut entries) = self.entries.write() {
-            if self.revocations() != seen {
-                return;
+        match caller {
+            Some(caller) => {
+                if let Ok(mut valid) = self.valid.write() {
+                    if self.revocations() != seen {
+                        return;
+                    }
+                    if valid.len() >= self.capacity {
+                        valid.retain(|_, (at, _)| now.saturating_duration_since(*at) < self.ttl);
+                    }
+                    if valid.len() >= self.capacity {
+                        valid.clear();
+                    }
+                    valid.insert(hash, (now, caller));
+                }
             }
-            if entries.len() >= self.capacity {
-                entries.clear();
+            None => {
+                if let Ok(mut unknown) = self.unknown.write() {
+                    if unknown.len() >= self.capacity {
+                        unknown.clear();
+                    }
+                    unknown.insert(hash, now);
+                }
             }
-            entries.insert(hash, (now, caller));
         }
     }
 
     /// Drops the key with public id `key_id` (it was just revoked).
     pub fn forget(&self, key_id: &str) {
-        if let Ok(mut entries) = self.entries.write() {
+        if let Ok(mut valid) = self.valid.write() {
             self.revocations.fetch_add(1, Ordering::AcqRel);
-            entries.retain(|_, (_, caller)| caller.as_ref().is_none_or(|c| c.key_id != key_id));
+            valid.retain(|_, (_, caller)| caller.key_id != key_id);
         }
     }
 }
 
+/// Counts failed authentications per client address (`governor`'s keyed GCRA limiter): up to
+/// `per_minute` in a burst, refilled at `per_minute` a minute. An address past its budget is
+/// answered 429 with `Retry-After`, and until then a key the cache does not hold is refused
+/// before the store is asked — so a flood of forged keys from one address costs no store
+/// reads, while other addresses (and keys this gateway saw valid in the last
+/// [`KEY_CACHE_TTL`]) are unaffected. IPv6 clients are counted by their /64, which one host
+/// usually holds whole. Behind a reverse proxy every client shares the proxy's address.
+///
+/// Installed by [`crate::router`] as a request extension; requests served without it (a
+/// router mounted elsewhere) are not limited.
+#[derive(Debug, Clone)]
+pub struct AuthLimiter {
+    inner: Arc<LimiterState>,
+}
+
+#[derive(Debug)]
+struct LimiterState {
+    failures: governor::DefaultKeyedRateLimiter<IpAddr>,
+    /// Addresses past their budget, and until when (what `governor` answered on their last
+    /// failure), so a request can be refused before its key is looked up.
+    blocked: Mutex<HashMap<IpAddr, Instant>>,
+}
+
+/// Addresses tracked at once, before expired entries are dropped (the budget of an address
+/// not seen for a minute is full again, so forgetting it changes nothing).
+const LIMITER_ADDRESSES: usize = 100_000;
+
+impl AuthLimiter {
+    /// A limiter allowing `per_minute` failures per address (at least one).
+    pub fn new(per_minute: u32) -> Self {
+        let per_minute = NonZeroU32::new(per_minute).unwrap_or(NonZeroU32::MIN);
+        AuthLimiter {
+            inner: Arc::new(LimiterState {
+                failures: governor::RateLimiter::keyed(governor::Quota::per_minute(per_minute)),
+                blocked: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// How long `peer` must still wait, if it is past its budget.
+    fn blocked_for(&self, peer: IpAddr, now: Instant) -> Option<Duration> {
+        let blocked = self.inner.blocked.lock().ok()?;
+        let until = blocked.get(&peer)?;
+        let wait = until.saturating_duration_since(now);
+        (!wait.is_zero()).then_some(wait)
+    }
+
+    /// Counts a failure of `peer`: `None` while within its budget, else how long to wait.
+    fn fail(&self, peer: IpAddr, now: Instant) -> Option<Duration> {
+        let failures = &self.inner.failures;
+        if failures.len() >= LIMITER_ADDRESSES {
+            failures.retain_recent();
+        }
+        let not_until = failures.check_key(&peer).err()?;
+        let wait = not_until.wait_time_from(failures.clock().now());
+        if let Ok(mut blocked) = self.inner.blocked.lock() {
+            if blocked.len() >= LIMITER_ADDRESSES {
+                blocked.retain(|_, until| *until > now);
+            }
+            if blocked.len() >= LIMITER_ADDRESSES {
+                blocked.clear();
+            }
+            blocked.insert(peer, now + wait);
+        }
+        Some(wait)
+    }
+}
+
+/// The address a client's failures are counted under: IPv4 as is, IPv6 by its /64.
+fn client_of(parts: &Parts) -> IpAddr {
+    let ip = parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.ip());
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(Ipv6Addr::from_bits(v6.to_bits() & !u128::from(u64::MAX))),
+        },
+        v4 => v4,
+    }
+}
+
+/// Why a request was not authenticated.
+#[derive(Debug)]
+pub enum AuthRefusal {
+    /// No bearer key (401).
+    Missing,
+    /// An unknown, revoked or malformed key (401).
+    Invalid,
+    /// Too many failed authentications from this address (429, retry after this long).
+    Limited(Duration),
+    /// The store failed.
+    Store(ApiError),
+}
+
+impl IntoResponse for AuthRefusal {
+    fn into_response(self) -> Response {
+        let (error, header) = match self {
+            AuthRefusal::Missing => (
+                ApiError::unauthorized("missing bearer key"),
+                (
+                    WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"warrant\""),
+                ),
+            ),
+            AuthRefusal::Invalid => (
+                ApiError::unauthorized("unknown, revoked or malformed key"),
+                (
+                    WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"warrant\""),
+                ),
+            ),
+            AuthRefusal::Limited(wait) => {
+                // Whole seconds, rounded up: a client that waits exactly this long gets in.
+                let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+                (
+                    ApiError::new(
+                        StatusCode::TOO_MANY_REQUESTS,
+                        "auth",
+                        "AUTH_RATE_LIMITED",
+                        "too many failed authentications from this address; retry later",
+                    ),
+                    (RETRY_AFTER, HeaderValue::from(secs.max(1))),
+                )
+            }
+            AuthRefusal::Store(e) => return e.into_response(),
+        };
+        let mut response = error.into_response();
+        response.headers_mut().insert(header.0, header.1);
+        response
+    }
+}
+
 /// Resolves a presented key to its caller; `None` for unknown, revoked or malformed keys.
+/// Not rate limited: for the stdio lane, whose one key comes from the operator.
 ///
 /// # Errors
 /// A store failure.
@@ -144,9 +314,14 @@ pub async fn authenticate(state: &AppState, presented: &str) -> Result<Option<Ca
         return Ok(None);
     };
     let now = Instant::now();
-    if let Some(known) = state.keys.get(&hash, now) {
-        return Ok(known);
+    match state.keys.get(&hash, now) {
+        Some(known) => Ok(known),
+        None => look_up(state, hash, now).await,
     }
+}
+
+/// Reads a key from the store and caches the answer.
+async fn look_up(state: &AppState, hash: String, now: Instant) -> Result<Option<Caller>, ApiError> {
     let seen = state.keys.revocations();
     let caller = match state.store.find_api_key(&hash).await? {
         Some(record) if record.revoked_at.is_none() => {
@@ -165,6 +340,38 @@ pub async fn authenticate(state: &AppState, presented: &str) -> Result<Option<Ca
     Ok(caller)
 }
 
+/// Authenticates an HTTP request by its bearer key, counting failures against the client's
+/// address (see [`AuthLimiter`]); every HTTP lane (the API and `/mcp`) goes through here.
+///
+/// # Errors
+/// 401, 429, or a store failure.
+pub async fn authenticate_request(state: &AppState, parts: &Parts) -> Result<Caller, AuthRefusal> {
+    let token = bearer(parts).ok_or(AuthRefusal::Missing)?;
+    let limiter = parts.extensions.get::<AuthLimiter>();
+    let client = client_of(parts);
+    let now = Instant::now();
+    let hash = hash_presented(token);
+    let cached = hash.as_deref().and_then(|h| state.keys.get(h, now));
+    let caller = match (hash, cached) {
+        (_, Some(Some(caller))) => return Ok(caller),
+        (Some(hash), None) => {
+            if let Some(wait) = limiter.and_then(|l| l.blocked_for(client, now)) {
+                return Err(AuthRefusal::Limited(wait));
+            }
+            look_up(state, hash, now).await.map_err(AuthRefusal::Store)?
+        }
+        // Malformed, or known not to be valid: no store read, but a failure all the same.
+        (None, _) | (Some(_), Some(None)) => None,
+    };
+    match caller {
+        Some(caller) => Ok(caller),
+        None => Err(match limiter.and_then(|l| l.fail(client, now)) {
+            Some(wait) => AuthRefusal::Limited(wait),
+            None => AuthRefusal::Invalid,
+        }),
+    }
+}
+
 /// The bearer token of a request, if it has a well-formed `Authorization` header.
 pub fn bearer(parts: &Parts) -> Option<&str> {
     let value = parts.headers.get(AUTHORIZATION)?.to_str().ok()?;
@@ -173,13 +380,10 @@ pub fn bearer(parts: &Parts) -> Option<&str> {
 }
 
 impl FromRequestParts<Arc<AppState>> for Caller {
-    type Rejection = ApiError;
+    type Rejection = AuthRefusal;
 
     async fn from_request_parts(parts: &mut Parts, state: &Arc<AppState>) -> Result<Self, Self::Rejection> {
-        let token = bearer(parts).ok_or_else(|| ApiError::unauthorized("missing bearer key"))?;
-        authenticate(state, token)
-            .await?
-            .ok_or_else(|| ApiError::unauthorized("unknown, revoked or malformed key"))
+        authenticate_request(state, parts).await
     }
 }
 
@@ -224,6 +428,51 @@ mod tests {
         assert!(cache.get("h1", t0).is_none(), "a stale resolution was cached");
         cache.put("h1".into(), None, t0, cache.revocations());
         assert!(cache.get("h1", t0).is_some());
+    }
+
+    #[test]
+    fn forged_keys_never_evict_a_valid_cached_key() {
+        let mut cache = KeyCache::new(Duration::from_secs(2));
+        cache.capacity = 4;
+        let t0 = Instant::now();
+        cache.put("valid".into(), Some(caller("key_1")), t0, cache.revocations());
+        // A flood of distinct forged keys, many times what the cache holds.
+        for i in 0..100 {
+            cache.put(format!("forged{i}"), None, t0, cache.revocations());
+        }
+        assert_eq!(
+            cache.get("valid", t0).unwrap().unwrap().key_id,
+            "key_1",
+            "forged keys pushed a valid key out of the cache"
+        );
+        assert!(
+            cache.get("forged99", t0).is_some(),
+            "the latest forged key is remembered"
+        );
+    }
+
+    #[test]
+    fn failures_past_the_budget_are_limited_for_that_address_only() {
+        let limiter = AuthLimiter::new(3);
+        let now = Instant::now();
+        let a = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1));
+        let b = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 2));
+        for _ in 0..3 {
+            assert!(limiter.fail(a, now).is_none(), "within the budget");
+        }
+        assert!(limiter.blocked_for(a, now).is_none());
+        let wait = limiter.fail(a, now).expect("past the budget");
+        assert!(
+            wait > Duration::ZERO && wait <= Duration::from_secs(20),
+            "{wait:?}"
+        );
+        assert!(limiter.blocked_for(a, now).is_some());
+        assert!(limiter.blocked_for(a, now + wait).is_none(), "the block ends");
+        assert!(limiter.blocked_for(b, now).is_none());
+        assert!(
+            limiter.fail(b, now).is_none(),
+            "another address has its own budget"
+        );
     }
 
     #[test]

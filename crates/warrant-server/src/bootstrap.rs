@@ -24,15 +24,31 @@ use warrant_store::{SystemEnv, keys};
 
 use crate::state::{AppState, ContractSet, ReloadablePolicy};
 
-/// Limits applied to every HTTP request.
+/// Limits applied to every HTTP connection and request (`[limits]` in `warrant.toml`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HttpLimits {
     /// The largest request body (default 256 KiB; proposals are capped at 64 KiB by the parser).
     pub body_bytes: usize,
     /// The longest a request may take (default 60 s, above the runtime's 30 s deadline).
     pub request_timeout: Duration,
-    /// Requests in flight at once; more are refused with 503 (default 1024).
+    /// Requests in flight at once, across every route; more are refused with 503 (default
+    /// 512). Health probes are not counted.
     pub concurrency: usize,
+    /// How long a connection may take to send a request head, counted from when the server
+    /// starts waiting for one: the connection was opened, or the previous response was sent.
+    /// So it is also the keep-alive idle timeout. Default 10 s.
+    pub header_timeout: Duration,
+    /// How long a request may take to send its body once its head has arrived; a slower body
+    /// is cut off with 408 (default 10 s).
+    pub body_timeout: Duration,
+    /// Open connections at once (default 512); past it a few more are kept for health probes
+    /// (anything else on them is answered 503 at once) and the rest are closed as they are
+    /// accepted. Keep it well below the process's open-file limit.
+    pub connections: usize,
+    /// Failed authentications one client address may make per minute, in a burst or spread
+    /// out; past it, requests with keys the gateway has not just seen are answered 429 with
+    /// `Retry-After` (default 60).
+    pub auth_failures_per_minute: u32,
 }
 
 impl Default for HttpLimits {
@@ -40,7 +56,11 @@ impl Default for HttpLimits {
         HttpLimits {
             body_bytes: 256 * 1024,
             request_timeout: Duration::from_secs(60),
-            concurrency: 1024,
+            concurrency: 512,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(10),
+            connections: 512,
+            auth_failures_per_minute: 60,
         }
     }
 }

@@ -14,14 +14,23 @@ pub mod routes;
 pub mod state;
 pub mod trace;
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use axum::http::StatusCode;
-use axum::response::IntoResponse;
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Router};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::sync::Semaphore;
 use tower::ServiceBuilder;
+use tower::ServiceExt;
+use tower::limit::GlobalConcurrencyLimitLayer;
 use tower_http::limit::RequestBodyLimitLayer;
 
 pub use bootstrap::{Gateway, GatewayConfig, HttpLimits, StartError};
@@ -29,8 +38,26 @@ pub use error::ApiError;
 pub use state::{AppState, ContractChanges, ReloadablePolicy};
 
 /// The whole HTTP application.
+///
+/// Every route but the health probes shares ONE in-flight limit (`limits.concurrency`):
+/// `Router::layer` wraps each route separately, so the limit is a
+/// [`GlobalConcurrencyLimitLayer`], whose one semaphore every wrapped route shares. Bodies are
+/// read whole, within `limits.body_timeout`, before a request takes a slot: a client that
+/// trickles its body holds a connection for at most that long, and never a slot.
 pub fn router(state: Arc<AppState>, limits: HttpLimits) -> Router {
-    let api = Router::new()
+    let in_flight = ServiceBuilder::new()
+        .layer(axum::error_handling::HandleErrorLayer::new(
+            |e: tower::BoxError| async move {
+                if e.is::<tower::load_shed::error::Overloaded>() {
+                    overloaded("too many requests in flight")
+                } else {
+                    ApiError::internal(&e).into_response()
+                }
+            },
+        ))
+        .load_shed()
+        .layer(GlobalConcurrencyLimitLayer::new(limits.concurrency.max(1)));
+    let limited = Router::new()
         .merge(routes::proposals::router())
         .merge(routes::contracts::router())
         .merge(routes::approvals::router())
@@ -39,6 +66,10 @@ pub fn router(state: Arc<AppState>, limits: HttpLimits) -> Router {
         .merge(routes::tenants::router())
         .merge(routes::health::router())
         .merge(mcp::router(&state))
+        .layer(in_flight);
+    let api = Router::new()
+        .merge(limited)
+        .merge(routes::health::probes())
         .route_layer(axum::middleware::from_fn(trace::observe))
         .fallback(|| async {
             ApiError::new(StatusCode::NOT_FOUND, "route", "NOT_FOUND", "no such route").into_response()
@@ -52,7 +83,12 @@ pub fn router(state: Arc<AppState>, limits: HttpLimits) -> Router {
             )
             .into_response()
         });
+    let body = BodyLimits {
+        bytes: limits.body_bytes,
+        timeout: limits.body_timeout,
+    };
     api.with_state(state)
+        .layer(axum::middleware::from_fn_with_state(body, read_body))
         .layer(
             ServiceBuilder::new()
                 .layer(axum::error_handling::HandleErrorLayer::new(
@@ -64,20 +100,11 @@ pub fn router(state: Arc<AppState>, limits: HttpLimits) -> Router {
                                 "TIMEOUT",
                                 "the request took too long",
                             )
-                        } else if e.is::<tower::load_shed::error::Overloaded>() {
-                            ApiError::new(
-                                StatusCode::SERVICE_UNAVAILABLE,
-                                "request",
-                                "OVERLOADED",
-                                "too many requests in flight",
-                            )
                         } else {
                             ApiError::internal(&e)
                         }
                     },
                 ))
-                .load_shed()
-                .concurrency_limit(limits.concurrency)
                 .timeout(limits.request_timeout)
                 .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
                     ApiError::new(
@@ -90,8 +117,66 @@ pub fn router(state: Arc<AppState>, limits: HttpLimits) -> Router {
                 }))
                 .layer(RequestBodyLimitLayer::new(limits.body_bytes)),
         )
+        .layer(Extension(auth::AuthLimiter::new(limits.auth_failures_per_minute)))
         .layer(axum::extract::DefaultBodyLimit::max(limits.body_bytes))
         .layer(axum::middleware::map_response(json_errors))
+}
+
+/// 503 `OVERLOADED`, with `Retry-After`.
+fn overloaded(message: &str) -> Response {
+    let mut response =
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "request", "OVERLOADED", message).into_response();
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
+}
+
+#[derive(Debug, Clone, Copy)]
+struct BodyLimits {
+    bytes: usize,
+    timeout: Duration,
+}
+
+/// Reads the request body whole within the body deadline (408 `BODY_TIMEOUT` past it, and the
+/// connection is closed: the rest of the body is never read).
+async fn read_body(State(limits): State<BodyLimits>, request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    match tokio::time::timeout(limits.timeout, axum::body::to_bytes(body, limits.bytes)).await {
+        Ok(Ok(bytes)) => next.run(Request::from_parts(parts, Body::from(bytes))).await,
+        Ok(Err(e)) if is_length_limit(&e) => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request",
+            "PAYLOAD_TOO_LARGE",
+            "the request body is too large",
+        )
+        .into_response(),
+        Ok(Err(_)) => ApiError::bad_request("the request body could not be read").into_response(),
+        Err(_) => {
+            let mut response = ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "request",
+                "BODY_TIMEOUT",
+                "the request body did not arrive in time",
+            )
+            .into_response();
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            response
+        }
+    }
+}
+
+fn is_length_limit(error: &axum::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = cause {
+        if e.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
 }
 
 /// Answers every error in the one JSON shape, including those produced below the handlers
@@ -117,6 +202,15 @@ async fn json_errors(response: axum::response::Response) -> axum::response::Resp
     ApiError::new(status, "request", code, message).into_response()
 }
 
+/// Connections kept past `limits.connections` for health probes: each serves one request
+/// (`/healthz` or `/readyz`; anything else is answered 503 at once) and must send its head
+/// within [`PROBE_HEADER_TIMEOUT`]. Past these, a connection is closed as it is accepted.
+pub const PROBE_CONNECTIONS: usize = 32;
+
+/// The header timeout of the connections kept for health probes (or the configured one, if
+/// shorter): they are for one quick request.
+pub const PROBE_HEADER_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Serves the application on `listener` until `shutdown` resolves, then stops accepting and
 /// lets in-flight requests finish (a call cut off anyway is left `attempting` in the ledger
 /// and reconciled).
@@ -129,7 +223,102 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let app = router(gateway.state.clone(), gateway.limits);
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+    serve_router(listener, app, gateway.limits, shutdown).await
+}
+
+/// Serves `app` (from [`router`]) over HTTP/1.1 with the connection limits of `limits`.
+///
+/// `axum::serve` has no header timeout, no connection cap and waits on a full file table,
+/// so this is its accept loop with those added, on hyper's own connection builder:
+/// - a request head must arrive within `limits.header_timeout` of the server waiting for it,
+///   which also closes idle keep-alive connections;
+/// - at most `limits.connections` connections are served; the next [`PROBE_CONNECTIONS`] are
+///   kept for health probes; any further one is closed at once (not queued);
+/// - each request carries its peer address ([`ConnectInfo`]), which authentication counts
+///   failures by;
+/// - on `shutdown`, the listener closes, idle connections close, and requests in flight
+///   finish (bounded by the request timeout).
+///
+/// # Errors
+/// None today: accept errors are logged and retried (a full file table clears as
+/// connections close); the signature leaves room for a listener that can fail for good.
+pub async fn serve_router(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    limits: HttpLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let served = Arc::new(Semaphore::new(limits.connections.max(1)));
+    let kept_for_probes = Arc::new(Semaphore::new(PROBE_CONNECTIONS));
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .keep_alive(true);
+    let mut probe_http = hyper::server::conn::http1::Builder::new();
+    probe_http
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout.min(PROBE_HEADER_TIMEOUT))
+        .keep_alive(false);
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    accept_failed(&error).await;
+                    continue;
+                }
+            },
+        };
+        let (permit, builder, probes_only) = if let Ok(p) = served.clone().try_acquire_owned() {
+            (p, &http, false)
+        } else if let Ok(p) = kept_for_probes.clone().try_acquire_owned() {
+            (p, &probe_http, true)
+        } else {
+            metrics::counter!("warrant_http_connections_refused_total").increment(1);
+            drop(stream);
+            continue;
+        };
+        let app = app.clone();
+        let service = hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+            let mut request = request.map(Body::new);
+            request.extensions_mut().insert(ConnectInfo(peer));
+            let app = app.clone();
+            async move {
+                if probes_only && !matches!(request.uri().path(), "/healthz" | "/readyz") {
+                    return Ok::<_, Infallible>(overloaded("too many connections"));
+                }
+                app.oneshot(request).await
+            }
+        });
+        let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, %peer, "connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
+}
+
+/// An accept that failed: a connection reset before it was accepted is skipped; anything else
+/// (a full file table) is logged and retried after a pause, as `axum::serve` does.
+async fn accept_failed(error: &std::io::Error) {
+    use std::io::ErrorKind;
+    if matches!(
+        error.kind(),
+        ErrorKind::ConnectionRefused | ErrorKind::ConnectionAborted | ErrorKind::ConnectionReset
+    ) {
+        return;
+    }
+    tracing::error!(%error, "cannot accept a connection");
+    tokio::time::sleep(Duration::from_millis(100)).await;
 }
 
 /// How long the background reconciler waits between passes.

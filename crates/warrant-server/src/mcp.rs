@@ -46,7 +46,7 @@ use warrant_core::json::Limits;
 
 pub use tools::{DERIVED_KEY_WINDOW, derived_idempotency_key};
 
-use crate::auth::{Caller, authenticate, bearer};
+use crate::auth::{Caller, authenticate, authenticate_request};
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -175,13 +175,9 @@ struct Guard {
 /// aside); the caller and those arguments travel to the handler in the request's extensions.
 async fn guard_request(State(guard): State<Guard>, request: Request, next: Next) -> Response {
     let (mut parts, body) = request.into_parts();
-    let Some(token) = bearer(&parts) else {
-        return unauthorized("missing bearer key");
-    };
-    let caller = match authenticate(&guard.state, token).await {
-        Ok(Some(caller)) => caller,
-        Ok(None) => return unauthorized("unknown, revoked or malformed key"),
-        Err(e) => return e.into_response(),
+    let caller = match authenticate_request(&guard.state, &parts).await {
+        Ok(caller) => caller,
+        Err(refusal) => return refusal.into_response(),
     };
     parts.extensions.insert(caller);
     if parts.method != axum::http::Method::POST {
@@ -227,15 +223,6 @@ async fn guard_request(State(guard): State<Guard>, request: Request, next: Next)
         .headers
         .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
     next.run(Request::from_parts(parts, Body::from(body))).await
-}
-
-fn unauthorized(message: &str) -> Response {
-    let mut response = ApiError::unauthorized(message).into_response();
-    response.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        HeaderValue::from_static("Bearer realm=\"warrant\""),
-    );
-    response
 }
 
 /// The MCP server: one per HTTP request (stateless) or per stdio connection.

@@ -160,6 +160,10 @@ impl Store for MemoryStore {
         self.with(|_| Ok(()))
     }
 
+    async fn probe_write(&self, _at: OffsetDateTime) -> Result<(), StoreError> {
+        self.with(|_| Ok(()))
+    }
+
     async fn register_contract(&self, c: &StoredContract) -> Result<Registration, StoreError> {
         self.with(|s| {
             let key = (c.namespace.clone(), c.name.clone(), c.version);

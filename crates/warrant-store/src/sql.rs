@@ -694,6 +694,15 @@ impl Store for SqlStore {
         })
     }
 
+    async fn probe_write(&self, at: OffsetDateTime) -> Result<(), StoreError> {
+        let sql = "INSERT INTO write_probe (id, probed_at) VALUES (1, $1) \
+                   ON CONFLICT (id) DO UPDATE SET probed_at = excluded.probed_at";
+        write_op!(self, [], |ex| {
+            ex.execute(sql, &args![ms(at)]).await?;
+            Ok(())
+        })
+    }
+
     async fn register_contract(&self, c: &StoredContract) -> Result<Registration, StoreError> {
         let insert = "INSERT INTO contracts (tenant, name, version, content_id, body, binding, binding_digest, \
                       registered_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";

@@ -1,23 +1,45 @@
 //! Liveness, readiness and metrics (no key needed: they carry no tenant data).
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::{Extension, Router};
 
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// The routes.
+/// The probes, `/healthz` and `/readyz`: mounted outside the in-flight limit, and answered
+/// on the connections kept for them past the connection cap, so an orchestrator still gets
+/// an answer from a busy gateway.
+pub fn probes() -> Router<Arc<AppState>> {
+    Router::new().route("/healthz", get(healthz)).route(
+        "/readyz",
+        get(ready).layer(Extension(Arc::new(Readiness::default()))),
+    )
+}
+
+/// The other unauthenticated routes: metrics and the OpenAPI document.
 pub fn router() -> Router<Arc<AppState>> {
     Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(ready))
         .route("/metrics", get(metrics))
         .route("/v1/openapi.json", get(openapi_json))
+}
+
+/// How long `/readyz` waits for the store to take its write before answering 503.
+pub const READY_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long one probe's answer is reused: `/readyz` needs no key, so however often it is
+/// asked, the store takes at most one probe write a second from it.
+const READY_PROBE_REUSE: Duration = Duration::from_secs(1);
+
+/// The last readiness probe (one at a time: callers arriving during a probe wait for it).
+#[derive(Debug, Default)]
+pub(crate) struct Readiness {
+    last: tokio::sync::Mutex<Option<(Instant, bool)>>,
 }
 
 /// The process answers.
@@ -27,13 +49,56 @@ pub(crate) async fn healthz() -> &'static str {
     "ok"
 }
 
-/// The store answers.
+/// The store answers and takes a write.
+// A read alone passes on a full disk or a read-only database, where every call would fail.
 #[utoipa::path(get, path = "/readyz", tag = "health", security(()),
     responses((status = 200, description = "ready", body = String),
               (status = 503, description = "the store is unavailable", body = crate::openapi::ErrorBody)))]
-pub(crate) async fn ready(State(state): State<Arc<AppState>>) -> Result<&'static str, ApiError> {
-    state.store.ping().await?;
-    Ok("ready")
+pub(crate) async fn ready(
+    State(state): State<Arc<AppState>>,
+    Extension(readiness): Extension<Arc<Readiness>>,
+) -> Result<&'static str, ApiError> {
+    let mut last = readiness.last.lock().await;
+    let ok = match *last {
+        Some((at, ok)) if at.elapsed() < READY_PROBE_REUSE => ok,
+        _ => {
+            let ok = probe(&state).await;
+            *last = Some((Instant::now(), ok));
+            ok
+        }
+    };
+    if ok {
+        Ok("ready")
+    } else {
+        Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "internal",
+            "STORE_UNAVAILABLE",
+            "the store cannot take writes; retry later",
+        ))
+    }
+}
+
+/// A read, then a write, within [`READY_PROBE_TIMEOUT`]; a failure is logged with its cause.
+async fn probe(state: &AppState) -> bool {
+    let checks = async {
+        state.store.ping().await?;
+        state.store.probe_write(state.env.now()).await
+    };
+    match tokio::time::timeout(READY_PROBE_TIMEOUT, checks).await {
+        Ok(Ok(())) => true,
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "not ready: the store failed its probe");
+            false
+        }
+        Err(_) => {
+            tracing::warn!(
+                timeout = ?READY_PROBE_TIMEOUT,
+                "not ready: the store did not take the probe write in time"
+            );
+            false
+        }
+    }
 }
 
 /// Prometheus metrics.

@@ -1226,8 +1226,12 @@ pub async fn concurrent_workers_never_share_a_job(b: &Backend) {
 pub async fn a_closed_store_fails_closed(b: &Backend) {
     let s = b.store();
     s.ping().await.unwrap();
+    // The write probe commits (twice: it rewrites its one row) on every node.
+    s.probe_write(T0).await.unwrap();
+    b.node(1).probe_write(T0).await.unwrap();
     b.close().await;
     assert!(matches!(s.ping().await, Err(StoreError::Unavailable(_))));
+    assert!(matches!(s.probe_write(T0).await, Err(StoreError::Unavailable(_))));
     let e = entry("led_x", "acme", T0);
     assert!(matches!(
         s.begin_attempt(&e, Some(&scope("acme", "k")), T0).await,
