@@ -732,15 +732,28 @@ fn truncated(text: &str, max: usize) -> &str {
     }
 }
 
+/// The rejection of a denied call: the forbids that held, and every policy that could not
+/// be evaluated (any evaluation error denies). Engines word their errors by policy id and
+/// kind, never with argument values, so the detail is safe to store and return.
 fn policy_denial(policies: &[String], errors: &[String]) -> Rejection {
-    let detail = if policies.is_empty() {
+    /// Errors named in the detail; a policy set in which many fail says how many more.
+    const NAMED: usize = 3;
+    let mut detail = if policies.is_empty() {
         if errors.is_empty() {
             "no policy permits this call".to_owned()
         } else {
-            format!("no policy permits this call ({} policy error(s))", errors.len())
+            "denied: a policy could not be evaluated".to_owned()
         }
     } else {
         format!("forbidden by policy {}", policies.join(", "))
     };
+    if !errors.is_empty() {
+        let named: Vec<&str> = errors.iter().take(NAMED).map(String::as_str).collect();
+        detail.push_str(&format!(" ({}", named.join("; ")));
+        if errors.len() > NAMED {
+            detail.push_str(&format!("; {} more", errors.len() - NAMED));
+        }
+        detail.push(')');
+    }
     Rejection::new(RejectCode::PolicyDenied, detail)
 }
