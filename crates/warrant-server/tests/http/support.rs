@@ -128,7 +128,7 @@ input:
   additionalProperties: false
   required: [customer_id, amount_cents, reason]
   properties:
-    customer_id: {{ type: string, maxLength: 36 }}
+    customer_id: {{ type: string, maxLength: 36, x-warrant-sensitive: true }}
     amount_cents: {{ type: integer, minimum: 1, maximum: 500000 }}
     reason: {{ type: string, minLength: 1, maxLength: 200 }}
 output:
@@ -150,7 +150,18 @@ permit (principal in Warrant::Role::"agent", action in Warrant::Action::"lookup"
 permit (principal in Warrant::Role::"agent", action in Warrant::Action::"credit", resource)
 when { resource.tenant == principal.tenant };
 permit (principal in Warrant::Role::"supervisor", action in Warrant::Action::"review:credit", resource);
+@id("credit.overflow")
+forbid (principal, action in Warrant::Action::"credit", resource)
+when { context.amount_cents == 424242 && context.amount_cents * 9223372036854775807 > 0 };
 "#;
+
+/// A credit amount for which the forbid `credit.overflow` cannot be evaluated.
+pub const OVERFLOWING_AMOUNT: u32 = 424_242;
+
+/// The gateways' redaction key: a test computes the keyed hash a sensitive value is kept as.
+pub fn redaction_key() -> RedactionKey {
+    RedactionKey::new(vec![3; 32]).unwrap()
+}
 
 pub struct Node {
     pub base: String,
@@ -162,6 +173,8 @@ pub struct Harness {
     pub nodes: Vec<Node>,
     pub upstream: Arc<Upstream>,
     pub http: reqwest::Client,
+    /// The store of node 0, to check what is kept.
+    pub store: Arc<dyn Store>,
     /// Keys by name: admin, agent, reviewer, other (another tenant's agent).
     pub keys: HashMap<&'static str, String>,
     cleanup: Option<TestDatabase>,
@@ -175,7 +188,7 @@ async fn start_node(store: Arc<dyn Store>, dir: &std::path::Path, upstream: Sock
         policies: vec![PolicySource::new("test.cedar", POLICY)],
         guards: Guards::new(),
         budgets: Default::default(),
-        redaction: RedactionKey::new(vec![3; 32]).unwrap(),
+        redaction: redaction_key(),
         adapters: AdapterConfig {
             client: SafeClient::new(NetPolicy {
                 allow_hosts: vec![upstream.ip().to_string()],
@@ -285,6 +298,7 @@ impl Harness {
             nodes: started,
             upstream,
             http: reqwest::Client::new(),
+            store,
             keys,
             cleanup,
             _dir: dir,
