@@ -189,7 +189,8 @@ fn policies(contract: &Arc<Contract>, given: Option<&str>) -> Result<(CedarEngin
         return Ok((load_policy(contract, path)?, format!("{path} (--policy)")));
     }
     let Some(dir) = crate::serve::default_policy_dir() else {
-        let engine = CedarEngine::new(std::slice::from_ref(contract), &[]).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let engine =
+            CedarEngine::new(std::slice::from_ref(contract), &[]).map_err(|e| anyhow::anyhow!("{e}"))?;
         return Ok((
             engine,
             "none (no ./policies or ./examples/policies): every call is denied, as by warrant serve \

@@ -99,7 +99,11 @@ fn without_policy_check_decides_as_serve_does() {
     // contracts of `./examples/contracts`): so does `check`, and says so.
     let demo = ["--proposal", CREDIT_PROPOSAL, "--approval", APPROVAL];
     let out = check(&demo, None);
-    assert_eq!(out.status.code(), Some(3), "no role: no policy permits the credit");
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "no role: no policy permits the credit"
+    );
     let text = stdout(&out);
     assert!(
         text.contains("policy=DENY\n") && text.contains("code=POLICY_DENIED\n"),
@@ -108,7 +112,12 @@ fn without_policy_check_decides_as_serve_does() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("policy source: examples/policies"), "{stderr}");
     let out = check(&[&demo[..], &["--roles", "operator"]].concat(), None);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout(&out).contains("policy=ALLOW\n"));
 }
 
@@ -122,13 +131,30 @@ fn without_any_policy_check_denies_as_serve_does() {
     let out = warrant_in(
         dir.path(),
         &[
-            "check", "--contract", &contract, "--proposal", &proposal, "--approval", &approval,
-            "--principal", "agent-7", "--tenant", "acme", "--grants", "support:credits:write",
-            "--roles", "supervisor",
+            "check",
+            "--contract",
+            &contract,
+            "--proposal",
+            &proposal,
+            "--approval",
+            &approval,
+            "--principal",
+            "agent-7",
+            "--tenant",
+            "acme",
+            "--grants",
+            "support:credits:write",
+            "--roles",
+            "supervisor",
         ],
         None,
     );
-    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = stdout(&out);
     assert!(
         text.contains("policy=DENY\n") && text.contains("code=POLICY_DENIED\n"),

@@ -702,7 +702,11 @@ impl Authority {
     ///
     /// # Errors
     /// The store's errors.
-    pub async fn may_review(&self, reviewer: &Principal, request: &ApprovalRequest) -> Result<bool, StoreError> {
+    pub async fn may_review(
+        &self,
+        reviewer: &Principal,
+        request: &ApprovalRequest,
+    ) -> Result<bool, StoreError> {
         if request.request.tenant != reviewer.tenant() {
             return Ok(false);
         }

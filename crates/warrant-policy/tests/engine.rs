@@ -872,7 +872,8 @@ fn reviews_decide_without_sensitive_fields() {
     assert!(
         refused
             .iter()
-            .any(|(file, message)| file.as_deref() == Some("extra.cedar") && message.contains("email.review-body")),
+            .any(|(file, message)| file.as_deref() == Some("extra.cedar")
+                && message.contains("email.review-body")),
         "{refused:?}"
     );
     let schema = CedarEngine::schema_json(&contracts());
