@@ -17,7 +17,7 @@ use warrant_core::env::Env;
 use warrant_core::guard::{AllowList, Guards};
 use warrant_core::json::{self, Limits};
 use warrant_core::pipeline::{Authority, Call, Decided, Settings};
-use warrant_core::policy::{NoPolicy, PolicyEngine, PolicyVerdict};
+use warrant_core::policy::{PolicyEngine, PolicyVerdict};
 use warrant_core::redact::RedactionKey;
 use warrant_core::registry::Registry;
 use warrant_policy::{CedarEngine, PolicySource};
@@ -48,7 +48,9 @@ pub struct CheckArgs {
     #[arg(long, value_delimiter = ',', value_name = "ROLE,...")]
     roles: Vec<String>,
     /// A Cedar policy file, or a directory of them (`*.cedar`), validated against the contract;
-    /// without it the policy stage is not evaluated.
+    /// without it, the policies `warrant serve` reads by default (`./policies`, else
+    /// `./examples/policies`, loaded with the contracts of `./contracts`, else
+    /// `./examples/contracts`), and with none there every call is denied, as by the server.
     #[arg(long, value_name = "FILE|DIR")]
     policy: Option<String>,
     /// A tenant allow-list for guarded fields, `NAME=ENTRY,ENTRY` (e.g.
@@ -121,10 +123,10 @@ pub fn run(args: &CheckArgs) -> Result<Exit> {
         guards.set(principal.tenant(), name, list);
     }
     let contract = Arc::new(contract);
-    let policy: Arc<dyn PolicyEngine> = match &args.policy {
-        Some(path) => Arc::new(load_policy(&contract, path)?),
-        None => Arc::new(NoPolicy),
-    };
+    let (engine, source) = policies(&contract, args.policy.as_deref())?;
+    // On standard error, so the report's lines stay the facts of the decision.
+    eprintln!("policy source: {source}");
+    let policy: Arc<dyn PolicyEngine> = Arc::new(engine);
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -166,7 +168,6 @@ pub fn run(args: &CheckArgs) -> Result<Exit> {
     let report = Report {
         contract: &contract,
         decided: &decided,
-        policy_configured: args.policy.is_some(),
     };
     match args.format {
         Format::Text => print!("{}", report.text()),
@@ -177,6 +178,51 @@ pub fn run(args: &CheckArgs) -> Result<Exit> {
         Decision::NeedsApproval(_) => Exit::NeedsApproval,
         Decision::Reject(_) => Exit::Reject,
     })
+}
+
+/// The policies an audit decides with, and where they came from. `--policy` names them;
+/// without it the audit decides as `warrant serve` started here would: with the policies of
+/// its default directory, else with none — and no policy denies every call. (There is no
+/// audit that skips the policy stage: an answer the server would not give is no audit.)
+fn policies(contract: &Arc<Contract>, given: Option<&str>) -> Result<(CedarEngine, String)> {
+    if let Some(path) = given {
+        return Ok((load_policy(contract, path)?, format!("{path} (--policy)")));
+    }
+    let Some(dir) = crate::serve::default_policy_dir() else {
+        let engine =
+            CedarEngine::new(std::slice::from_ref(contract), &[]).map_err(|e| anyhow::anyhow!("{e}"))?;
+        return Ok((
+            engine,
+            "none (no ./policies or ./examples/policies): every call is denied, as by warrant serve \
+             without policies"
+                .to_owned(),
+        ));
+    };
+    // The server validates its policies against every contract it registers, so a directory
+    // may name other tools: load it with those contracts too. The checked contract stands in
+    // for a registered one of the same name@version (it may be an edit of that file).
+    let mut contracts = vec![Arc::clone(contract)];
+    if let Some(contracts_dir) = crate::serve::default_contracts_dir() {
+        let registered = warrant_server::bootstrap::read_contracts(&contracts_dir).with_context(|| {
+            format!(
+                "cannot read the contracts `warrant serve` would register ({})",
+                contracts_dir.display()
+            )
+        })?;
+        contracts.extend(
+            registered
+                .into_iter()
+                .filter(|c| (c.name(), c.version()) != (contract.name(), contract.version()))
+                .map(Arc::new),
+        );
+    }
+    let engine = CedarEngine::load_dir(&contracts, &dir)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .with_context(|| format!("cannot load the policies in {}", dir.display()))?;
+    Ok((
+        engine,
+        format!("{} (the default of warrant serve)", dir.display()),
+    ))
 }
 
 /// Loads one policy file, or every `*.cedar` file of a directory, validated against the schema
@@ -211,7 +257,6 @@ fn read_approval(path: &str) -> Result<ApprovalRecord> {
 struct Report<'a> {
     contract: &'a Contract,
     decided: &'a Decided,
-    policy_configured: bool,
 }
 
 impl Report<'_> {
@@ -219,12 +264,10 @@ impl Report<'_> {
     fn facts(&self) -> Vec<(&'static str, Option<String>)> {
         let f = &self.decided.facts;
         let c = self.contract;
-        let policy = match (&f.policy, self.policy_configured) {
-            (None, _) => None,
-            (Some(_), false) => Some("NOT_CONFIGURED".to_owned()),
-            (Some(PolicyVerdict::Allow), true) => Some("ALLOW".to_owned()),
-            (Some(PolicyVerdict::Deny { .. }), true) => Some("DENY".to_owned()),
-        };
+        let policy = f.policy.as_ref().map(|verdict| match verdict {
+            PolicyVerdict::Allow => "ALLOW".to_owned(),
+            PolicyVerdict::Deny { .. } => "DENY".to_owned(),
+        });
         let mut out = vec![
             ("contract_id", Some(c.id().to_string())),
             ("tool", Some(c.name().to_owned())),

@@ -291,6 +291,18 @@ fn first_existing(candidates: &[&str]) -> Option<PathBuf> {
     candidates.iter().map(PathBuf::from).find(|p| p.is_dir())
 }
 
+/// The contracts directory a server reads when no flag, variable or config key names one:
+/// `./contracts`, else `./examples/contracts` (also what `warrant check` loads policies with).
+pub(crate) fn default_contracts_dir() -> Option<PathBuf> {
+    first_existing(&["contracts", "examples/contracts"])
+}
+
+/// The policy directory a server reads when no flag, variable or config key names one:
+/// `./policies`, else `./examples/policies`; with neither, no policy (every call denied).
+pub(crate) fn default_policy_dir() -> Option<PathBuf> {
+    first_existing(&["policies", "examples/policies"])
+}
+
 /// The redaction key: `WARRANT_REDACTION_KEY` (hex), else a key file (created on first start
 /// beside the embedded store), so redacted values stay comparable across restarts.
 fn redaction_key(file: Option<&Path>) -> Result<RedactionKey> {
@@ -450,12 +462,12 @@ pub(crate) fn load(args: &ConfigArgs) -> Result<Loaded> {
         .contracts
         .clone()
         .or(cfg.contracts.dir.clone())
-        .or_else(|| first_existing(&["contracts", "examples/contracts"]));
+        .or_else(default_contracts_dir);
     let policy_dir = args
         .policy
         .clone()
         .or(cfg.policies.dir.clone())
-        .or_else(|| first_existing(&["policies", "examples/policies"]));
+        .or_else(default_policy_dir);
     let policies = match &policy_dir {
         Some(dir) => PolicySource::read_dir(dir)?,
         None => Vec::new(),

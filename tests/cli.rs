@@ -15,9 +15,13 @@ const CREDIT_PROPOSAL: &str = "examples/proposals/create_support_credit.json";
 const APPROVAL: &str = "examples/approvals/create_support_credit.approved.json";
 
 fn warrant(args: &[&str], stdin: Option<&[u8]>) -> Output {
+    warrant_in(std::path::Path::new(env!("CARGO_MANIFEST_DIR")), args, stdin)
+}
+
+fn warrant_in(dir: &std::path::Path, args: &[&str], stdin: Option<&[u8]>) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_warrant"))
         .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(dir)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -87,10 +91,77 @@ idempotency=REQUIRED_PRESENT
 decision=ALLOW
 "
     );
-    // Without --policy the policy stage is reported as not configured and the rest is equal.
-    let out = check(&["--proposal", CREDIT_PROPOSAL, "--approval", APPROVAL], None);
-    assert_eq!(out.status.code(), Some(0));
-    assert!(stdout(&out).contains("policy=NOT_CONFIGURED\n"));
+}
+
+#[test]
+fn without_policy_check_decides_as_serve_does() {
+    // No `./policies` here, so `warrant serve` would read `./examples/policies` (with the
+    // contracts of `./examples/contracts`): so does `check`, and says so.
+    let demo = ["--proposal", CREDIT_PROPOSAL, "--approval", APPROVAL];
+    let out = check(&demo, None);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "no role: no policy permits the credit"
+    );
+    let text = stdout(&out);
+    assert!(
+        text.contains("policy=DENY\n") && text.contains("code=POLICY_DENIED\n"),
+        "{text}"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("policy source: examples/policies"), "{stderr}");
+    let out = check(&[&demo[..], &["--roles", "operator"]].concat(), None);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout(&out).contains("policy=ALLOW\n"));
+}
+
+#[test]
+fn without_any_policy_check_denies_as_serve_does() {
+    // Where neither `./policies` nor `./examples/policies` exists a server denies every call.
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let path = |p: &str| root.join(p).to_string_lossy().into_owned();
+    let (contract, proposal, approval) = (path(CREDIT), path(CREDIT_PROPOSAL), path(APPROVAL));
+    let out = warrant_in(
+        dir.path(),
+        &[
+            "check",
+            "--contract",
+            &contract,
+            "--proposal",
+            &proposal,
+            "--approval",
+            &approval,
+            "--principal",
+            "agent-7",
+            "--tenant",
+            "acme",
+            "--grants",
+            "support:credits:write",
+            "--roles",
+            "supervisor",
+        ],
+        None,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = stdout(&out);
+    assert!(
+        text.contains("policy=DENY\n") && text.contains("code=POLICY_DENIED\n"),
+        "{text}"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("policy source: none"), "{stderr}");
 }
 
 #[test]
@@ -133,6 +204,8 @@ fn allowlists_guard_recipients() {
         "acme",
         "--grants",
         "email:send",
+        "--roles",
+        "agent",
     ];
     let out = warrant(&args, None);
     assert_eq!(
@@ -150,7 +223,7 @@ fn allowlists_guard_recipients() {
 
 #[test]
 fn without_approval_the_call_needs_one() {
-    let out = check(&["--proposal", CREDIT_PROPOSAL], None);
+    let out = check(&["--proposal", CREDIT_PROPOSAL, "--roles", "operator"], None);
     assert_eq!(out.status.code(), Some(4));
     let text = stdout(&out);
     assert!(text.contains("approval=REQUIRED_MISSING\n"), "{text}");
@@ -167,6 +240,8 @@ fn an_expired_approval_is_refused() {
             APPROVAL,
             "--now",
             "2100-01-01T00:00:00Z",
+            "--roles",
+            "operator",
         ],
         None,
     );
@@ -186,7 +261,10 @@ fn an_expired_approval_is_refused() {
 fn a_changed_payload_does_not_bind_to_the_approval() {
     let proposal = br#"{"tool":"create_support_credit","version":1,"idempotency_key":"credit-cus_8f3k2m9q-inv1042",
         "arguments":{"customer_id":"cus_8f3k2m9q","amount_cents":250000,"reason":"Refund for duplicate charge on invoice 1042"}}"#;
-    let out = check(&["--proposal", "-", "--approval", APPROVAL], Some(proposal));
+    let out = check(
+        &["--proposal", "-", "--approval", APPROVAL, "--roles", "supervisor"],
+        Some(proposal),
+    );
     assert_eq!(out.status.code(), Some(3));
     let text = stdout(&out);
     assert!(
@@ -224,6 +302,8 @@ fn json_format_carries_the_same_facts() {
             APPROVAL,
             "--format",
             "json",
+            "--roles",
+            "operator",
         ],
         None,
     );

@@ -592,7 +592,16 @@ impl Authority {
                     proposer: lookup.proposer.clone(),
                     payload_digest: lookup.payload_digest.clone(),
                     idempotency_key: lookup.idempotency_key.clone(),
-                    arguments: Value::Object(proposal.arguments().clone()),
+                    // Exactly the ledger's copy: sensitive values as their keyed hashes, so the
+                    // approval keeps no more than the ledger does. Nothing binds to it: the
+                    // approval binds to `payload_digest`, computed over the call's own canonical
+                    // arguments before redaction, and a review is decided on this copy with a
+                    // context that has no sensitive field (`warrant-policy`).
+                    arguments: p
+                        .row
+                        .arguments
+                        .clone()
+                        .unwrap_or_else(|| Value::Object(proposal.arguments().clone())),
                     created_at: now,
                     expires_at: now + self.settings.approval_ttl,
                 };
@@ -659,23 +668,10 @@ impl Authority {
         let Some(request) = self.store.get_approval(tenant, approval_id).await? else {
             return Ok(Err(ReviewRefusal::NotFound));
         };
-        let Some(contract) = self
-            .registry
-            .by_id(tenant, &request.request.contract_id, now)
-            .await?
-        else {
-            return Ok(Err(ReviewRefusal::NotFound));
-        };
-        let empty = serde_json::Map::new();
-        let arguments = request.request.arguments.as_object().unwrap_or(&empty);
-        let allowed = self.policy.authorize(&PolicyRequest {
-            principal: reviewer,
-            action: PolicyAction::Review,
-            contract: &contract,
-            arguments,
-        });
-        if let PolicyVerdict::Deny { policies, .. } = allowed {
-            return Ok(Err(ReviewRefusal::Forbidden(policies)));
+        match self.review_verdict(reviewer, &request, now).await? {
+            None => return Ok(Err(ReviewRefusal::NotFound)),
+            Some(PolicyVerdict::Deny { policies, .. }) => return Ok(Err(ReviewRefusal::Forbidden(policies))),
+            Some(PolicyVerdict::Allow) => {}
         }
         let result = self
             .store
@@ -696,6 +692,72 @@ impl Authority {
                 ReviewRefusal::Expired
             }
         }))
+    }
+
+    /// Whether policy lets `reviewer` review this approval request: who may see an approval
+    /// is who may decide it (the proposer included, if policy lets it review the tool; it
+    /// still cannot decide its own call). A request of another tenant, or of a contract the
+    /// registry no longer knows, is never reviewable.
+    ///
+    /// # Errors
+    /// The store's errors.
+    pub async fn may_review(
+        &self,
+        reviewer: &Principal,
+        request: &ApprovalRequest,
+    ) -> Result<bool, StoreError> {
+        if request.request.tenant != reviewer.tenant() {
+            return Ok(false);
+        }
+        let now = self.env.now();
+        Ok(matches!(
+            self.review_verdict(reviewer, request, now).await?,
+            Some(PolicyVerdict::Allow)
+        ))
+    }
+
+    /// The requests of `requests` that `reviewer` may review ([`Authority::may_review`]), in
+    /// their order.
+    ///
+    /// # Errors
+    /// The store's errors.
+    pub async fn reviewable(
+        &self,
+        reviewer: &Principal,
+        requests: Vec<ApprovalRequest>,
+    ) -> Result<Vec<ApprovalRequest>, StoreError> {
+        let mut out = Vec::with_capacity(requests.len());
+        for request in requests {
+            if self.may_review(reviewer, &request).await? {
+                out.push(request);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The review policy's verdict on a stored request (decided on its stored arguments,
+    /// which are redacted like the ledger's); `None` when its contract is unknown.
+    async fn review_verdict(
+        &self,
+        reviewer: &Principal,
+        request: &ApprovalRequest,
+        now: OffsetDateTime,
+    ) -> Result<Option<PolicyVerdict>, StoreError> {
+        let Some(contract) = self
+            .registry
+            .by_id(&request.request.tenant, &request.request.contract_id, now)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let empty = serde_json::Map::new();
+        let arguments = request.request.arguments.as_object().unwrap_or(&empty);
+        Ok(Some(self.policy.authorize(&PolicyRequest {
+            principal: reviewer,
+            action: PolicyAction::Review,
+            contract: &contract,
+            arguments,
+        })))
     }
 }
 
@@ -735,15 +797,24 @@ fn truncated(text: &str, max: usize) -> &str {
     }
 }
 
+/// The rejection of a denied call: the forbids that held, and every policy that could not
+/// be evaluated (any evaluation error denies). Engines word their errors by policy id and
+/// kind, never with argument values, so the detail is safe to store and return.
 fn policy_denial(policies: &[String], errors: &[String]) -> Rejection {
-    let detail = if policies.is_empty() {
-        if errors.is_empty() {
-            "no policy permits this call".to_owned()
-        } else {
-            format!("no policy permits this call ({} policy error(s))", errors.len())
-        }
-    } else {
-        format!("forbidden by policy {}", policies.join(", "))
+    /// Errors named in the detail; a policy set in which many fail says how many more.
+    const NAMED: usize = 3;
+    let mut named: Vec<&str> = errors.iter().take(NAMED).map(String::as_str).collect();
+    let more = errors.len().saturating_sub(NAMED);
+    let more = format!("{more} more");
+    if errors.len() > NAMED {
+        named.push(&more);
+    }
+    let errors = named.join("; ");
+    let detail = match (policies.is_empty(), errors.is_empty()) {
+        (true, true) => "no policy permits this call".to_owned(),
+        (true, false) => format!("denied: {errors}"),
+        (false, true) => format!("forbidden by policy {}", policies.join(", ")),
+        (false, false) => format!("forbidden by policy {} ({errors})", policies.join(", ")),
     };
     Rejection::new(RejectCode::PolicyDenied, detail)
 }

@@ -37,7 +37,9 @@ pub enum PolicyVerdict {
     Deny {
         /// The ids of the policies that decided (empty for the default deny).
         policies: Vec<String>,
-        /// Evaluation errors, if any policy could not be evaluated (such policies are skipped).
+        /// Why policies or the request could not be evaluated, each naming its policy. Any
+        /// error denies, whatever the effect of the policy that failed: a forbid that cannot
+        /// be evaluated must not let a permit through.
         errors: Vec<String>,
     },
 }
@@ -49,8 +51,8 @@ pub trait PolicyEngine: Send + Sync {
     fn authorize(&self, request: &PolicyRequest<'_>) -> PolicyVerdict;
 }
 
-/// Permits everything. Only for offline audits run without `--policy`, where the report says
-/// that the policy stage was not configured; the server never uses it.
+/// Permits everything. Only for tests and fuzzing of the other stages; no lane uses it (the
+/// server and `warrant check` without policies deny every call).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoPolicy;
 

@@ -115,7 +115,6 @@ pub struct CedarEngine {
 }
 
 struct Inner {
-    schema: Schema,
     authorizer: Authorizer,
     principal_type: EntityTypeName,
     role_type: EntityTypeName,
@@ -198,7 +197,10 @@ struct Tool {
     uid: EntityUid,
     /// `name`, `version`, `effect`, `owner`, `platform` (the `tenant` is the caller's).
     attributes: Vec<(String, RestrictedExpression)>,
+    /// The invoke actions' context attributes.
     context: Vec<Attribute>,
+    /// The review actions' context attributes (no sensitive field).
+    review_context: Vec<Attribute>,
     invoke: Action,
     review: Action,
 }
@@ -306,7 +308,7 @@ impl CedarEngine {
             .map(|message| PolicyProblem { file: None, message })
             .collect();
         let (policies, files) = parse_sources(sources, &mut problems);
-        let mut schema = None;
+        let mut validated = false;
         if schema_is_sound {
             match Schema::from_json_value(schema::schema_json(&tools)) {
                 Ok(generated) => {
@@ -314,7 +316,7 @@ impl CedarEngine {
                         Ok(set) => problems.extend(validate(&generated, &set, &files)),
                         Err(e) => problems.push(set_problem(&e)),
                     }
-                    schema = Some(generated);
+                    validated = true;
                 }
                 Err(e) => problems.push(PolicyProblem {
                     file: None,
@@ -322,9 +324,9 @@ impl CedarEngine {
                 }),
             }
         }
-        let Some(schema) = schema.filter(|_| problems.is_empty()) else {
+        if !validated || !problems.is_empty() {
             return Err(PolicyLoadError::Invalid(problems));
-        };
+        }
         let mut by_name: HashMap<String, HashMap<u32, Tool>> = HashMap::new();
         for shape in tools {
             let name = shape.contract.qualified_name();
@@ -334,7 +336,6 @@ impl CedarEngine {
         }
         Ok(CedarEngine {
             inner: Arc::new(Inner {
-                schema,
                 authorizer: Authorizer::new(),
                 principal_type: types.principal,
                 role_type: types.role,
@@ -485,6 +486,7 @@ fn build_tool(shape: ToolShape, types: &Types, policies: &[Policy]) -> Result<To
         uid,
         attributes,
         context: shape.context,
+        review_context: shape.review_context,
         invoke,
         review,
     })
@@ -694,40 +696,55 @@ impl Inner {
                 tool.label
             ));
         }
-        let action = match request.action {
-            PolicyAction::Invoke => &tool.invoke,
-            PolicyAction::Review => &tool.review,
+        let (action, attributes) = match request.action {
+            PolicyAction::Invoke => (&tool.invoke, &tool.context),
+            PolicyAction::Review => (&tool.review, &tool.review_context),
         };
-        let context = mapping::context(&tool.context, request.arguments).map_err(|e| e.0)?;
+        let context = mapping::context(attributes, request.arguments).map_err(|e| e.0)?;
         let stored = self.entities(tool, action, request)?;
         let (principal_uid, entities, policies) = &*stored;
-        // The context is built from the same typed tree that generated its schema type, from
-        // arguments that passed the contract's schema, so validating it against the schema on
-        // every call would check a guarantee twice; debug builds (and so every test) still do.
-        let schema = if cfg!(debug_assertions) {
-            Some(&self.schema)
-        } else {
-            None
-        };
+        // The request is not validated against the schema, in any build: it is valid by
+        // construction. The principal, action and resource uids are built from the types and
+        // actions of the generated schema, and the context from the same typed tree that
+        // generated its context type (`mapping::context` refuses a missing required attribute
+        // and any value of another type, and emits no attribute the type does not list), so
+        // validating it again on every call would check the same guarantee twice. The unit test
+        // `mapped_contexts_are_exactly_the_valid_ones` holds the mapping to Cedar's own request
+        // validation.
         let cedar_request = Request::new(
             principal_uid.clone(),
             action.uid.clone(),
             tool.uid.clone(),
             context,
-            schema,
+            None,
         )
         .map_err(|e| request_error(&e, &tool.label))?;
         let response = self.authorizer.is_authorized(&cedar_request, policies, entities);
-        if response.decision() == Decision::Allow {
-            return Ok(PolicyVerdict::Allow);
-        }
-        let diagnostics = response.diagnostics();
-        let mut policies: Vec<String> = diagnostics.reason().map(ToString::to_string).collect();
-        policies.sort();
-        let mut errors: Vec<String> = diagnostics.errors().map(evaluation_error).collect();
-        errors.sort();
-        Ok(PolicyVerdict::Deny { policies, errors })
+        Ok(verdict(&response))
     }
+}
+
+/// Cedar's answer as a verdict. Cedar skips a policy whose evaluation errors and decides
+/// with the others, so a forbid that errors would let a permit allow the call: here any
+/// evaluation error denies, whatever the effect of the policy that failed, and the errors
+/// name those policies.
+fn verdict(response: &cedar_policy::Response) -> PolicyVerdict {
+    let diagnostics = response.diagnostics();
+    let mut errors: Vec<String> = diagnostics.errors().map(evaluation_error).collect();
+    let allowed = response.decision() == Decision::Allow;
+    if allowed && errors.is_empty() {
+        return PolicyVerdict::Allow;
+    }
+    errors.sort();
+    // Under a denial the reasons are the forbids that held; under an allow they are the
+    // permits, which are no reason to deny and are not named.
+    let mut policies: Vec<String> = if allowed {
+        Vec::new()
+    } else {
+        diagnostics.reason().map(ToString::to_string).collect()
+    };
+    policies.sort();
+    PolicyVerdict::Deny { policies, errors }
 }
 
 /// A request the schema refuses. The context error is reworded: Cedar's message prints the
@@ -810,12 +827,17 @@ mod tests {
     "#;
 
     /// The verdict plain Cedar gives: the original policies, all of them, scopes and all.
-    fn reference(engine: &CedarEngine, original: &PolicySet, request: &PolicyRequest<'_>) -> PolicyVerdict {
+    fn reference(
+        engine: &CedarEngine,
+        schema: &Schema,
+        original: &PolicySet,
+        request: &PolicyRequest<'_>,
+    ) -> PolicyVerdict {
         let inner = &engine.inner;
         let tool = &inner.tools[&request.contract.qualified_name()][&request.contract.version()];
-        let action = match request.action {
-            PolicyAction::Invoke => &tool.invoke,
-            PolicyAction::Review => &tool.review,
+        let (action, attributes) = match request.action {
+            PolicyAction::Invoke => (&tool.invoke, &tool.context),
+            PolicyAction::Review => (&tool.review, &tool.review_context),
         };
         let (principal_uid, principal) = inner.principal(request.principal).unwrap();
         let tenant = (
@@ -834,24 +856,16 @@ mod tests {
             .clone()
             .add_entities([principal, resource], None)
             .unwrap();
-        let context = mapping::context(&tool.context, request.arguments).unwrap();
+        let context = mapping::context(attributes, request.arguments).unwrap();
         let cedar_request = Request::new(
             principal_uid,
             action.uid.clone(),
             tool.uid.clone(),
             context,
-            Some(&inner.schema),
+            Some(schema),
         )
         .unwrap();
-        let response = Authorizer::new().is_authorized(&cedar_request, original, &entities);
-        if response.decision() == Decision::Allow {
-            return PolicyVerdict::Allow;
-        }
-        let mut policies: Vec<String> = response.diagnostics().reason().map(ToString::to_string).collect();
-        policies.sort();
-        let mut errors: Vec<String> = response.diagnostics().errors().map(evaluation_error).collect();
-        errors.sort();
-        PolicyVerdict::Deny { policies, errors }
+        verdict(&Authorizer::new().is_authorized(&cedar_request, original, &entities))
     }
 
     #[test]
@@ -866,6 +880,7 @@ mod tests {
         let (policies, _) = parse_sources(&sources, &mut problems);
         assert!(problems.is_empty(), "{problems:?}");
         let original = PolicySet::from_policies(policies).unwrap();
+        let schema = Schema::from_json_value(CedarEngine::schema_json(&contracts)).unwrap();
 
         let roles: [&[&str]; 7] = [
             &[],
@@ -901,7 +916,7 @@ mod tests {
                             let got = engine.authorize(&request);
                             assert_eq!(
                                 got,
-                                reference(&engine, &original, &request),
+                                reference(&engine, &schema, &original, &request),
                                 "{tenant}/{id} {roles:?} {:?} {} {args}",
                                 action,
                                 contract.name()
@@ -918,5 +933,113 @@ mod tests {
         assert!(outcomes.iter().any(|o| o.contains("f-eq-action")));
         assert!(outcomes.iter().any(|o| o.contains("f-overflow")));
         assert!(outcomes.iter().any(|o| o.contains("policies: [], errors: []")));
+    }
+
+    const EMAIL: &str = include_str!("../../../examples/contracts/send_email.v1.yaml");
+
+    /// The context of a call is built without asking Cedar to validate it (see
+    /// `Inner::authorize`): the mapping must accept exactly the arguments Cedar's own
+    /// schema-driven parsing and request validation accept, and build the same context.
+    #[test]
+    fn mapped_contexts_are_exactly_the_valid_ones() {
+        let contracts = [CREDIT, LOOKUP, EMAIL]
+            .map(|text| Arc::new(Contract::from_text(text, DocumentFormat::Yaml).unwrap()));
+        let engine = CedarEngine::new(&contracts, &[]).unwrap();
+        let schema = Schema::from_json_value(CedarEngine::schema_json(&contracts)).unwrap();
+        let inner = &engine.inner;
+        let cases: [(&str, Value); 14] = [
+            (
+                "create_support_credit",
+                json!({ "customer_id": "cus_12345678", "amount_cents": 5, "reason": "r" }),
+            ),
+            (
+                "create_support_credit",
+                json!({ "customer_id": "cus_12345678", "reason": "r" }),
+            ),
+            ("create_support_credit", json!({ "amount_cents": 5 })),
+            ("create_support_credit", json!({})),
+            (
+                "create_support_credit",
+                json!({ "customer_id": "c", "amount_cents": "5", "reason": "r" }),
+            ),
+            (
+                "create_support_credit",
+                json!({ "customer_id": "c", "amount_cents": true, "reason": "r" }),
+            ),
+            (
+                "create_support_credit",
+                json!({ "customer_id": 1, "amount_cents": 5, "reason": "r" }),
+            ),
+            ("lookup_order", json!({ "order_id": "ord_12345678" })),
+            (
+                "lookup_order",
+                json!({ "order_id": "ord_12345678", "include_items": false }),
+            ),
+            (
+                "lookup_order",
+                json!({ "order_id": "ord_12345678", "include_items": "yes" }),
+            ),
+            ("lookup_order", json!({ "include_items": true })),
+            (
+                "send_email",
+                json!({ "to": ["a@b.example"], "subject": "s", "body": "b" }),
+            ),
+            (
+                "send_email",
+                json!({ "to": ["a@b.example"], "cc": [], "subject": "s", "body": "b" }),
+            ),
+            (
+                "send_email",
+                json!({ "to": "a@b.example", "subject": "s", "body": "b" }),
+            ),
+        ];
+        let mut accepted = 0;
+        for (name, args) in &cases {
+            let tool = &inner.tools[*name][&1];
+            for (action, attributes) in [
+                (&tool.invoke, &tool.context),
+                (&tool.review, &tool.review_context),
+            ] {
+                let arguments = args.as_object().unwrap();
+                // Cedar's own reading of the same arguments: the attributes of the context
+                // type only (a review's has no sensitive field), parsed against the schema.
+                let names: Vec<&str> = attributes.iter().map(|a| a.name.as_str()).collect();
+                let typed: serde_json::Map<String, Value> = arguments
+                    .iter()
+                    .filter(|(k, _)| names.contains(&k.as_str()))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                let (principal_uid, _) = inner
+                    .principal(&Principal::new("p", "acme", Vec::new()).unwrap())
+                    .unwrap();
+                let validated = |context| {
+                    Request::new(
+                        principal_uid.clone(),
+                        action.uid.clone(),
+                        tool.uid.clone(),
+                        context,
+                        Some(&schema),
+                    )
+                    .is_ok()
+                };
+                let theirs = cedar_policy::Context::from_json_value(
+                    Value::Object(typed),
+                    Some((&schema, &action.uid)),
+                )
+                .ok()
+                .filter(|context| validated(context.clone()));
+                let ours = mapping::context(attributes, arguments);
+                assert_eq!(
+                    ours.is_ok(),
+                    theirs.is_some(),
+                    "{name} {args} {ours:?} {theirs:?}"
+                );
+                if let (Ok(ours), Some(theirs)) = (ours, theirs) {
+                    assert_eq!(ours, theirs, "{name} {args}");
+                    accepted += 1;
+                }
+            }
+        }
+        assert_eq!(accepted, 10, "valid cases, each for invoke and review");
     }
 }

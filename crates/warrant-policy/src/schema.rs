@@ -1,6 +1,6 @@
 //! The Cedar schema generated from the registered contracts: the `Warrant` namespace with its
 //! principal, role and tool entity types, and two actions per contract with the contract's
-//! input as their context type.
+//! input as their context type (a review's without the sensitive fields).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 use warrant_core::Contract;
 
-use crate::mapping::{self, Attribute};
+use crate::mapping::{self, Attribute, Values};
 
 /// The namespace of every generated type and action.
 pub(crate) const NAMESPACE: &str = "Warrant";
@@ -21,8 +21,11 @@ pub(crate) const REVIEW_GROUP: &str = "review";
 pub(crate) struct ToolShape {
     /// The contract.
     pub(crate) contract: Arc<Contract>,
-    /// Its context attributes (the mapped input schema).
+    /// Its invoke actions' context attributes (the mapped input schema).
     pub(crate) context: Vec<Attribute>,
+    /// Its review actions' context attributes: the same without the sensitive fields (a
+    /// review sees the arguments as the approval stores them).
+    pub(crate) review_context: Vec<Attribute>,
 }
 
 /// `N@V` of a contract, `N` qualified by its namespace (`tenant/N@V` for a tenant's own
@@ -83,7 +86,8 @@ pub(crate) fn collect(contracts: &[Arc<Contract>]) -> (Vec<ToolShape>, Vec<Strin
         .into_values()
         .map(|contract| ToolShape {
             contract: Arc::clone(contract),
-            context: mapping::context_attributes(contract.input_document()),
+            context: mapping::context_attributes(contract.input_document(), Values::All),
+            review_context: mapping::context_attributes(contract.input_document(), Values::NotSensitive),
         })
         .collect();
     (tools, problems)
@@ -120,8 +124,12 @@ pub(crate) fn schema_json(tools: &[ToolShape]) -> Value {
     actions.insert(INVOKE_GROUP.into(), json!({}));
     actions.insert(REVIEW_GROUP.into(), json!({}));
     for shape in tools {
-        let context = mapping::record_schema_json(&shape.context);
-        for chain in [invoke_chain(&shape.contract), review_chain(&shape.contract)] {
+        let invoke = mapping::record_schema_json(&shape.context);
+        let review = mapping::record_schema_json(&shape.review_context);
+        for (chain, context) in [
+            (invoke_chain(&shape.contract), &invoke),
+            (review_chain(&shape.contract), &review),
+        ] {
             let [action, group, root] = chain;
             let applies_to = json!({
                 "principalTypes": ["Principal"],

@@ -540,9 +540,7 @@ fn wrong_argument_types_are_denied_not_coerced() {
         ask(&engine, &supervisor, PolicyAction::Invoke, &credit, missing),
         PolicyVerdict::Deny {
             policies: Vec::new(),
-            errors: vec![
-                "the arguments of create_support_credit@1 do not match its policy context type".into()
-            ],
+            errors: vec!["required argument `amount_cents` is missing from the policy context".into()],
         }
     );
 }
@@ -775,5 +773,127 @@ fn guards_load_on_their_own() {
             email_args()
         ),
         default_deny()
+    );
+}
+
+#[test]
+fn a_forbid_that_cannot_be_evaluated_denies_beside_a_permit() {
+    // A supervisor is permitted any credit (`support.supervisor-credit`); the forbid beside it
+    // overflows on every amount. Cedar skips a policy that errors, so the permit alone would
+    // allow the call: the engine must deny instead, and name the policy that failed.
+    let engine = engine_with(
+        r#"@id("credit.no-overflow")
+           forbid (
+               principal,
+               action in [Warrant::Action::"create_support_credit@1", Warrant::Action::"review:create_support_credit@1"],
+               resource
+           )
+           when { context.amount_cents * 9223372036854775807 > 0 };"#,
+    )
+    .unwrap();
+    let supervisor = principal("sup-1", "acme", &["supervisor"]);
+    let credit = contract(CREDIT);
+    for action in [PolicyAction::Invoke, PolicyAction::Review] {
+        let verdict = ask(&engine, &supervisor, action, &credit, credit_args(2));
+        assert_eq!(
+            verdict,
+            PolicyVerdict::Deny {
+                policies: Vec::new(),
+                errors: vec!["policy `credit.no-overflow` could not be evaluated: integer overflow".into()],
+            },
+            "{action:?}"
+        );
+    }
+}
+
+#[test]
+fn a_permit_that_cannot_be_evaluated_denies_beside_another_permit() {
+    // Any evaluation error denies, whatever the effect of the policy that failed: a policy
+    // set is only trusted when every policy in it could be evaluated.
+    let engine = engine_with(
+        r#"@id("credit.broken-permit")
+           permit (principal in Warrant::Role::"supervisor", action, resource)
+           when { context has amount_cents && context.amount_cents + 9223372036854775807 > 0 };"#,
+    )
+    .unwrap();
+    let supervisor = principal("sup-1", "acme", &["supervisor"]);
+    assert_eq!(
+        ask(
+            &engine,
+            &supervisor,
+            PolicyAction::Invoke,
+            &contract(CREDIT),
+            credit_args(2)
+        ),
+        PolicyVerdict::Deny {
+            policies: Vec::new(),
+            errors: vec!["policy `credit.broken-permit` could not be evaluated: integer overflow".into()],
+        }
+    );
+}
+
+#[test]
+fn a_forbid_that_fires_is_named_beside_one_that_errors() {
+    let engine = engine_with(
+        r#"@id("credit.no-overflow")
+           forbid (principal, action == Warrant::Action::"create_support_credit@1", resource)
+           when { context.amount_cents * 9223372036854775807 > 0 };
+           @id("credit.suspended")
+           forbid (principal in Warrant::Role::"suspended", action, resource);"#,
+    )
+    .unwrap();
+    let suspended = principal("sup-2", "acme", &["supervisor", "suspended"]);
+    assert_eq!(
+        ask(
+            &engine,
+            &suspended,
+            PolicyAction::Invoke,
+            &contract(CREDIT),
+            credit_args(2)
+        ),
+        PolicyVerdict::Deny {
+            policies: vec!["credit.suspended".into()],
+            errors: vec!["policy `credit.no-overflow` could not be evaluated: integer overflow".into()],
+        }
+    );
+}
+
+#[test]
+fn reviews_decide_without_sensitive_fields() {
+    // An approval stores sensitive values only as keyed hashes, and a review is decided on the
+    // stored arguments: a review policy cannot name a sensitive field (it would compare a
+    // hash), while an invoke policy, decided on the call's own arguments, can.
+    let invoke = r#"@id("email.no-secrets") forbid (principal, action == Warrant::Action::"send_email@1", resource)
+                    when { context.body like "*password*" };"#;
+    assert!(engine_with(invoke).is_ok());
+    let review = r#"@id("email.review-body") permit (principal, action == Warrant::Action::"review:send_email@1", resource)
+                    when { context.body like "*hello*" };"#;
+    let refused = problems(engine_with(review).unwrap_err());
+    assert!(
+        refused
+            .iter()
+            .any(|(file, message)| file.as_deref() == Some("extra.cedar")
+                && message.contains("email.review-body")),
+        "{refused:?}"
+    );
+    let schema = CedarEngine::schema_json(&contracts());
+    let actions = &schema["Warrant"]["actions"];
+    let invoke_context = &actions["send_email@1"]["appliesTo"]["context"]["attributes"];
+    let review_context = &actions["review:send_email@1"]["appliesTo"]["context"]["attributes"];
+    assert!(invoke_context.get("body").is_some(), "{invoke_context}");
+    assert!(review_context.get("body").is_none(), "{review_context}");
+    assert!(review_context.get("subject").is_some(), "{review_context}");
+
+    // The stored arguments (the body as its keyed hash) are reviewed like the call's own.
+    let engine = engine_with(
+        r#"@id("email.review-subject") permit (principal in Warrant::Role::"clerk", action == Warrant::Action::"review:send_email@1", resource)
+           when { context.subject like "re: *" };"#,
+    )
+    .unwrap();
+    let clerk = principal("clerk-1", "acme", &["clerk"]);
+    let stored = json!({ "to": ["ann@example.com"], "subject": "re: order", "body": "hmac-sha256:00ff" });
+    assert_eq!(
+        ask(&engine, &clerk, PolicyAction::Review, &contract(EMAIL), stored),
+        PolicyVerdict::Allow
     );
 }

@@ -175,7 +175,7 @@ pub struct Approval {
     payload_digest: String,
     /// The idempotency key it is bound to.
     idempotency_key: Option<String>,
-    /// The exact arguments.
+    /// The arguments, sensitive values as their keyed hashes (`hmac-sha256:<hex>`).
     #[schema(value_type = Object)]
     arguments: Value,
     /// Created (RFC 3339).
@@ -376,6 +376,7 @@ impl Modify for BearerKeys {
         crate::routes::contracts::register,
         crate::routes::contracts::retire,
         crate::routes::approvals::list,
+        crate::routes::approvals::show,
         crate::routes::approvals::approve,
         crate::routes::approvals::reject,
         crate::routes::ledger::list,

@@ -28,6 +28,7 @@ fn the_committed_openapi_document_matches_the_code() {
         "/v1/contracts/{name}/{version}",
         "/v1/contracts/{id}/retire",
         "/v1/approvals",
+        "/v1/approvals/{id}",
         "/v1/approvals/{id}/approve",
         "/v1/approvals/{id}/reject",
         "/v1/ledger",

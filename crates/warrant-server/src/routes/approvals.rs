@@ -1,5 +1,7 @@
-//! Approvals of the caller's tenant: the pending inbox, and a reviewer's verdict (authorized by
-//! policy through the pipeline's `review`; the proposer cannot review its own call).
+//! Approvals of the caller's tenant: the inbox, one request, and a reviewer's verdict. Only
+//! principals that policy lets review a request's tool see it (the pipeline's `may_review`,
+//! the rule `review` applies); the proposer cannot review its own call. Arguments are shown as
+//! the approval stores them: sensitive values as their keyed hashes, like the ledger.
 
 use std::sync::Arc;
 
@@ -23,11 +25,12 @@ use crate::state::AppState;
 pub fn router() -> Router<Arc<AppState>> {
     Router::new()
         .route("/v1/approvals", get(list))
+        .route("/v1/approvals/{id}", get(show))
         .route("/v1/approvals/{id}/approve", post(approve))
         .route("/v1/approvals/{id}/reject", post(reject))
 }
 
-/// An approval request as the API shows it (the exact arguments, for the reviewer).
+/// An approval request as the API shows it (the arguments as stored, for the reviewer).
 pub fn approval_json(a: &ApprovalRequest) -> Value {
     let r = &a.request;
     json!({
@@ -54,11 +57,16 @@ pub(crate) struct ListQuery {
     limit: Option<u32>,
 }
 
-/// Approval requests of the caller's tenant.
+/// How many of the tenant's oldest approvals (of the status asked) a listing reads before
+/// keeping those the caller may review: the store lists by tenant and status only, and
+/// whether a principal may review a request is policy's answer for that request.
+const LIST_SCAN: u32 = 1000;
+
+/// Approval requests of the caller's tenant that the caller may review.
 #[utoipa::path(get, path = "/v1/approvals", tag = "approvals",
     params(("status" = Option<String>, Query, description = "pending, approved, rejected, expired or consumed"),
            ("limit" = Option<u32>, Query, description = "1..=500, default 100")),
-    responses((status = 200, description = "oldest first", body = crate::openapi::ApprovalList), (status = 400, description = "malformed request", body = crate::openapi::ErrorBody),
+    responses((status = 200, description = "oldest first; only the requests policy lets the caller review", body = crate::openapi::ApprovalList), (status = 400, description = "malformed request", body = crate::openapi::ErrorBody),
         (status = 401, description = "no valid key", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn list(
     State(state): State<Arc<AppState>>,
@@ -74,11 +82,32 @@ pub(crate) async fn list(
     let limit = q.limit.unwrap_or(100).clamp(1, 500);
     let approvals = state
         .store
-        .list_approvals(caller.principal.tenant(), status, limit)
+        .list_approvals(caller.principal.tenant(), status, LIST_SCAN)
         .await?;
+    let mut visible = state.authority.reviewable(&caller.principal, approvals).await?;
+    visible.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
     Ok(Json(
-        json!({"approvals": approvals.iter().map(approval_json).collect::<Vec<_>>()}),
+        json!({"approvals": visible.iter().map(approval_json).collect::<Vec<_>>()}),
     ))
+}
+
+/// One approval request, for a principal that policy lets review it (anyone else is told
+/// there is no such approval: its existence is not theirs to know).
+#[utoipa::path(get, path = "/v1/approvals/{id}", tag = "approvals",
+    params(("id" = String, Path, description = "approval id")),
+    responses((status = 200, description = "the request", body = crate::openapi::Approval),
+        (status = 401, description = "no valid key", body = crate::openapi::ErrorBody),
+        (status = 404, description = "not found, or not reviewable by the caller", body = crate::openapi::ErrorBody)))]
+pub(crate) async fn show(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let found = match state.store.get_approval(caller.principal.tenant(), &id).await? {
+        Some(request) if state.authority.may_review(&caller.principal, &request).await? => request,
+        _ => return Err(ApiError::not_found("approval")),
+    };
+    Ok(Json(approval_json(&found)))
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -3,7 +3,7 @@
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::support::{Harness, assert_error_shape, credit};
+use crate::support::{Harness, OVERFLOWING_AMOUNT, assert_error_shape, credit, redaction_key};
 
 fn lookup(order: &str) -> Value {
     json!({"tool": "lookup", "version": 1, "arguments": {"order_id": order}})
@@ -637,6 +637,104 @@ async fn join_all<F: std::future::Future + Unpin>(mut futures: Vec<F>) -> Vec<F:
     })
     .await;
     results.into_iter().map(Option::unwrap).collect()
+}
+
+pub async fn approvals_are_visible_only_to_their_reviewers_and_keep_no_sensitive_value(h: &Harness) {
+    // `customer_id` is sensitive in the credit contract; supervisors review credits (policy).
+    let (status, body) = h.propose("agent", &credit(2500, "vis-1")).await;
+    assert_eq!(status, 202, "{body}");
+    let approval = body["approval"]["id"].as_str().unwrap().to_owned();
+    let token = redaction_key().token(&json!("cus_1"));
+
+    // Keys that policy does not let review credits see no approval, listed or by id: the
+    // proposing agent and the tenant's admin alike.
+    for who in ["agent", "admin"] {
+        let r = h.req(Method::GET, "/v1/approvals", who).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        let inbox: Value = r.json().await.unwrap();
+        assert_eq!(inbox["approvals"], json!([]), "{who}: {inbox}");
+        let r = h
+            .req(Method::GET, &format!("/v1/approvals/{approval}"), who)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 404, "{who}");
+    }
+
+    // The reviewer sees it, the sensitive value only as the ledger keeps it.
+    let r = h
+        .req(Method::GET, "/v1/approvals?status=pending", "reviewer")
+        .send()
+        .await
+        .unwrap();
+    let inbox: Value = r.json().await.unwrap();
+    let listed = &inbox["approvals"][0];
+    assert_eq!(listed["id"], approval.as_str(), "{inbox}");
+    assert_eq!(listed["arguments"]["customer_id"], token.as_str());
+    assert_eq!(listed["arguments"]["amount_cents"], 2500);
+    let r = h
+        .req(Method::GET, &format!("/v1/approvals/{approval}"), "reviewer")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let shown: Value = r.json().await.unwrap();
+    assert_eq!(&shown, listed);
+    assert!(!inbox.to_string().contains("cus_1"), "{inbox}");
+
+    // The store holds no clear sensitive value.
+    let stored = h.store.get_approval("acme", &approval).await.unwrap().unwrap();
+    assert_eq!(stored.request.arguments["customer_id"], token.as_str());
+    assert!(!format!("{stored:?}").contains("cus_1"), "{stored:?}");
+
+    // The binding is over the call's own canonical arguments, not the stored copy: the
+    // approved call, presented with its clear arguments, runs.
+    assert_eq!(h.approve_on(0, "reviewer", &approval).await, 200);
+    let (status, body) = h
+        .propose_with(
+            0,
+            "agent",
+            &credit(2500, "vis-1"),
+            &[("warrant-approval", &approval)],
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["outcome"], "committed", "{body}");
+    assert_eq!(h.upstream.total(), 1);
+}
+
+pub async fn a_policy_that_cannot_be_evaluated_denies_the_call(h: &Harness) {
+    // The agent is permitted credits; the forbid `credit.overflow` errors on this amount.
+    // Cedar would skip it and let the permit through: the call is denied, naming it.
+    let (status, body) = h.propose("agent", &credit(OVERFLOWING_AMOUNT, "err-1")).await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["error"]["stage"], "policy", "{body}");
+    assert_eq!(body["error"]["code"], "POLICY_DENIED", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("policy `credit.overflow` could not be evaluated: integer overflow"),
+        "{message}"
+    );
+    assert!(!message.contains("424242"), "{message}");
+    let r = h
+        .req(
+            Method::GET,
+            &format!("/v1/ledger/{}", body["ledger_id"].as_str().unwrap()),
+            "admin",
+        )
+        .send()
+        .await
+        .unwrap();
+    let row: Value = r.json().await.unwrap();
+    assert_eq!(row["decision"], "reject", "{row}");
+    assert_eq!(row["error_code"], "POLICY_DENIED", "{row}");
+    assert_eq!(
+        row["detail"],
+        "denied: policy `credit.overflow` could not be evaluated: integer overflow"
+    );
+    // Any other amount is decided as before.
+    let (status, body) = h.propose("agent", &credit(2500, "err-2")).await;
+    assert_eq!(status, 202, "{body}");
 }
 
 /// The trust model over HTTP: a tenant's contracts are its own (invisible, uncallable and

@@ -47,6 +47,8 @@ on_every_backend! {
     keys_are_created_and_revoked,
     the_ledger_filters_and_pages,
     health_readiness_and_metrics,
+    approvals_are_visible_only_to_their_reviewers_and_keep_no_sensitive_value,
+    a_policy_that_cannot_be_evaluated_denies_the_call,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -128,7 +128,7 @@ input:
   additionalProperties: false
   required: [customer_id, amount_cents, reason]
   properties:
-    customer_id: {{ type: string, maxLength: 36 }}
+    customer_id: {{ type: string, maxLength: 36, x-warrant-sensitive: true }}
     amount_cents: {{ type: integer, minimum: 1, maximum: 500000 }}
     reason: {{ type: string, minLength: 1, maxLength: 200 }}
 output:
@@ -152,7 +152,18 @@ when { resource.tenant == principal.tenant };
 permit (principal in Warrant::Role::"supervisor", action in Warrant::Action::"review:credit", resource);
 permit (principal in Warrant::Role::"agent", action in Warrant::Action::"invoke", resource)
 when { !resource.platform };
+@id("credit.overflow")
+forbid (principal, action in Warrant::Action::"credit", resource)
+when { context.amount_cents == 424242 && context.amount_cents * 9223372036854775807 > 0 };
 "#;
+
+/// A credit amount for which the forbid `credit.overflow` cannot be evaluated.
+pub const OVERFLOWING_AMOUNT: u32 = 424_242;
+
+/// The gateways' redaction key: a test computes the keyed hash a sensitive value is kept as.
+pub fn redaction_key() -> RedactionKey {
+    RedactionKey::new(vec![3; 32]).unwrap()
+}
 
 pub struct Node {
     pub base: String,
@@ -165,6 +176,8 @@ pub struct Harness {
     pub upstream: Arc<Upstream>,
     pub upstream_addr: SocketAddr,
     pub http: reqwest::Client,
+    /// The store of node 0, to check what is kept.
+    pub store: Arc<dyn Store>,
     /// Keys by name: admin, agent, reviewer, other (another tenant's agent), other_admin
     /// (another tenant's admin), operator (the platform operator).
     pub keys: HashMap<&'static str, String>,
@@ -179,7 +192,7 @@ async fn start_node(store: Arc<dyn Store>, dir: &std::path::Path, upstream: Sock
         policies: vec![PolicySource::new("test.cedar", POLICY)],
         guards: Guards::new(),
         budgets: Default::default(),
-        redaction: RedactionKey::new(vec![3; 32]).unwrap(),
+        redaction: redaction_key(),
         adapters: AdapterConfig {
             client: SafeClient::new(NetPolicy {
                 allow_hosts: vec![upstream.ip().to_string()],
@@ -292,6 +305,7 @@ impl Harness {
             upstream,
             upstream_addr,
             http: reqwest::Client::new(),
+            store,
             keys,
             cleanup,
             _dir: dir,
