@@ -1,4 +1,4 @@
-//! The command line over a running server's API: `approvals`, `ledger`, `keys` and
+//! The command line over a running server's API: `approvals`, `ledger`, `keys`, `tenants` and
 //! `contract register|list|retire`. `--server` / `WARRANT_SERVER` names the server,
 //! `--key` / `WARRANT_KEY` the caller's key.
 
@@ -81,8 +81,12 @@ pub enum LedgerCommand {
 /// `warrant keys …`
 #[derive(Debug, Subcommand)]
 pub enum KeysCommand {
-    /// Create a key in your tenant (admin); prints it once.
+    /// Create a key in your tenant (admin), or in `--tenant` (the platform operator); prints
+    /// it once.
     Create {
+        /// The tenant (the platform operator only; default: your own).
+        #[arg(long)]
+        tenant: Option<String>,
         /// The principal the key authenticates.
         #[arg(long)]
         principal: String,
@@ -106,18 +110,44 @@ pub enum KeysCommand {
 /// The server-side `contract` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum RemoteContractCommand {
-    /// Register a contract file on the server (admin).
+    /// Register a contract file on the server: in your tenant (admin), or as a platform
+    /// contract or for `--tenant` (the platform operator, who alone may bind adapters).
     Register {
         /// The contract file (YAML or JSON).
         file: String,
+        /// The tenant to register it for (the platform operator only).
+        #[arg(long)]
+        tenant: Option<String>,
     },
-    /// Contracts registered on the server.
+    /// Contracts you can see on the server (the platform's and your tenant's).
     List,
-    /// Retire a contract by content id (admin).
+    /// Retire a contract by content id (admin of its tenant; the platform operator for
+    /// platform contracts or `--tenant`).
     Retire {
         /// `tool-contract@sha256:…`
         id: String,
+        /// The tenant whose contract it is (the platform operator only).
+        #[arg(long)]
+        tenant: Option<String>,
     },
+}
+
+/// `warrant tenants …` (the platform operator).
+#[derive(Debug, Subcommand)]
+pub enum TenantsCommand {
+    /// Create a tenant and its first admin key; prints the key once.
+    Create {
+        /// The tenant id.
+        id: String,
+        /// A label.
+        #[arg(long)]
+        label: Option<String>,
+        /// The principal of the first admin key (default `admin`).
+        #[arg(long)]
+        admin: Option<String>,
+    },
+    /// Every tenant.
+    List,
 }
 
 struct Client {
@@ -315,16 +345,21 @@ pub fn keys(args: &ServerArgs, command: &KeysCommand) -> Result<Exit> {
     block_on(async move {
         match command {
             KeysCommand::Create {
+                tenant,
                 principal,
                 grants,
                 roles,
                 label,
             } => {
                 let body = json!({"principal": principal, "grants": grants, "roles": roles, "label": label});
+                let path = match tenant {
+                    Some(t) => format!("/v1/tenants/{}/keys", segment(t)),
+                    None => "/v1/keys".to_owned(),
+                };
                 match client
                     .call(
                         Method::POST,
-                        "/v1/keys",
+                        &path,
                         Some((body.to_string().into_bytes(), "application/json")),
                     )
                     .await?
@@ -356,29 +391,37 @@ pub fn contracts(args: &ServerArgs, command: &RemoteContractCommand) -> Result<E
     let client = Client::new(args)?;
     block_on(async move {
         let answer = match command {
-            RemoteContractCommand::Register { file } => {
+            RemoteContractCommand::Register { file, tenant } => {
                 let bytes = read_input(file)?;
                 let content_type = if file.ends_with(".json") {
                     "application/json"
                 } else {
                     "application/yaml"
                 };
+                let path = format!("/v1/contracts{}", tenant_query(tenant.as_deref()));
                 client
-                    .call(Method::POST, "/v1/contracts", Some((bytes, content_type)))
+                    .call(Method::POST, &path, Some((bytes, content_type)))
                     .await?
             }
             RemoteContractCommand::List => client.call(Method::GET, "/v1/contracts", None).await?,
-            RemoteContractCommand::Retire { id } => {
-                client
-                    .call(Method::POST, &format!("/v1/contracts/{id}/retire"), None)
-                    .await?
+            RemoteContractCommand::Retire { id, tenant } => {
+                let path = format!(
+                    "/v1/contracts/{}/retire{}",
+                    segment(id),
+                    tenant_query(tenant.as_deref())
+                );
+                client.call(Method::POST, &path, None).await?
             }
         };
         match (command, answer) {
             (RemoteContractCommand::List, Ok(v)) => {
                 for c in at(&v, "contracts").as_array().into_iter().flatten() {
+                    let owner = match at(c, "tenant").as_str() {
+                        Some(t) => format!("{t}/"),
+                        None => String::new(),
+                    };
                     println!(
-                        "{}@{}  {}  {}{}",
+                        "{owner}{}@{}  {}  {}{}",
                         at(c, "name").as_str().unwrap_or(""),
                         at(c, "version"),
                         at(c, "id").as_str().unwrap_or(""),
@@ -404,6 +447,68 @@ pub fn contracts(args: &ServerArgs, command: &RemoteContractCommand) -> Result<E
             }
         }
     })
+}
+
+/// Runs `warrant tenants …`.
+pub fn tenants(args: &ServerArgs, command: &TenantsCommand) -> Result<Exit> {
+    let client = Client::new(args)?;
+    block_on(async move {
+        match command {
+            TenantsCommand::Create { id, label, admin } => {
+                let body = json!({"id": id, "label": label, "admin": admin});
+                match client
+                    .call(
+                        Method::POST,
+                        "/v1/tenants",
+                        Some((body.to_string().into_bytes(), "application/json")),
+                    )
+                    .await?
+                {
+                    Ok(v) => {
+                        let key = at(&v, "admin_key");
+                        println!("tenant={}", at(&v, "id").as_str().unwrap_or(""));
+                        println!("admin_id={}", at(key, "id").as_str().unwrap_or(""));
+                        println!("admin_key={}", at(key, "key").as_str().unwrap_or(""));
+                        Ok(Exit::Ok)
+                    }
+                    Err(m) => Ok(refused(&m)),
+                }
+            }
+            TenantsCommand::List => match client.call(Method::GET, "/v1/tenants", None).await? {
+                Ok(v) => {
+                    for t in at(&v, "tenants").as_array().into_iter().flatten() {
+                        println!(
+                            "{}  {}  {}",
+                            at(t, "id").as_str().unwrap_or(""),
+                            at(t, "created_at").as_str().unwrap_or(""),
+                            at(t, "label").as_str().unwrap_or(""),
+                        );
+                    }
+                    Ok(Exit::Ok)
+                }
+                Err(m) => Ok(refused(&m)),
+            },
+        }
+    })
+}
+
+/// `?tenant=…` when a tenant is named.
+fn tenant_query(tenant: Option<&str>) -> String {
+    tenant.map_or_else(String::new, |t| format!("?tenant={}", segment(t)))
+}
+
+/// A path segment or query value, percent-encoded (ids are plain, but a typo must not change
+/// the route).
+fn segment(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~:@".contains(&b) {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
 }
 
 /// A field of a JSON object, or `null`.

@@ -74,6 +74,13 @@ enum Command {
         #[command(subcommand)]
         command: client::KeysCommand,
     },
+    /// Tenants on a running server (the platform operator): create, list.
+    Tenants {
+        #[command(flatten)]
+        server: client::ServerArgs,
+        #[command(subcommand)]
+        command: client::TenantsCommand,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -108,6 +115,7 @@ fn main() -> ExitCode {
         Command::Approvals { server, command } => client::approvals(&server, &command),
         Command::Ledger { server, command } => client::ledger(&server, &command),
         Command::Keys { server, command } => client::keys(&server, &command),
+        Command::Tenants { server, command } => client::tenants(&server, &command),
     };
     match result {
         Ok(exit) => ExitCode::from(exit as u8),

@@ -120,6 +120,61 @@ fn serve_starts_with_no_setup_answers_and_stops_on_sigterm() {
     let key_id = out.lines().next().unwrap().trim_start_matches("id=").to_owned();
     let (code, _, _) = cli(&admin, &["keys", "revoke", &key_id]);
     assert_eq!(code, Some(0));
+    // Tenants are the platform operator's: a tenant admin is refused; the operator creates
+    // one, gives it a key, and its admin registers a contract only it sees.
+    let operator = served.keys["operator"].clone();
+    let (code, _, err) = cli(&admin, &["tenants", "create", "initech"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("403"), "{err}");
+    let (code, out, err) = cli(&operator, &["tenants", "create", "initech", "--label", "Initech"]);
+    assert_eq!(code, Some(0), "{err}");
+    let initech_admin = out
+        .lines()
+        .find_map(|l| l.strip_prefix("admin_key="))
+        .unwrap()
+        .to_owned();
+    let (code, out, _) = cli(&operator, &["tenants", "list"]);
+    assert_eq!(code, Some(0));
+    assert!(out.contains("initech") && out.contains("demo"), "{out}");
+    let (code, out, err) = cli(
+        &operator,
+        &[
+            "keys",
+            "create",
+            "--tenant",
+            "initech",
+            "--principal",
+            "bot",
+            "--roles",
+            "agent",
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("key=wrn_"), "{out}");
+    let (code, _, err) = cli(
+        &admin,
+        &["keys", "create", "--tenant", "initech", "--principal", "x"],
+    );
+    assert_eq!(code, Some(1), "{err}");
+    let contract = dir.path().join("mine.yaml");
+    std::fs::write(
+        &contract,
+        "name: initech_report\nversion: 1\ndescription: d\nowner: o\neffect: read\nscopes: [r]\n\
+         input: { type: object, additionalProperties: false, properties: {} }\noutput: { type: object }\n",
+    )
+    .unwrap();
+    let (code, _, err) = cli(
+        &initech_admin,
+        &["contract", "register", contract.to_str().unwrap()],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let (code, out, _) = cli(&initech_admin, &["contract", "list"]);
+    assert_eq!(code, Some(0));
+    assert!(out.contains("initech/initech_report@1"), "{out}");
+    let (code, out, _) = cli(&admin, &["contract", "list"]);
+    assert_eq!(code, Some(0));
+    assert!(!out.contains("initech_report"), "{out}");
+
     let (code, _, err) = cli("wrn_nope", &["ledger", "tail"]);
     assert_eq!(code, Some(1));
     assert!(err.contains("401"), "{err}");
