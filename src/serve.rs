@@ -646,6 +646,35 @@ mod tests {
     use super::*;
 
     #[test]
+    fn credentials_come_only_from_the_explicit_map() {
+        let cfg = |text: &str| toml::from_str::<FileConfig>(text).unwrap();
+        // PATH exists in every environment, but only a listed credential is one.
+        let secrets = credentials(&cfg(
+            "[credentials.TOOL]\nenv = \"PATH\"\ntools = [\"lookup_order\"]\norigins = [\"https://x.example\"]\n",
+        ))
+        .unwrap();
+        assert_eq!(secrets.names().collect::<Vec<_>>(), vec!["TOOL"]);
+        assert!(secrets.value_of("PATH").is_none() && secrets.value_of("HOME").is_none());
+        for bad in [
+            "[credentials.A]\nenv = \"WARRANT_TEST_SURELY_UNSET_VAR\"\n",
+            "[credentials.A]\nenv = \"PATH\"\nsecret = \"a\"\n",
+            "[credentials.A]\n",
+            "[credentials.A]\nenv = \"PATH\"\norigins = [\"https://x.example/path\"]\n",
+            "[credentials.A]\nenv = \"PATH\"\ntools = [\"Not A Tool\"]\n",
+        ] {
+            assert!(credentials(&cfg(bad)).is_err(), "{bad}");
+        }
+        let plain = cfg(
+            "[credentials.LOGIN]\nenv = \"PATH\"\n[adapters.smtp]\nhost = \"smtp.example\"\nport = 25\ntls = \"none\"\ncredential = \"LOGIN\"\n",
+        );
+        let secrets = credentials(&plain).unwrap();
+        let err = smtp_relay(&plain, &secrets).unwrap_err();
+        assert!(format!("{err:#}").contains("without TLS"), "{err:#}");
+        let unknown = cfg("[adapters.smtp]\nhost = \"smtp.example\"\nport = 587\ncredential = \"NOPE\"\n");
+        assert!(smtp_relay(&unknown, &Secrets::default()).is_err());
+    }
+
+    #[test]
     fn the_example_config_is_valid_and_unknown_keys_are_refused() {
         let cfg: FileConfig = toml::from_str(include_str!("../warrant.example.toml")).unwrap();
         assert_eq!(cfg.server.listen.as_deref(), Some("127.0.0.1:8080"));
