@@ -275,13 +275,6 @@ impl Contract {
         self.namespace = namespace;
         self
     }
-    /// The same contract without its adapter binding (what a tenant's registration may carry:
-    /// bindings are the platform operator's).
-    #[must_use]
-    pub fn without_adapter(mut self) -> Self {
-        self.adapter = None;
-        self
-    }
     /// The name qualified by the namespace (`name`, or `tenant/name`): unique across tenants.
     pub fn qualified_name(&self) -> String {
         self.namespace.qualify(&self.name)

@@ -217,6 +217,11 @@ pub(crate) async fn register(
             "adapter bindings are the platform operator's: register the contract without `adapter`",
         ));
     }
+    if let (Some(tenant), true) = (namespace.tenant(), caller.is_operator())
+        && !state.store.list_tenants().await?.iter().any(|t| t.id == tenant)
+    {
+        return Err(ApiError::not_found("tenant"));
+    }
     let contract = contract.in_namespace(namespace.clone());
     if namespace.tenant().is_some() && platform_uses(&state, contract.name()).await? {
         return Err(ApiError::new(

@@ -909,6 +909,11 @@ output: {{ type: object }}
         .await
         .unwrap();
     assert_eq!(status(r), 403);
+    let r = register("operator", "?tenant=nobody", doc("x", "y"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status(r), 404, "no contracts for a tenant that does not exist");
 
     // Tenants: the operator's alone.
     for who in ["admin", "agent", "other_admin"] {
