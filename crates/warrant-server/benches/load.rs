@@ -134,6 +134,16 @@ impl Server {
         assert!(lookup.contains("127.0.0.1") && lookup.contains("1000000000000"));
         std::fs::write(contracts.join("lookup_order.v1.yaml"), lookup).unwrap();
         std::fs::write(policies.join("orders.cedar"), ORDERS).unwrap();
+        // The binding's credential, granted to the tool and pinned to the upstream's origin
+        // (credentials come only from this map).
+        std::fs::write(
+            dir.path().join("warrant.toml"),
+            format!(
+                "[credentials.ORDERS_API_TOKEN]\nenv = \"ORDERS_API_TOKEN\"\ntools = [\"lookup_order\"]\n\
+                 origins = [\"http://{upstream}\"]\n"
+            ),
+        )
+        .unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
