@@ -121,6 +121,7 @@ fn examples_load_with_annotated_ids_in_file_order() {
             "support.operator-credit",
             "support.supervisor-credit",
             "support.supervisor-review-credit",
+            "tenants.own-contracts",
         ]
     );
 }
