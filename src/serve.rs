@@ -255,27 +255,10 @@ pub(crate) fn adapter_config(
     allow_hosts: &[String],
     command_roots: &[PathBuf],
 ) -> Result<AdapterConfig> {
-    let file = match (path, Path::new("warrant.toml").is_file()) {
-        (Some(path), _) => Some(path.to_path_buf()),
-        (None, true) => Some(PathBuf::from("warrant.toml")),
-        (None, false) => None,
-    };
-    let cfg: FileConfig = match &file {
-        Some(path) => {
-            let text =
-                std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-            toml::from_str(&text).with_context(|| format!("invalid config {}", path.display()))?
-        }
-        None => FileConfig::default(),
-    };
+    let cfg = read_config(path)?;
     let secrets = credentials(&cfg)?;
     let smtp = smtp_relay(&cfg, &secrets)?;
-    let mut net = NetPolicy {
-        allow_hosts: cfg.network.allow_hosts.clone(),
-        allow_plain_http: cfg.network.allow_plain_http,
-        ..NetPolicy::default()
-    };
-    net.allow_hosts.extend(allow_hosts_from_env());
+    let mut net = net_policy(&cfg)?;
     net.allow_hosts.extend(allow_hosts.iter().cloned());
     let mut roots = cfg.adapters.command_roots.clone();
     roots.extend(command_roots.iter().cloned());
@@ -285,6 +268,38 @@ pub(crate) fn adapter_config(
         smtp,
         command_roots: roots,
     })
+}
+
+/// The config file: `path`, else `./warrant.toml` if it exists, else the defaults.
+fn read_config(path: Option<&Path>) -> Result<FileConfig> {
+    let file = match (path, Path::new("warrant.toml").is_file()) {
+        (Some(path), _) => Some(path.to_path_buf()),
+        (None, true) => Some(PathBuf::from("warrant.toml")),
+        (None, false) => None,
+    };
+    match &file {
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+            toml::from_str(&text).with_context(|| format!("invalid config {}", path.display()))
+        }
+        None => Ok(FileConfig::default()),
+    }
+}
+
+/// The outbound network rules of `[network]` and `WARRANT_ALLOW_HOSTS`.
+fn net_policy(cfg: &FileConfig) -> Result<NetPolicy> {
+    let mut net = NetPolicy {
+        allow_hosts: cfg.network.allow_hosts.clone(),
+        allow_plain_http: cfg.network.allow_plain_http,
+        ..NetPolicy::default()
+    };
+    net.allow_hosts.extend(allow_hosts_from_env());
+    net.timeout = duration("network.timeout", cfg.network.timeout.as_ref(), net.timeout)?;
+    if let Some(n) = cfg.network.max_response_bytes {
+        net.max_response_bytes = n;
+    }
+    Ok(net)
 }
 
 fn first_existing(candidates: &[&str]) -> Option<PathBuf> {
@@ -436,19 +451,7 @@ impl Loaded {
 
 /// Reads and validates the configuration (see [`Loaded`]).
 pub(crate) fn load(args: &ConfigArgs) -> Result<Loaded> {
-    let file = match (&args.config, Path::new("warrant.toml").is_file()) {
-        (Some(path), _) => Some(path.clone()),
-        (None, true) => Some(PathBuf::from("warrant.toml")),
-        (None, false) => None,
-    };
-    let cfg: FileConfig = match &file {
-        Some(path) => {
-            let text =
-                std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-            toml::from_str(&text).with_context(|| format!("invalid config {}", path.display()))?
-        }
-        None => FileConfig::default(),
-    };
+    let cfg = read_config(args.config.as_deref())?;
     let data_dir = args
         .data_dir
         .clone()
@@ -483,16 +486,7 @@ pub(crate) fn load(args: &ConfigArgs) -> Result<Loaded> {
     }
     let secrets = credentials(&cfg)?;
     let smtp = smtp_relay(&cfg, &secrets)?;
-    let mut net = NetPolicy {
-        allow_hosts: cfg.network.allow_hosts.clone(),
-        allow_plain_http: cfg.network.allow_plain_http,
-        ..NetPolicy::default()
-    };
-    net.allow_hosts.extend(allow_hosts_from_env());
-    net.timeout = duration("network.timeout", cfg.network.timeout.as_ref(), net.timeout)?;
-    if let Some(n) = cfg.network.max_response_bytes {
-        net.max_response_bytes = n;
-    }
+    let net = net_policy(&cfg)?;
     let defaults = HttpLimits::default();
     let limits = HttpLimits {
         body_bytes: cfg.limits.body_bytes.unwrap_or(defaults.body_bytes),
