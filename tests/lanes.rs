@@ -363,7 +363,7 @@ fn stdio(dir: &Path, key: &str, cases: &[Case]) -> Vec<Seen> {
         stdin.write_all(&line).unwrap();
         stdin.flush().unwrap();
         let answer = loop {
-            match rx.recv_timeout(Duration::from_secs(5)) {
+            match rx.recv_timeout(Duration::from_secs(20)) {
                 Ok(v) if v["id"] == id => break Some(v),
                 Ok(_) => {}
                 Err(_) => break None,

@@ -29,11 +29,16 @@ fn error_line(id: &Value, code: i64, message: &str) -> String {
 pub(crate) struct StrictLines<R, W> {
     reader: BufReader<R>,
     writer: Arc<Mutex<W>>,
+    /// The line read so far. It lives here, not in `read_line`, because the SDK drops a
+    /// pending `receive` whenever it has something else to do: a line that arrives in several
+    /// reads must survive that (cancellation safety), or its tail would be read as a message.
     line: Vec<u8>,
+    /// Whether the line read so far is over [`MAX_LINE_BYTES`] (its bytes are dropped).
+    too_long: bool,
 }
 
 enum Line {
-    Complete,
+    Complete(Vec<u8>),
     TooLong,
     Eof,
 }
@@ -48,38 +53,45 @@ where
             reader: BufReader::new(reader),
             writer: Arc::new(Mutex::new(writer)),
             line: Vec::new(),
+            too_long: false,
         }
     }
 
-    /// Reads one line into `self.line` (without its newline), keeping at most
-    /// [`MAX_LINE_BYTES`].
+    /// Reads one line (without its newline), keeping at most [`MAX_LINE_BYTES`]. Cancel-safe:
+    /// what was read before a cancellation stays in `self.line` for the next call.
     async fn read_line(&mut self) -> std::io::Result<Line> {
-        self.line.clear();
-        let mut too_long = false;
         loop {
             let available = self.reader.fill_buf().await?;
             if available.is_empty() {
+                let too_long = std::mem::take(&mut self.too_long);
+                let line = std::mem::take(&mut self.line);
                 return Ok(if too_long {
                     Line::TooLong
-                } else if self.line.is_empty() {
+                } else if line.is_empty() {
                     Line::Eof
                 } else {
-                    Line::Complete
+                    Line::Complete(line)
                 });
             }
             let (chunk, used, done) = match available.iter().position(|b| *b == b'\n') {
                 Some(at) => (available.get(..at).unwrap_or_default(), at + 1, true),
                 None => (available, available.len(), false),
             };
-            if !too_long && self.line.len() + chunk.len() <= MAX_LINE_BYTES {
+            if !self.too_long && self.line.len() + chunk.len() <= MAX_LINE_BYTES {
                 self.line.extend_from_slice(chunk);
             } else {
-                too_long = true;
+                self.too_long = true;
                 self.line.clear();
             }
             self.reader.consume(used);
             if done {
-                return Ok(if too_long { Line::TooLong } else { Line::Complete });
+                let too_long = std::mem::take(&mut self.too_long);
+                let line = std::mem::take(&mut self.line);
+                return Ok(if too_long {
+                    Line::TooLong
+                } else {
+                    Line::Complete(line)
+                });
             }
         }
     }
@@ -120,7 +132,7 @@ where
 
     async fn receive(&mut self) -> Option<ClientJsonRpcMessage> {
         loop {
-            match self.read_line().await {
+            let line = match self.read_line().await {
                 Ok(Line::Eof) => return None,
                 Err(e) => {
                     tracing::warn!(error = %e, "mcp stdio: cannot read");
@@ -135,12 +147,9 @@ where
                     .await;
                     continue;
                 }
-                Ok(Line::Complete) => {}
-            }
-            let line = self
-                .line
-                .strip_prefix(b"\xEF\xBB\xBF".as_slice())
-                .unwrap_or(&self.line);
+                Ok(Line::Complete(line)) => line,
+            };
+            let line = line.strip_prefix(b"\xEF\xBB\xBF".as_slice()).unwrap_or(&line);
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
@@ -222,6 +231,31 @@ mod tests {
         assert_eq!(replies.len(), 1, "{out}");
         assert_eq!(replies[0]["id"], 7);
         assert_eq!(replies[0]["error"]["code"], -32700);
+    }
+
+    /// The SDK drops a pending `receive` whenever it has something else to do; a line that
+    /// arrives in parts must still be read whole afterwards (its tail was once read as a
+    /// message of its own, and the call was never answered).
+    #[tokio::test]
+    async fn a_line_read_in_parts_survives_a_cancelled_receive() {
+        let (mut input, server_in) = tokio::io::duplex(1 << 16);
+        let (_client, server_out) = tokio::io::duplex(1 << 16);
+        let mut lines = StrictLines::new(server_in, server_out);
+        let message = b"{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"ping\"}\n";
+        let (head, tail) = message.split_at(20);
+        tokio::io::AsyncWriteExt::write_all(&mut input, head)
+            .await
+            .unwrap();
+        let cancelled = tokio::time::timeout(std::time::Duration::from_millis(50), lines.receive()).await;
+        assert!(cancelled.is_err(), "nothing complete yet");
+        tokio::io::AsyncWriteExt::write_all(&mut input, tail)
+            .await
+            .unwrap();
+        let message = tokio::time::timeout(std::time::Duration::from_secs(5), lines.receive())
+            .await
+            .expect("an answer, not a wait")
+            .expect("the whole ping");
+        assert!(serde_json::to_string(&message).unwrap().contains("\"id\":9"));
     }
 
     #[tokio::test]
