@@ -65,6 +65,8 @@ pub fn run(args: &McpArgs) -> Result<Exit> {
         warrant_server::mcp::serve_stdio(gateway.state.clone(), key)
             .await
             .context("mcp over stdio")?;
+        // The client closed its end: calls it started still run to their recorded end.
+        warrant_server::drain_calls(&gateway).await;
         drop(gateway);
         sql.close().await;
         Ok(Exit::Ok)

@@ -171,6 +171,7 @@ struct LimitsSection {
     body_timeout: Option<String>,
     auth_failures_per_minute: Option<u32>,
     approval_ttl: Option<String>,
+    rejection_window: Option<String>,
     call_deadline: Option<String>,
 }
 
@@ -536,6 +537,13 @@ pub(crate) fn load(args: &ConfigArgs) -> Result<Loaded> {
         Duration::from_secs(15 * 60),
     )?;
     settings.approval_ttl = time::Duration::try_from(ttl).context("`limits.approval_ttl` is too long")?;
+    let window = duration(
+        "limits.rejection_window",
+        cfg.limits.rejection_window.as_ref(),
+        Duration::from_secs(15 * 60),
+    )?;
+    settings.rejection_window =
+        time::Duration::try_from(window).context("`limits.rejection_window` is too long")?;
     let contract_sync_every = duration(
         "contracts.sync_interval",
         cfg.contracts.sync_interval.as_ref(),

@@ -31,22 +31,38 @@ fn with_approval(mut proposal: Value, id: &str) -> Value {
     proposal
 }
 
+/// Simulates the runtime's write-ahead commit of an allowed call: its idempotency claim,
+/// approval and budget, taken together or not at all.
+async fn begin(h: &Harness, d: &Decided) -> AttemptStart {
+    let allowed = match &d.decision {
+        Decision::Allow(allowed) => allowed,
+        // Decided while another attempt of the key was already in flight.
+        Decision::Reject(r) if r.code() == RejectCode::IdempotencyInFlight => return AttemptStart::InFlight,
+        // Decided after another attempt had consumed the approval.
+        Decision::Reject(r) if r.code() == RejectCode::ApprovalConsumed => {
+            return AttemptStart::ApprovalRefused(None);
+        }
+        other => panic!("not allowed: {other:?}"),
+    };
+    let entry = allowed.ledger_entry();
+    h.store
+        .begin_attempt(
+            entry,
+            allowed.idempotency_scope(),
+            allowed.claims(),
+            entry.created_at + Duration::hours(24),
+        )
+        .await
+        .unwrap()
+}
+
 /// Simulates the runtime running the allowed call to completion.
 async fn execute(h: &Harness, d: &Decided, result: Value) {
     let Decision::Allow(allowed) = &d.decision else {
         panic!("not allowed: {:?}", d.decision)
     };
     let entry = allowed.ledger_entry();
-    let start = h
-        .store
-        .begin_attempt(
-            entry,
-            allowed.idempotency_scope(),
-            entry.created_at + Duration::hours(24),
-        )
-        .await
-        .unwrap();
-    assert_eq!(start, AttemptStart::Started);
+    assert_eq!(begin(h, d).await, AttemptStart::Started);
     let finish = AttemptFinish {
         outcome: Outcome::Committed,
         attempts: 1,
@@ -108,12 +124,16 @@ pub async fn stage_table(h: &Arc<Harness>) {
         "no approval requested for a refused recipient"
     );
 
-    // budget spent → budget
+    // budget spent → budget, refused by the write-ahead commit that would have spent it
     for _ in 0..2 {
-        assert!(matches!(h.decide(&op, &ping).await.decision, Decision::Allow(_)));
+        let d = h.decide(&op, &ping).await;
+        assert_eq!(begin(h, &d).await, AttemptStart::Started);
     }
     let d = h.decide(&op, &ping).await;
-    assert_eq!(rejection(&d), (Stage::Budget, RejectCode::BudgetExhausted));
+    assert!(
+        matches!(begin(h, &d).await, AttemptStart::BudgetExhausted { .. }),
+        "the third ping has no budget"
+    );
 
     // needs review → approval
     let d = h.decide(&op, &credit(2500, "k-review")).await;
@@ -170,13 +190,15 @@ pub async fn stage_table(h: &Arc<Harness>) {
             Some("POLICY_DENIED"),
             Some("SCOPE_MISSING"),
             Some("RECIPIENT_NOT_ALLOWED"),
+            None,
+            None,
             Some("BUDGET_EXHAUSTED"),
             None,
             None,
             None,
             Some("IDEMPOTENCY_KEY_REUSED"),
         ],
-        "held calls are recorded here, the executed lookup by its begin_attempt, allowed-but-not-run calls nowhere"
+        "held calls are recorded here, started and budget-refused calls and the executed lookup by their begin_attempt, allowed-but-not-run calls nowhere"
     );
     // Arguments in the ledger are redacted where the contract says so.
     let held = rows
@@ -249,14 +271,29 @@ pub async fn approvals_end_to_end(h: &Arc<Harness>) {
     let d = h.decide(&op, &changed).await;
     assert_eq!(rejection(&d), (Stage::Approval, RejectCode::ApprovalMismatch));
     assert_eq!(d.facts.approval, Some(ApprovalState::Mismatch));
-    // The approved call is allowed once.
+    // The approved call is allowed; the decision spends nothing, so presenting it twice before
+    // it runs is allowed twice — and the write-ahead commit runs it once.
     let d = h.decide(&op, &with_approval(proposal.clone(), &id)).await;
     assert!(matches!(d.decision, Decision::Allow(_)), "{:?}", d.decision);
     assert_eq!(d.facts.approval, Some(ApprovalState::BoundToCall));
     let again = h.decide(&op, &with_approval(proposal.clone(), &id)).await;
-    assert_eq!(rejection(&again), (Stage::Approval, RejectCode::ApprovalConsumed));
+    assert!(
+        matches!(again.decision, Decision::Allow(_)),
+        "{:?}",
+        again.decision
+    );
+    assert_eq!(
+        h.store.get_approval("acme", &id).await.unwrap().unwrap().status,
+        ApprovalStatus::Approved,
+        "deciding does not consume"
+    );
     // Once executed, the same call replays without a second approval.
     execute(h, &d, json!({"credit_id": "cr_1", "status": "applied"})).await;
+    assert_eq!(
+        h.store.get_approval("acme", &id).await.unwrap().unwrap().status,
+        ApprovalStatus::Consumed
+    );
+    assert!(matches!(begin(h, &again).await, AttemptStart::Replay(_)));
     let replay = h.decide(&op, &with_approval(proposal.clone(), &id)).await;
     let Decision::Allow(allowed) = &replay.decision else {
         panic!("{:?}", replay.decision)
@@ -393,22 +430,35 @@ pub async fn an_approval_is_consumed_once_under_concurrency(h: &Arc<Harness>) {
         .unwrap();
     let bytes = Arc::new(with_approval(proposal, &id).to_string());
     let authority = h.clone();
-    let mut allowed = 0;
     let results = futures_join(16, |_| {
         let bytes = bytes.clone();
         let authority = authority.clone();
         let op = op.clone();
-        async move { authority.decide_bytes(&op, bytes.as_bytes()).await }
+        async move {
+            let d = authority.decide_bytes(&op, bytes.as_bytes()).await;
+            let start = begin(&authority, &d).await;
+            (d, start)
+        }
     })
     .await;
-    for d in results {
-        match d.decision {
-            Decision::Allow(_) => allowed += 1,
-            Decision::Reject(r) => assert_eq!(r.code(), RejectCode::ApprovalConsumed),
+    let mut started = Vec::new();
+    for (d, start) in results {
+        match start {
+            AttemptStart::Started => started.push(d.ledger_id),
+            AttemptStart::InFlight | AttemptStart::ApprovalRefused(_) => {}
             other => panic!("{other:?}"),
         }
     }
-    assert_eq!(allowed, 1);
+    assert_eq!(started.len(), 1, "one write-ahead commit consumes the approval");
+    assert_eq!(
+        h.store
+            .get_approval("acme", &id)
+            .await
+            .unwrap()
+            .unwrap()
+            .consumed_by,
+        started.first().cloned()
+    );
 }
 
 pub async fn budgets_hold_under_concurrency(h: &Arc<Harness>) {
@@ -418,14 +468,19 @@ pub async fn budgets_hold_under_concurrency(h: &Arc<Harness>) {
         let ping = ping.clone();
         let h2 = h.clone();
         let op = op.clone();
-        async move { h2.decide_bytes(&op, ping.as_bytes()).await }
+        async move {
+            let d = h2.decide_bytes(&op, ping.as_bytes()).await;
+            begin(&h2, &d).await
+        }
     })
     .await;
-    let allowed = results
-        .iter()
-        .filter(|d| matches!(d.decision, Decision::Allow(_)))
-        .count();
-    assert_eq!(allowed, 2);
+    let started = results.iter().filter(|s| **s == AttemptStart::Started).count();
+    assert_eq!(started, 2);
+    assert!(
+        results
+            .iter()
+            .all(|s| matches!(s, AttemptStart::Started | AttemptStart::BudgetExhausted { .. }))
+    );
     assert_eq!(
         h.store
             .budget_used("acme", "calls_per_day:agent-7:ping:2026-11-29")

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use serde_json::json;
 use warrant_core::decision::Decision;
-use warrant_core::records::Verdict;
+use warrant_core::records::{AttemptClaims, AttemptStart, Verdict};
 
 use crate::support::*;
 
@@ -28,10 +28,41 @@ fn every_refusal_kind_is_counted_separately() {
             let mail = json!({"tool": "send_email", "version": 1, "idempotency_key": "m",
                 "arguments": {"to": ["eve@evil.example"], "subject": "s", "body": "b"}});
             h.decide(&op, &mail).await;
+            // The budget is spent by the write-ahead commit; once it refused a counter, the
+            // decision refuses the next call of that counter itself (and counts it).
             let ping = json!({"tool": "ping", "version": 1, "arguments": {}});
             for _ in 0..3 {
-                h.decide(&op, &ping).await;
+                let d = h.decide(&op, &ping).await;
+                let Decision::Allow(allowed) = &d.decision else {
+                    panic!("{:?}", d.decision)
+                };
+                let entry = allowed.ledger_entry();
+                let start = h
+                    .store
+                    .begin_attempt(
+                        entry,
+                        None,
+                        allowed.claims(),
+                        entry.created_at + time::Duration::hours(1),
+                    )
+                    .await
+                    .unwrap();
+                if let AttemptStart::BudgetExhausted { key } = start {
+                    let counter = allowed
+                        .claims()
+                        .reservations
+                        .iter()
+                        .find(|r| r.key == key)
+                        .unwrap();
+                    h.authority.note_exhausted("acme", counter);
+                }
             }
+            let refused = h.decide(&op, &ping).await;
+            assert!(
+                matches!(refused.decision, Decision::Reject(_)),
+                "{:?}",
+                refused.decision
+            );
             let held = h.decide(&op, &credit(100, "k-held")).await;
             let Decision::NeedsApproval(needed) = held.decision else {
                 panic!()
@@ -59,6 +90,7 @@ fn every_refusal_kind_is_counted_separately() {
                 .begin_attempt(
                     entry,
                     allowed.idempotency_scope(),
+                    &AttemptClaims::NONE,
                     entry.created_at + time::Duration::hours(1),
                 )
                 .await

@@ -136,6 +136,69 @@ fn end_of(day: Date, period: BudgetPeriod) -> OffsetDateTime {
     last.next_day().unwrap_or(last).midnight().assume_utc()
 }
 
+/// The budget counters this node saw refuse a call, so that later calls the same counter
+/// cannot admit are refused at the decision instead of after they ran (a read without
+/// idempotency key reserves its budget in the commit that records it, after the call).
+///
+/// A counter is remembered with its limit and the smallest amount it refused, until its
+/// window ends: a call asking at least that much of the same counter at the same limit is
+/// refused. A contract version with another limit, or a smaller amount, still goes to the
+/// store, which decides. Another node learns on its own first refusal. Bounded: when full,
+/// it forgets everything (the store stays the authority).
+#[derive(Debug, Default)]
+pub struct ExhaustedBudgets {
+    seen: std::sync::Mutex<std::collections::HashMap<(String, String, u64), (u64, OffsetDateTime)>>,
+}
+
+/// How many refused counters a node remembers at most.
+const EXHAUSTED_CAP: usize = 10_000;
+
+impl ExhaustedBudgets {
+    /// Remembers that `tenant`'s counter of `reservation` had no room for its amount.
+    pub fn note(&self, tenant: &str, reservation: &BudgetReservation) {
+        let Ok(mut seen) = self.seen.lock() else {
+            return;
+        };
+        if seen.len() >= EXHAUSTED_CAP {
+            seen.clear();
+        }
+        let slot = seen
+            .entry((tenant.to_owned(), reservation.key.clone(), reservation.limit))
+            .or_insert((reservation.amount, reservation.expires_at));
+        slot.0 = slot.0.min(reservation.amount);
+    }
+
+    /// The key of the first planned counter known to refuse its amount at `now`, if any.
+    pub fn refuses(
+        &self,
+        tenant: &str,
+        planned: &[BudgetReservation],
+        now: OffsetDateTime,
+    ) -> Option<String> {
+        if planned.is_empty() {
+            return None;
+        }
+        let seen = self.seen.lock().ok()?;
+        if seen.is_empty() {
+            return None;
+        }
+        planned.iter().find_map(|r| {
+            let (amount, until) = seen.get(&(tenant.to_owned(), r.key.clone(), r.limit))?;
+            (r.amount >= *amount && now < *until).then(|| r.key.clone())
+        })
+    }
+}
+
+/// The rejection of a call a budget counter had no room for, naming the budget by the
+/// counter's kind (never its key: the key names principals and dates).
+pub fn exhausted(key: &str) -> crate::decision::Rejection {
+    let which = key.split(':').next().unwrap_or("budget");
+    crate::decision::Rejection::new(
+        crate::decision::RejectCode::BudgetExhausted,
+        format!("the `{which}` budget is exhausted"),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,7 @@ use crate::authority::DelegatedScopes;
 use crate::canon::Sha256Digest;
 use crate::contract::{Contract, ContractId};
 use crate::proposal::ValidatedProposal;
-use crate::records::{BudgetReservation, IdempotencyRecord, IdempotencyScope, LedgerEntry};
+use crate::records::{AttemptClaims, IdempotencyRecord, IdempotencyScope, LedgerEntry};
 use std::sync::Arc;
 
 /// The pipeline stage that refused a proposal, in pipeline order.
@@ -441,7 +441,7 @@ pub(crate) struct AllowedContext {
     pub(crate) contract: Arc<Contract>,
     pub(crate) ledger: LedgerEntry,
     pub(crate) scope: Option<IdempotencyScope>,
-    pub(crate) reservations: Vec<BudgetReservation>,
+    pub(crate) claims: AttemptClaims,
     pub(crate) replay: Option<IdempotencyRecord>,
 }
 
@@ -474,9 +474,11 @@ impl Allowed {
     pub fn idempotency_scope(&self) -> Option<&IdempotencyScope> {
         self.context.scope.as_ref()
     }
-    /// The budget counters reserved for this call.
-    pub fn reservations(&self) -> &[BudgetReservation] {
-        &self.context.reservations
+    /// What the call's write-ahead commit consumes and reserves: the approval bound to it and
+    /// its budget counters. Nothing is spent by the decision itself; the runtime takes all of
+    /// it in the one transaction that starts the attempt (or records the call), or none.
+    pub fn claims(&self) -> &AttemptClaims {
+        &self.context.claims
     }
     /// The record of an earlier attempt of this same call, if there is one: committed or
     /// permanently failed (a replay), or `unknown` (to be reconciled before anything runs).

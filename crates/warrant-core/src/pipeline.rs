@@ -27,7 +27,7 @@ use time::{Duration, OffsetDateTime};
 use crate::authority::{
     ApprovalBinding, ApprovalRecord, Principal, attenuate, bind_approval, idempotency_requirement,
 };
-use crate::budget::{BudgetConfig, plan};
+use crate::budget::{BudgetConfig, ExhaustedBudgets, plan};
 use crate::contract::{ApprovalMode, Contract};
 use crate::decision::{
     Allowed, ApprovalNeeded, ApprovalState, Decision, IdempotencyState, RejectCode, Rejection, Stage,
@@ -49,6 +49,10 @@ pub struct Settings {
     pub limits: Limits,
     /// How long an approval request stays valid (default 15 minutes).
     pub approval_ttl: Duration,
+    /// How long after a reviewer rejected a call the identical call (same proposer, contract,
+    /// payload and key) is answered with that rejection instead of asking a reviewer again
+    /// (default 15 minutes; zero asks again at once).
+    pub rejection_window: Duration,
 }
 
 impl Default for Settings {
@@ -56,6 +60,7 @@ impl Default for Settings {
         Settings {
             limits: Limits::PROPOSAL,
             approval_ttl: Duration::minutes(15),
+            rejection_window: Duration::minutes(15),
         }
     }
 }
@@ -70,6 +75,7 @@ pub struct Authority {
     redaction: RedactionKey,
     env: Arc<dyn Env>,
     settings: Settings,
+    exhausted: ExhaustedBudgets,
 }
 
 impl std::fmt::Debug for Authority {
@@ -140,6 +146,14 @@ pub enum ReviewRefusal {
     Expired,
 }
 
+/// What the approval stage decided for a call that needs approval.
+enum ApprovalStep {
+    /// The call presents an approved approval bound to it: the runtime consumes it.
+    Proceed(ApprovalClaim),
+    /// The call waits for (or is newly held for) a reviewer.
+    Hold(Decision),
+}
+
 /// One proposal in progress: the ledger row being built and the facts so far.
 struct Progress {
     row: LedgerEntry,
@@ -159,7 +173,9 @@ mod metric {
     pub const REVIEWS: &str = "warrant_reviews_total";
 }
 
-fn count_rejection(rejection: &Rejection) {
+/// Counts a refusal by stage and code (and in its stage's own counter): for the refusals of
+/// the decision, and of the runtime's write-ahead commit alike.
+pub fn count_rejection(rejection: &Rejection) {
     let stage = rejection.stage();
     metrics::counter!(metric::REJECTIONS, "stage" => stage.as_str(), "code" => rejection.code().as_str())
         .increment(1);
@@ -199,7 +215,14 @@ impl Authority {
             redaction,
             env,
             settings,
+            exhausted: ExhaustedBudgets::default(),
         }
+    }
+
+    /// Notes that the runtime found `tenant`'s counter of `reservation` without room for a
+    /// call this pipeline allowed (see [`ExhaustedBudgets`]).
+    pub fn note_exhausted(&self, tenant: &str, reservation: &BudgetReservation) {
+        self.exhausted.note(tenant, reservation);
     }
 
     /// The store this pipeline writes to.
@@ -377,12 +400,14 @@ impl Authority {
         });
 
         // idempotency record, read now (see the module documentation)
+        // An expired record is free only once its operation finished; an expired record still
+        // in flight or unknown is reconciled first, like an unknown one.
         let existing = match &scope {
             Some(scope) => self
                 .store
                 .get_idempotency(scope)
                 .await?
-                .filter(|r| r.expires_at > now),
+                .filter(|r| !crate::store::may_take_over(r, now)),
             None => None,
         };
         let digest = p.row.payload_digest.as_deref().unwrap_or_default();
@@ -396,7 +421,7 @@ impl Authority {
             ),
             // An `unknown` record of the same call is not a conflict: it continues below like a
             // replay, and the runtime reconciles it before anything else runs.
-            Some(r) if r.status == IdempotencyStatus::InFlight => Some(
+            Some(r) if r.status == IdempotencyStatus::InFlight && r.expires_at > now => Some(
                 Rejection::new(
                     RejectCode::IdempotencyInFlight,
                     "a call with this idempotency key is in flight",
@@ -418,72 +443,61 @@ impl Authority {
                 scopes,
                 idempotency,
                 scope,
-                Vec::new(),
+                AttemptClaims::default(),
                 Some(record),
                 p,
             )));
         }
 
-        // budget
+        // budget: planned here, reserved by the runtime in the call's write-ahead commit. A
+        // counter this node already saw refuse the same amount (at the same limit, within its
+        // window) refuses the call now, so an exhausted budget does not keep admitting reads
+        // that are only refused once they ran.
         let reservations = plan(&self.budgets, &contract, principal, call.run_id, now);
-        if !reservations.is_empty() {
-            if let BudgetOutcome::Exhausted { key } = self
-                .store
-                .reserve_budget(principal.tenant(), &reservations)
-                .await?
-            {
-                let which = key.split(':').next().unwrap_or("budget").to_owned();
-                reject!(Rejection::new(
-                    RejectCode::BudgetExhausted,
-                    format!("the `{which}` budget is exhausted")
-                ))
-            }
+        if let Some(key) = self.exhausted.refuses(principal.tenant(), &reservations, now) {
+            reject!(crate::budget::exhausted(&key))
         }
-        // From here on, anything but `allow` gives the reservations back.
-        let outcome = match contract.approval() {
+        let approval = match contract.approval() {
             ApprovalMode::None => {
                 p.facts.approval = Some(ApprovalState::NotRequired);
-                Ok(conflict.map_or(Ok(None), Err))
+                if let Some(rejection) = conflict {
+                    reject!(rejection)
+                }
+                None
             }
             // Boxed: the approval stage's state is large and only this path needs it, so the
             // future of every other call stays small (it is moved whenever it is polled
             // from a new place).
             ApprovalMode::PerCall => {
-                Box::pin(self.approve_and_finish(principal, &contract, &proposal, conflict, now, p)).await
+                match Box::pin(self.approval_stage(principal, &contract, &proposal, conflict, now, p)).await?
+                {
+                    Ok(ApprovalStep::Proceed(claim)) => Some(claim),
+                    Ok(ApprovalStep::Hold(decision)) => return Ok(Ok(decision)),
+                    Err(rejection) => reject!(rejection),
+                }
             }
         };
-        match outcome {
-            Ok(Ok(None)) => Ok(Ok(self.allow(
-                contract,
-                proposal,
-                scopes,
-                idempotency,
-                scope,
+        Ok(Ok(self.allow(
+            contract,
+            proposal,
+            scopes,
+            idempotency,
+            scope,
+            AttemptClaims {
+                approval,
                 reservations,
-                None,
-                p,
-            ))),
-            other => {
-                if !reservations.is_empty() {
-                    self.store
-                        .release_budget(principal.tenant(), &reservations)
-                        .await?;
-                }
-                match other {
-                    Ok(Ok(Some(decision))) => Ok(Ok(decision)),
-                    Ok(Err(rejection)) => Ok(Err(rejection)),
-                    Err(e) => Err(e),
-                    Ok(Ok(None)) => Err(StoreError::Invalid("unreachable".into())),
-                }
-            }
-        }
+            },
+            None,
+            p,
+        )))
     }
 
-    /// The approval stage of a contract with per-call approval, the idempotency conflict,
-    /// and the approval's consumption (a contract without approvals needs only the conflict
-    /// check, done by the caller). `Ok(Ok(None))` means the call may proceed;
-    /// `Ok(Ok(Some(decision)))` is a hold.
-    async fn approve_and_finish(
+    /// The approval stage of a contract with per-call approval, after the idempotency
+    /// conflict (a contract without approvals needs only the conflict check, done by the
+    /// caller): the hold of a call without a usable approval, or the claim on the approval
+    /// the call presents, bound to it. The approval is consumed by the runtime's write-ahead
+    /// commit, not here.
+    async fn approval_stage(
         &self,
         principal: &Principal,
         contract: &Contract,
@@ -491,7 +505,7 @@ impl Authority {
         conflict: Option<Rejection>,
         now: OffsetDateTime,
         p: &mut Progress,
-    ) -> Result<Result<Option<Decision>, Rejection>, StoreError> {
+    ) -> Result<Result<ApprovalStep, Rejection>, StoreError> {
         let tenant = principal.tenant();
         // A key bound to another payload can never run, and a key in flight is the same
         // operation already running (its approval consumed by it): either answer comes before
@@ -506,10 +520,10 @@ impl Authority {
         let request = match proposal.approval() {
             None => {
                 p.facts.approval = Some(ApprovalState::RequiredMissing);
-                return Ok(Ok(Some(
-                    self.request_approval(principal, contract, proposal, now, p)
-                        .await?,
-                )));
+                return Ok(self
+                    .request_approval(principal, contract, proposal, now, p)
+                    .await?
+                    .map(ApprovalStep::Hold));
             }
             Some(id) => {
                 let Some(request) = self.store.get_approval(tenant, id).await? else {
@@ -525,7 +539,7 @@ impl Authority {
                     ApprovalBinding::Bound => request,
                     ApprovalBinding::Pending => {
                         p.facts.approval = Some(ApprovalState::RequiredMissing);
-                        return Ok(Ok(Some(needed(contract, proposal, &request))));
+                        return Ok(Ok(ApprovalStep::Hold(needed(contract, proposal, &request))));
                     }
                     ApprovalBinding::Refused(state, rejection) => {
                         p.facts.approval = Some(state);
@@ -542,23 +556,8 @@ impl Authority {
             principal: principal.id().to_owned(),
             ledger_id: p.row.id.clone(),
         };
-        match self.store.consume_approval(tenant, &claim, now).await? {
-            ConsumeOutcome::Consumed(_) => p.facts.approval = Some(ApprovalState::BoundToCall),
-            ConsumeOutcome::Refused(current) => {
-                // Lost a race (consumed or expired meanwhile): say exactly why.
-                let binding = current.as_ref().map(|r| bind(r, proposal, principal, now));
-                let (state, rejection) = match binding {
-                    Some(ApprovalBinding::Refused(state, rejection)) => (state, rejection),
-                    _ => (
-                        ApprovalState::Mismatch,
-                        Rejection::new(RejectCode::ApprovalConsumed, "the approval was already used"),
-                    ),
-                };
-                p.facts.approval = Some(state);
-                return Ok(Err(rejection.at("/approval")));
-            }
-        }
-        Ok(Ok(None))
+        p.facts.approval = Some(ApprovalState::BoundToCall);
+        Ok(Ok(ApprovalStep::Proceed(claim)))
     }
 
     /// Creates (or finds the pending) approval request for this exact call.
@@ -569,7 +568,7 @@ impl Authority {
         proposal: &ValidatedProposal,
         now: OffsetDateTime,
         p: &mut Progress,
-    ) -> Result<Decision, StoreError> {
+    ) -> Result<Result<Decision, Rejection>, StoreError> {
         let lookup = ApprovalLookup {
             proposer: principal.id().to_owned(),
             contract_id: contract.id_str().to_owned(),
@@ -584,6 +583,19 @@ impl Authority {
         {
             Some(existing) => existing,
             None => {
+                if self.settings.rejection_window > Duration::ZERO
+                    && let Some(rejected) = self
+                        .store
+                        .find_rejected_approval(
+                            principal.tenant(),
+                            &lookup,
+                            now - self.settings.rejection_window,
+                        )
+                        .await?
+                {
+                    p.row.approval_id = Some(rejected.request.id.clone());
+                    return Ok(Err(recently_rejected(&rejected, self.settings.rejection_window)));
+                }
                 let new = NewApproval {
                     id: self.env.new_id("apr"),
                     tenant: principal.tenant().to_owned(),
@@ -611,7 +623,7 @@ impl Authority {
             }
         };
         p.row.approval_id = Some(request.request.id.clone());
-        Ok(needed(contract, proposal, &request))
+        Ok(Ok(needed(contract, proposal, &request)))
     }
 
     #[allow(
@@ -625,7 +637,7 @@ impl Authority {
         scopes: crate::authority::DelegatedScopes,
         idempotency: IdempotencyState,
         scope: Option<IdempotencyScope>,
-        reservations: Vec<BudgetReservation>,
+        claims: AttemptClaims,
         replay: Option<IdempotencyRecord>,
         p: &mut Progress,
     ) -> Decision {
@@ -645,7 +657,7 @@ impl Authority {
                 contract,
                 ledger: row,
                 scope,
-                reservations,
+                claims,
                 replay,
             },
         )))
@@ -777,6 +789,30 @@ fn bind(
             ),
         ),
     }
+}
+
+/// The answer to a call a reviewer rejected within the rejection window: the rejection and
+/// its reason, not a new request.
+fn recently_rejected(rejected: &ApprovalRequest, window: Duration) -> Rejection {
+    let reason = rejected
+        .reason
+        .as_deref()
+        .map(|r| format!(": {}", truncated(r, 200)))
+        .unwrap_or_default();
+    let until = rejected
+        .decided_at
+        .map(|at| at + window)
+        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+        .map(|t| format!("; the same call is not sent for review again before {t}"))
+        .unwrap_or_default();
+    Rejection::new(
+        RejectCode::ApprovalRejected,
+        format!(
+            "a reviewer rejected this exact call (approval {}){reason}{until}",
+            rejected.request.id
+        ),
+    )
+    .at("/approval")
 }
 
 fn needed(contract: &Contract, proposal: &ValidatedProposal, request: &ApprovalRequest) -> Decision {

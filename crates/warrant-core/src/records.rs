@@ -255,9 +255,59 @@ pub enum AttemptStart {
     KeyReused,
     /// An attempt with the key is still running; the new ledger row is a rejection.
     InFlight,
-    /// The earlier attempt's outcome is unknown: reconcile it first. The new ledger row is a
-    /// rejection with code `IDEMPOTENCY_IN_FLIGHT`.
+    /// The earlier attempt's outcome is unknown (or it was in flight and its record expired):
+    /// reconcile it first. The new ledger row is a rejection with code `IDEMPOTENCY_IN_FLIGHT`.
     Unknown(IdempotencyRecord),
+    /// A budget counter had no room; nothing was claimed or spent. The new ledger row is a
+    /// rejection with code `BUDGET_EXHAUSTED`.
+    BudgetExhausted {
+        /// The counter that refused.
+        key: String,
+    },
+    /// The approval could no longer be consumed (used, expired or changed since the decision);
+    /// nothing was claimed or spent. The current record says why (`None`: gone from this
+    /// tenant). The new ledger row is the matching approval rejection.
+    ApprovalRefused(Option<ApprovalRequest>),
+}
+
+/// What the write-ahead commit of a call spends, in the same transaction as its idempotency
+/// claim and its `attempting` row: the approval it consumes and the budget it reserves. Either
+/// all of it is taken and the attempt starts, or none of it and the row records why.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AttemptClaims {
+    /// The approval bound to the call, consumed by it (single use).
+    pub approval: Option<ApprovalClaim>,
+    /// The budget counters the call must fit into.
+    pub reservations: Vec<BudgetReservation>,
+}
+
+impl AttemptClaims {
+    /// Nothing to consume or reserve.
+    pub const NONE: AttemptClaims = AttemptClaims {
+        approval: None,
+        reservations: Vec::new(),
+    };
+
+    /// Whether there is nothing to consume or reserve.
+    pub fn is_empty(&self) -> bool {
+        self.approval.is_none() && self.reservations.is_empty()
+    }
+}
+
+/// What recording an outcome found when the row was no longer awaiting one: a late outcome
+/// after reconciliation had resolved the row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LateOutcome {
+    /// Reconciliation had recorded that the effect did not happen, and the tool has now
+    /// answered that it did: the row is corrected to `committed` (its note keeps what was
+    /// recorded before) and the idempotency record holds the result again.
+    Corrected {
+        /// Whether another attempt had claimed the freed key in between (that attempt may have
+        /// repeated the effect).
+        key_retaken: bool,
+    },
+    /// What reconciliation recorded stands (it agrees, or it has proof the late answer lacks).
+    Kept(Outcome),
 }
 
 /// How an attempt ended.

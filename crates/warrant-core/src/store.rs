@@ -11,7 +11,7 @@ use time::OffsetDateTime;
 use crate::contract::Namespace;
 use crate::decision::Retryable;
 use crate::records::*;
-use crate::{RejectCode, ToolErrorCode};
+use crate::{RejectCode, Rejection, ToolErrorCode};
 
 /// Why a store operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -112,17 +112,25 @@ pub trait Store: Send + Sync + 'static {
 
     // ----- write-ahead intent: idempotency claim + ledger row in one transaction -----
 
-    /// Claims the idempotency record (when `scope` is given) and writes the ledger row in one
-    /// transaction. On [`AttemptStart::Started`] the row says `attempting` and the record is
-    /// `in_flight`; otherwise the row records the replay or the refusal.
+    /// The write-ahead commit of a call, in one transaction: claims the idempotency record
+    /// (when `scope` is given), consumes the approval and reserves the budget of `claims`, and
+    /// writes the ledger row. Either all of it happens and the answer is
+    /// [`AttemptStart::Started`] (the row says `attempting`, the record is `in_flight`), or
+    /// none of it and the row records why (a replay, a conflict, an exhausted budget, an
+    /// approval no longer usable). The idempotency record is checked first, so a replay or a
+    /// conflict spends nothing. An expired record is taken over only once it is finished
+    /// (committed or failed); an expired record still `in_flight` or `unknown` answers
+    /// [`AttemptStart::Unknown`]: its operation must be reconciled first.
     async fn begin_attempt(
         &self,
         entry: &LedgerEntry,
         scope: Option<&IdempotencyScope>,
+        claims: &AttemptClaims,
         expires_at: OffsetDateTime,
     ) -> Result<AttemptStart, StoreError>;
     /// Records how an attempt ended, updating the ledger row and the idempotency record in one
-    /// transaction. Only rows still `attempting` or `unknown` can be finished.
+    /// transaction. Only rows still `attempting` or `unknown` can be finished; any other row
+    /// is [`StoreError::Conflict`] (see [`Store::record_late_outcome`]).
     async fn finish_attempt(
         &self,
         tenant: &str,
@@ -131,17 +139,32 @@ pub trait Store: Send + Sync + 'static {
         finish: &AttemptFinish,
         now: OffsetDateTime,
     ) -> Result<(), StoreError>;
+    /// Records an attempt's outcome that arrived after reconciliation resolved its row (the
+    /// call outlived `stale_after`): when reconciliation recorded that the effect did not
+    /// happen and `finish` says it committed, the row is corrected (outcome `committed`, the
+    /// earlier verdict kept in its note) and the idempotency record holds the result again,
+    /// in one transaction; otherwise what reconciliation recorded stands.
+    async fn record_late_outcome(
+        &self,
+        tenant: &str,
+        ledger_id: &str,
+        scope: Option<&IdempotencyScope>,
+        finish: &AttemptFinish,
+        now: OffsetDateTime,
+    ) -> Result<LateOutcome, StoreError>;
     /// Records a call that ran without an `attempting` row first — a read without idempotency
-    /// key, which has no effect to reconcile — as `entry` (whose outcome is `attempting`)
-    /// finished by `finish`: the same row, charges and checks as [`Store::begin_attempt`] then
-    /// [`Store::finish_attempt`], in one transaction (one commit per read call instead of
-    /// two). When the finish is refused, nothing is recorded.
+    /// key or approval, which has no effect to reconcile — as `entry` (whose outcome is
+    /// `attempting`) finished by `finish`, with its budget `reservations` taken in the same
+    /// transaction (one commit per read call). When a counter has no room, the row records
+    /// the call as refused at the budget stage (its result withheld) and nothing is spent:
+    /// [`BudgetOutcome::Exhausted`]. When the finish is refused, nothing is recorded.
     async fn record_attempt(
         &self,
         entry: &LedgerEntry,
+        reservations: &[BudgetReservation],
         finish: &AttemptFinish,
         now: OffsetDateTime,
-    ) -> Result<(), StoreError>;
+    ) -> Result<BudgetOutcome, StoreError>;
     /// An idempotency record.
     async fn get_idempotency(
         &self,
@@ -159,6 +182,15 @@ pub trait Store: Send + Sync + 'static {
         &self,
         tenant: &str,
         call: &ApprovalLookup,
+    ) -> Result<Option<ApprovalRequest>, StoreError>;
+    /// The most recently decided rejected request of `tenant` for exactly this call, decided
+    /// at or after `since`, if any (an identical call within the rejection window is answered
+    /// with that rejection instead of a new request).
+    async fn find_rejected_approval(
+        &self,
+        tenant: &str,
+        call: &ApprovalLookup,
+        since: OffsetDateTime,
     ) -> Result<Option<ApprovalRequest>, StoreError>;
     /// Approvals of `tenant`, oldest first, optionally by status.
     async fn list_approvals(
@@ -338,8 +370,70 @@ pub fn attempt_row(mut row: LedgerEntry, start: &AttemptStart) -> LedgerEntry {
                 record.ledger_id
             ),
         ),
+        AttemptStart::BudgetExhausted { key } => {
+            let rejection = crate::budget::exhausted(key);
+            reject(&mut row, rejection.code(), rejection.detail());
+        }
+        AttemptStart::ApprovalRefused(current) => {
+            let rejection = approval_refusal(current.as_ref(), row.created_at);
+            reject(&mut row, rejection.code(), rejection.detail());
+        }
     }
     row
+}
+
+/// Why an approval the decision bound to a call could not be consumed by it: it was used,
+/// rejected or expired meanwhile, or is gone. Shared by every store implementation and the
+/// runtime, so the row and the answer say the same.
+pub fn approval_refusal(current: Option<&ApprovalRequest>, now: OffsetDateTime) -> Rejection {
+    let (code, detail) = match current {
+        None => (RejectCode::ApprovalNotFound, "no such approval in this tenant"),
+        Some(a) if a.status == ApprovalStatus::Consumed => {
+            (RejectCode::ApprovalConsumed, "the approval was already used")
+        }
+        Some(a) if a.status == ApprovalStatus::Rejected => {
+            (RejectCode::ApprovalRejected, "a reviewer rejected this call")
+        }
+        Some(a) if a.status == ApprovalStatus::Expired || a.request.expires_at <= now => {
+            (RejectCode::ApprovalExpired, "the approval has expired")
+        }
+        Some(_) => (
+            RejectCode::ApprovalMismatch,
+            "the approval is bound to another call",
+        ),
+    };
+    Rejection::new(code, detail).at("/approval")
+}
+
+/// The ledger row `record_attempt` writes for a read whose budget had no room after it ran:
+/// refused at the budget stage, its result withheld, nothing spent.
+pub fn withheld_row(mut row: LedgerEntry, key: &str, finish: &AttemptFinish) -> LedgerEntry {
+    let rejection = crate::budget::exhausted(key);
+    row.decision = LedgerDecision::Reject;
+    row.stage = Some(rejection.stage().as_str().to_owned());
+    row.error_code = Some(rejection.code().as_str().to_owned());
+    row.detail = Some(format!(
+        "{} (the read ran; its result was withheld)",
+        rejection.detail()
+    ));
+    row.outcome = None;
+    row.attempts = finish.attempts;
+    row.latency_ms = Some(finish.latency_ms);
+    row.cost = 0;
+    row
+}
+
+/// What a late outcome does to a row reconciliation resolved as `resolved` (see
+/// [`Store::record_late_outcome`]): `true` when it must be corrected to `committed`.
+pub fn late_outcome_corrects(resolved: Option<Outcome>, late: Outcome) -> bool {
+    resolved == Some(Outcome::ReconciledNotCommitted) && late == Outcome::Committed
+}
+
+/// The note a corrected row carries.
+pub fn correction_note(ledger_id: &str) -> String {
+    format!(
+        "corrected: the tool committed {ledger_id} after reconciliation had recorded `reconciled_not_committed`"
+    )
 }
 
 /// The idempotency status an attempt's outcome leaves behind; `None` releases the key (no
@@ -374,9 +468,33 @@ pub fn status_after(finish: &AttemptFinish) -> Result<Option<IdempotencyStatus>,
     })
 }
 
-/// What `begin_attempt` answers when an unexpired record holds the key. Shared by every
-/// store implementation.
-pub fn classify_existing(existing: IdempotencyRecord, payload_digest: Option<&str>) -> AttemptStart {
+/// Whether `begin_attempt` may take over `existing` at `now`: only an expired record whose
+/// operation is finished (committed or failed). An expired record still `in_flight` or
+/// `unknown` names an operation that may have had its effect; it is reconciled first. Shared
+/// by every store implementation.
+pub fn may_take_over(existing: &IdempotencyRecord, now: OffsetDateTime) -> bool {
+    existing.expires_at <= now
+        && matches!(
+            existing.status,
+            IdempotencyStatus::Committed | IdempotencyStatus::Failed
+        )
+}
+
+/// What `begin_attempt` answers when a record holds the key and may not be taken over (see
+/// [`may_take_over`]). Shared by every store implementation.
+pub fn classify_existing(
+    existing: IdempotencyRecord,
+    payload_digest: Option<&str>,
+    now: OffsetDateTime,
+) -> AttemptStart {
+    if existing.expires_at <= now
+        && matches!(
+            existing.status,
+            IdempotencyStatus::InFlight | IdempotencyStatus::Unknown
+        )
+    {
+        return AttemptStart::Unknown(existing);
+    }
     if Some(existing.payload_digest.as_str()) != payload_digest {
         return AttemptStart::KeyReused;
     }

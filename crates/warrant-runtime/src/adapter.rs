@@ -109,6 +109,15 @@ impl Failure {
         self.ambiguous
     }
 
+    /// The same failure, marked as one after which the effect may have happened.
+    #[must_use]
+    pub fn into_ambiguous(self) -> Self {
+        Failure {
+            ambiguous: true,
+            ..self
+        }
+    }
+
     /// The wait the tool asked for.
     pub fn wait(&self) -> Option<Duration> {
         self.retry_after

@@ -22,8 +22,8 @@ use time::OffsetDateTime;
 use warrant_core::decision::{Allowed, OperationId, Outcome};
 use warrant_core::env::Env;
 use warrant_core::records::{
-    self, AttemptFinish, AttemptStart, Charge, IdempotencyRecord, IdempotencyScope, IdempotencyStatus,
-    LedgerEntry,
+    self, AttemptFinish, AttemptStart, BudgetOutcome, BudgetReservation, Charge, IdempotencyRecord,
+    IdempotencyScope, IdempotencyStatus, LateOutcome, LedgerEntry,
 };
 use warrant_core::registry::Registry;
 use warrant_core::store::{Store, StoreError};
@@ -53,6 +53,10 @@ pub mod metric {
     pub const DUPLICATES: &str = "warrant_confirmed_duplicates_total";
     /// Adapter latency per attempt in seconds, by adapter kind.
     pub const ADAPTER_LATENCY: &str = "warrant_adapter_latency_seconds";
+    /// Outcomes a tool gave after reconciliation had recorded no effect (the row is corrected).
+    pub const LATE_COMMITS: &str = "warrant_late_commits_total";
+    /// Outcomes that could not be recorded after the tool was called (left to reconciliation).
+    pub const UNRECORDED: &str = "warrant_unrecorded_outcomes_total";
 }
 
 /// Runtime settings.
@@ -92,9 +96,37 @@ pub struct Execution {
     pub attempts: u32,
     /// Whether the answer came from the idempotency record rather than the tool.
     pub replayed: bool,
-    /// The outcome, or why the store refused to start the attempt (key reused with another
-    /// payload, in flight, or unknown and not yet reconcilable).
+    /// The outcome, or why the call's write-ahead commit refused to start it (key reused with
+    /// another payload, in flight, unknown and not yet reconcilable, budget exhausted, the
+    /// approval no longer usable) or, for a read recorded after it ran, why its result was
+    /// withheld (budget exhausted).
     pub result: Result<Outcome, Rejection>,
+    /// What went wrong, for a failed or unknown outcome: the tool error's detail, safe to
+    /// show the caller (it never carries a credential or an argument value).
+    pub detail: Option<String>,
+    /// The budget counter that refused the call, when one did.
+    pub exhausted: Option<BudgetReservation>,
+    /// The tool was called but its outcome could not be recorded (the store failed after
+    /// the effect may have happened): the result is `unknown`, the ledger row still says
+    /// `attempting`, and reconciliation resolves it. Distinct from a store failure before
+    /// anything ran, which `execute` returns as an error.
+    pub unrecorded: bool,
+}
+
+impl Execution {
+    fn refused(ledger_id: &str, operation_id: &OperationId, rejection: Rejection) -> Self {
+        warrant_core::pipeline::count_rejection(&rejection);
+        Execution {
+            ledger_id: ledger_id.to_owned(),
+            operation_id: operation_id.clone(),
+            attempts: 0,
+            replayed: false,
+            result: Err(rejection),
+            detail: None,
+            exhausted: None,
+            unrecorded: false,
+        }
+    }
 }
 
 /// The execution runtime: one per process, shared by every lane.
@@ -105,6 +137,8 @@ pub struct Runtime {
     pub(crate) env: Arc<dyn Env>,
     pub(crate) adapters: Arc<Adapters>,
     pub(crate) settings: RuntimeSettings,
+    /// The calls handed to this runtime ([`crate::dispatch::submit`]), for a graceful drain.
+    tasks: tokio_util::task::TaskTracker,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -130,7 +164,34 @@ impl Runtime {
             env,
             adapters,
             settings,
+            tasks: tokio_util::task::TaskTracker::new(),
         }
+    }
+
+    /// Runs `work` in a task this runtime owns and tracks: it runs to its end whatever
+    /// happens to whoever awaits the handle, and [`Runtime::drain`] waits for it.
+    pub fn spawn<F>(&self, work: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.tasks.spawn(work)
+    }
+
+    /// How many handed-over calls are still running.
+    pub fn in_flight(&self) -> usize {
+        self.tasks.len()
+    }
+
+    /// Waits until every call handed to this runtime has finished, or `deadline` passed
+    /// (graceful shutdown: the listener is closed first, so no new call arrives). `true` when
+    /// all finished. A call still running at the deadline keeps its `attempting` row, which
+    /// reconciliation resolves after a restart.
+    pub async fn drain(&self, deadline: Duration) -> bool {
+        self.tasks.close();
+        let drained = tokio::time::timeout(deadline, self.tasks.wait()).await.is_ok();
+        self.tasks.reopen();
+        drained
     }
 
     /// The settings.
@@ -145,49 +206,69 @@ impl Runtime {
 
     /// Executes an allowed call. Only `decide` makes an [`Allowed`], and this consumes it.
     ///
+    /// The call's write-ahead commit takes its idempotency claim, consumes its approval,
+    /// reserves its budget and writes its `attempting` row in one transaction, or takes none of
+    /// it and records why. A read without idempotency key or approval has nothing to claim and
+    /// no effect to reconcile: its row is written once, with its outcome and its budget, after
+    /// the call.
+    ///
     /// # Errors
-    /// A store failure. If it happens after the adapter was called, a call recorded
-    /// write-ahead keeps its `attempting` row and reconciliation resolves it; a read without
-    /// idempotency key (recorded only after the call) is then missing from the ledger — it
-    /// had no effect to reconcile.
+    /// A store failure before the tool was called (nothing happened; the caller may retry).
+    /// A store failure after the tool was called is not an error: the outcome is `unknown`
+    /// and [`Execution::unrecorded`] is set (the `attempting` row stays for reconciliation).
+    /// A read without idempotency key whose row cannot be written is an error too: it had no
+    /// effect, and it is missing from the ledger.
     pub async fn execute(&self, allowed: Box<Allowed>) -> Result<Execution, StoreError> {
         let started = Instant::now();
         let contract = Arc::clone(allowed.contract());
         let entry = allowed.ledger_entry();
         let scope = allowed.idempotency_scope();
+        let claims = allowed.claims();
         let operation_id = operation_id(entry, scope);
 
         let adapter = match self.adapters.for_contract(&contract) {
             Ok(adapter) => adapter,
             Err(e) => {
-                // Nothing was claimed or sent: record the failure and keep the key free.
+                // Nothing was claimed, consumed, reserved or sent: record the failure and keep
+                // the key free.
                 tracing::error!(contract = contract.id_str(), error = %e, "adapter binding unusable");
+                let detail = format!("adapter unavailable: {e}");
                 let mut row = entry.clone();
                 row.outcome = Some(records::Outcome::Failed);
                 row.error_code = Some(ToolErrorCode::Unclassified.as_str().to_owned());
-                row.detail = Some(format!("adapter unavailable: {e}"));
+                row.detail = Some(detail.clone());
                 row.latency_ms = Some(elapsed_ms(started));
                 self.store.insert_ledger(&row).await?;
+                count_outcome(&Outcome::Failed(ToolErrorCode::Unclassified));
                 return Ok(Execution {
                     ledger_id: row.id,
                     operation_id,
                     attempts: 0,
                     replayed: false,
                     result: Ok(Outcome::Failed(ToolErrorCode::Unclassified)),
+                    detail: Some(detail),
+                    exhausted: None,
+                    unrecorded: false,
                 });
             }
         };
 
-        // A new attempt on an operation whose outcome is unknown reconciles it first.
+        // A new attempt on an operation whose outcome is unknown — or whose record expired
+        // while it was still in flight — reconciles it first: only a finished record may be
+        // replaced.
+        let mut reconciled = false;
         if let Some(record) = allowed
             .replay()
-            .filter(|r| r.status == IdempotencyStatus::Unknown)
-            && let Some(row) = self
-                .store
-                .get_ledger(&record.scope.tenant, &record.ledger_id)
-                .await?
+            .filter(|r| needs_reconciling(r, entry.created_at))
         {
-            self.reconcile_with(&row, &contract, adapter.as_ref()).await?;
+            self.reconcile_record(record, &contract, adapter.as_ref()).await?;
+            reconciled = true;
+            // Found finished by this reconciliation: the same operation, answered from its
+            // record (even when the record's retention ran out meanwhile — this call is the
+            // one that was waiting for it).
+            if let Some(done) = self.replay_if_finished(record, entry).await? {
+                return Ok(done);
+            }
         }
 
         let now = self.env.now();
@@ -195,67 +276,165 @@ impl Runtime {
             .idempotency()
             .map_or(self.settings.default_retention, |i| i.retention);
         let expires_at = now + retention;
-        // A read without an idempotency key has nothing to claim and no effect to reconcile:
-        // its row is written once, with its outcome, after the call (one commit, not two).
-        // Every answered call is still in the ledger before the caller learns its outcome.
-        let write_ahead = scope.is_some() || contract.effect() != Effect::Read;
-        let start = if write_ahead {
-            self.store.begin_attempt(entry, scope, expires_at).await?
-        } else {
-            AttemptStart::Started
-        };
-        let refused = |code: RejectCode, detail: String| Execution {
-            ledger_id: entry.id.clone(),
-            operation_id: operation_id.clone(),
-            attempts: 0,
-            replayed: false,
-            result: Err(Rejection::new(code, detail).at("/idempotency_key")),
-        };
-        match start {
-            AttemptStart::Started => {}
+        let write_ahead = scope.is_some() || contract.effect() != Effect::Read || claims.approval.is_some();
+        if write_ahead {
+            let mut start = self.store.begin_attempt(entry, scope, claims, expires_at).await?;
+            if let AttemptStart::Unknown(record) = &start
+                && !reconciled
+            {
+                // Found only now (a race with another attempt of the same operation): reconcile
+                // it, so that the same call presented again is answered from what is known.
+                // This proposal's row already records the refusal.
+                let record = record.clone();
+                self.reconcile_record(&record, &contract, adapter.as_ref())
+                    .await?;
+            }
+            if let Some(done) = self.not_started(&allowed, entry, &mut start) {
+                return Ok(done);
+            }
+        }
+        self.run(&allowed, entry, adapter.as_ref(), write_ahead, started)
+            .await
+    }
+
+    /// The answer to a write-ahead commit that did not start the attempt, or `None` when it
+    /// started.
+    fn not_started(
+        &self,
+        allowed: &Allowed,
+        entry: &LedgerEntry,
+        start: &mut AttemptStart,
+    ) -> Option<Execution> {
+        let operation_id = operation_id(entry, allowed.idempotency_scope());
+        let at_key = |code: RejectCode, detail: String| Rejection::new(code, detail).at("/idempotency_key");
+        let rejection = match std::mem::replace(start, AttemptStart::Started) {
+            AttemptStart::Started => return None,
             AttemptStart::Replay(record) => {
                 metrics::counter!(metric::REPLAYS).increment(1);
-                return Ok(Execution {
+                return Some(Execution {
                     ledger_id: entry.id.clone(),
                     operation_id,
                     attempts: 0,
                     replayed: true,
+                    detail: None,
                     result: Ok(replayed_outcome(&record)),
+                    exhausted: None,
+                    unrecorded: false,
                 });
             }
-            AttemptStart::KeyReused => {
-                return Ok(refused(
-                    RejectCode::IdempotencyKeyReused,
-                    "the idempotency key was used with a different payload".into(),
-                ));
+            AttemptStart::KeyReused => at_key(
+                RejectCode::IdempotencyKeyReused,
+                "the idempotency key was used with a different payload".into(),
+            ),
+            AttemptStart::InFlight => at_key(
+                RejectCode::IdempotencyInFlight,
+                "a call with this idempotency key is in flight".into(),
+            ),
+            AttemptStart::Unknown(record) => at_key(
+                RejectCode::IdempotencyInFlight,
+                format!(
+                    "the outcome of {} is unknown and being reconciled",
+                    record.ledger_id
+                ),
+            ),
+            AttemptStart::ApprovalRefused(current) => {
+                warrant_core::store::approval_refusal(current.as_ref(), entry.created_at)
             }
-            AttemptStart::InFlight => {
-                return Ok(refused(
-                    RejectCode::IdempotencyInFlight,
-                    "a call with this idempotency key is in flight".into(),
-                ));
+            AttemptStart::BudgetExhausted { key } => {
+                let mut done =
+                    Execution::refused(&entry.id, &operation_id, warrant_core::budget::exhausted(&key));
+                done.exhausted = allowed
+                    .claims()
+                    .reservations
+                    .iter()
+                    .find(|r| r.key == key)
+                    .cloned();
+                return Some(done);
             }
-            AttemptStart::Unknown(record) => {
-                return Ok(refused(
-                    RejectCode::IdempotencyInFlight,
-                    format!(
-                        "the outcome of {} is unknown and being reconciled",
-                        record.ledger_id
-                    ),
-                ));
-            }
-        }
+        };
+        Some(Execution::refused(&entry.id, &operation_id, rejection))
+    }
 
+    /// After reconciling `earlier`: when its record now holds a finished outcome of the same
+    /// payload, this call's row records the replay and the stored outcome is the answer.
+    async fn replay_if_finished(
+        &self,
+        earlier: &IdempotencyRecord,
+        entry: &LedgerEntry,
+    ) -> Result<Option<Execution>, StoreError> {
+        let Some(record) = self.store.get_idempotency(&earlier.scope).await? else {
+            return Ok(None);
+        };
+        let finished = matches!(
+            record.status,
+            IdempotencyStatus::Committed | IdempotencyStatus::Failed
+        );
+        if !finished
+            || record.ledger_id != earlier.ledger_id
+            || Some(record.payload_digest.as_str()) != entry.payload_digest.as_deref()
+        {
+            return Ok(None);
+        }
+        let start = AttemptStart::Replay(record);
+        self.store
+            .insert_ledger(&warrant_core::store::attempt_row(entry.clone(), &start))
+            .await?;
+        let AttemptStart::Replay(record) = start else {
+            return Ok(None);
+        };
+        metrics::counter!(metric::REPLAYS).increment(1);
+        Ok(Some(Execution {
+            ledger_id: entry.id.clone(),
+            operation_id: operation_id(entry, Some(&earlier.scope)),
+            attempts: 0,
+            replayed: true,
+            result: Ok(replayed_outcome(&record)),
+            detail: None,
+            exhausted: None,
+            unrecorded: false,
+        }))
+    }
+
+    /// Reconciles the operation an idempotency record names, by its ledger row.
+    async fn reconcile_record(
+        &self,
+        record: &IdempotencyRecord,
+        contract: &Arc<Contract>,
+        adapter: &dyn Adapter,
+    ) -> Result<(), StoreError> {
+        if let Some(row) = self
+            .store
+            .get_ledger(&record.scope.tenant, &record.ledger_id)
+            .await?
+        {
+            self.reconcile_with(&row, contract, adapter).await?;
+        }
+        Ok(())
+    }
+
+    /// Calls the tool (the attempt has started, or is a read recorded afterwards) and records
+    /// the outcome.
+    async fn run(
+        &self,
+        allowed: &Allowed,
+        entry: &LedgerEntry,
+        adapter: &dyn Adapter,
+        write_ahead: bool,
+        started: Instant,
+    ) -> Result<Execution, StoreError> {
+        let contract = allowed.contract();
+        let scope = allowed.idempotency_scope();
+        let operation_id = operation_id(entry, scope);
         // INVARIANT: with `write_ahead`, the ledger row says `attempting` from here on.
         let scopes: Vec<String> = allowed.delegated_scopes().iter().map(str::to_owned).collect();
         let proposal = allowed.proposal();
         let ended = self
             .attempts(
-                &contract,
-                adapter.as_ref(),
+                contract,
+                adapter,
                 &Invocation {
                     operation_id: &operation_id,
-                    contract: &contract,
+                    contract,
                     arguments: proposal.arguments(),
                     canonical: proposal.canonical_arguments(),
                     scopes: &scopes,
@@ -267,34 +446,98 @@ impl Runtime {
                 started,
             )
             .await;
-        let finish = self.finish_for(&contract, entry, &ended, elapsed_ms(started));
-        let recorded = if write_ahead {
-            self.store
-                .finish_attempt(&entry.tenant, &entry.id, scope, &finish, self.env.now())
-                .await
-        } else {
-            self.store.record_attempt(entry, &finish, self.env.now()).await
-        };
-        match recorded {
-            Ok(()) => {}
-            // A reconciler took the row for abandoned (the call outlived `stale_after`) and
-            // resolved it first; its record stands, and this caller still learns what it saw.
-            Err(StoreError::Conflict(_)) if write_ahead => {
-                tracing::warn!(
-                    ledger = entry.id,
-                    "the row was reconciled while the call was running"
-                );
-            }
-            Err(e) => return Err(e),
-        }
-        count_outcome(&ended.outcome);
-        Ok(Execution {
+        let finish = self.finish_for(contract, entry, &ended, elapsed_ms(started));
+        let mut done = Execution {
             ledger_id: entry.id.clone(),
             operation_id,
             attempts: ended.attempts,
             replayed: false,
             result: Ok(ended.outcome),
-        })
+            detail: ended.detail,
+            exhausted: None,
+            unrecorded: false,
+        };
+        if !write_ahead {
+            let reservations = &allowed.claims().reservations;
+            if let BudgetOutcome::Exhausted { key } = self
+                .store
+                .record_attempt(entry, reservations, &finish, self.env.now())
+                .await?
+            {
+                let mut refused = Execution::refused(
+                    &entry.id,
+                    &done.operation_id,
+                    warrant_core::budget::exhausted(&key),
+                );
+                refused.attempts = done.attempts;
+                refused.exhausted = reservations.iter().find(|r| r.key == key).cloned();
+                return Ok(refused);
+            }
+            if let Ok(outcome) = &done.result {
+                count_outcome(outcome);
+            }
+            return Ok(done);
+        }
+        match self
+            .store
+            .finish_attempt(&entry.tenant, &entry.id, scope, &finish, self.env.now())
+            .await
+        {
+            Ok(()) => {}
+            // A reconciler took the row for abandoned (the call outlived `stale_after`) and
+            // resolved it first. If it found no effect and the tool has now committed, the row
+            // is corrected; otherwise its record stands. The caller learns what the tool said.
+            Err(StoreError::Conflict(_)) => self.late_outcome(entry, scope, &finish).await,
+            // The tool was called but its outcome is not on disk (a full disk, a lost
+            // database): the effect may have happened, so the answer is `unknown`, not "retry
+            // later"; the row stays `attempting` and reconciliation resolves it.
+            Err(e) => {
+                tracing::error!(ledger = entry.id, error = %e, "the outcome of a call could not be recorded");
+                metrics::counter!(metric::UNRECORDED).increment(1);
+                done.result = Ok(Outcome::Unknown(done.operation_id.clone()));
+                done.detail = Some("the outcome could not be recorded; it will be reconciled".to_owned());
+                done.unrecorded = true;
+            }
+        }
+        if let Ok(outcome) = &done.result {
+            count_outcome(outcome);
+        }
+        Ok(done)
+    }
+
+    /// Records an outcome that arrived after reconciliation resolved the row.
+    async fn late_outcome(
+        &self,
+        entry: &LedgerEntry,
+        scope: Option<&IdempotencyScope>,
+        finish: &AttemptFinish,
+    ) {
+        match self
+            .store
+            .record_late_outcome(&entry.tenant, &entry.id, scope, finish, self.env.now())
+            .await
+        {
+            Ok(LateOutcome::Corrected { key_retaken }) => {
+                metrics::counter!(metric::LATE_COMMITS).increment(1);
+                tracing::warn!(
+                    ledger = entry.id,
+                    key_retaken,
+                    "the tool committed after reconciliation had recorded no effect; the ledger row is corrected"
+                );
+            }
+            Ok(LateOutcome::Kept(outcome)) => {
+                tracing::warn!(
+                    ledger = entry.id,
+                    recorded = %outcome,
+                    late = %finish.outcome,
+                    "the row was reconciled while the call was running; the reconciled outcome stands"
+                );
+            }
+            Err(e) => {
+                metrics::counter!(metric::UNRECORDED).increment(1);
+                tracing::error!(ledger = entry.id, error = %e, "a late outcome could not be recorded");
+            }
+        }
     }
 
     /// Runs attempts until one commits, the retry rule stops, or the deadline passes.
@@ -500,6 +743,16 @@ pub fn scope_of(entry: &LedgerEntry) -> Option<IdempotencyScope> {
         contract_id: entry.contract_id.clone()?,
         key: entry.idempotency_key.clone()?,
     })
+}
+
+/// Whether a record found for a new attempt names an operation to reconcile first: unknown,
+/// or still in flight past its expiry (its caller is gone).
+fn needs_reconciling(record: &IdempotencyRecord, now: OffsetDateTime) -> bool {
+    match record.status {
+        IdempotencyStatus::Unknown => true,
+        IdempotencyStatus::InFlight => record.expires_at <= now,
+        IdempotencyStatus::Committed | IdempotencyStatus::Failed => false,
+    }
 }
 
 fn replayed_outcome(record: &IdempotencyRecord) -> Outcome {

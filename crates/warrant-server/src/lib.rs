@@ -223,7 +223,26 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let app = router(gateway.state.clone(), gateway.limits);
-    serve_router(listener, app, gateway.limits, shutdown).await
+    let served = serve_router(listener, app, gateway.limits, shutdown).await;
+    drain_calls(gateway).await;
+    served
+}
+
+/// Waits for the calls handed to the runtime to reach their recorded end (graceful
+/// shutdown: the listener is already closed), at most one call deadline and a margin.
+pub async fn drain_calls(gateway: &Gateway) {
+    let runtime = &gateway.state.runtime;
+    let deadline = runtime.settings().retry.deadline + Duration::from_secs(5);
+    let running = runtime.in_flight();
+    if running > 0 {
+        tracing::info!(running, "waiting for calls in flight to finish");
+    }
+    if !runtime.drain(deadline).await {
+        tracing::warn!(
+            running = runtime.in_flight(),
+            "calls still running at shutdown keep their `attempting` rows; reconciliation resolves them"
+        );
+    }
 }
 
 /// Serves `app` (from [`router`]) over HTTP/1.1 with the connection limits of `limits`.

@@ -52,7 +52,12 @@ async fn write_rows(store: Arc<SqlStore>, rows: u64) {
     for _ in 0..rows {
         let (e, scope) = attempt(now);
         store
-            .begin_attempt(&e, Some(&scope), now + time::Duration::hours(24))
+            .begin_attempt(
+                &e,
+                Some(&scope),
+                &AttemptClaims::NONE,
+                now + time::Duration::hours(24),
+            )
             .await
             .unwrap();
     }
@@ -228,7 +233,7 @@ fn bench(c: &mut Criterion) {
                 async move {
                     let (e, _) = attempt(OffsetDateTime::now_utc());
                     let start = store
-                        .begin_attempt(&e, Some(&scope), OffsetDateTime::now_utc())
+                        .begin_attempt(&e, Some(&scope), &AttemptClaims::NONE, OffsetDateTime::now_utc())
                         .await
                         .unwrap();
                     assert!(matches!(start, AttemptStart::Replay(_)));

@@ -14,8 +14,9 @@ use time::OffsetDateTime;
 use warrant_core::contract::Namespace;
 use warrant_core::records::*;
 use warrant_core::store::{
-    RegistrationPlan, Store, StoreError, attempt_row, classify_existing, ledger_page, parse_ledger_cursor,
-    plan_registration, review_refusal, status_after,
+    RegistrationPlan, Store, StoreError, attempt_row, classify_existing, correction_note,
+    late_outcome_corrects, ledger_page, may_take_over, parse_ledger_cursor, plan_registration,
+    review_refusal, status_after, withheld_row,
 };
 
 #[derive(Default)]
@@ -152,6 +153,93 @@ fn trunc_entry(mut e: LedgerEntry) -> LedgerEntry {
     e.created_at = trunc(e.created_at);
     e.updated_at = trunc(e.updated_at);
     e
+}
+
+/// How long an idempotency record restored by a late commit is kept (the original
+/// retention is not known any more; a day covers any client retry).
+const LATE_RECORD_RETENTION: time::Duration = time::Duration::days(1);
+
+/// Whether `claim` may consume its approval at `now`; the current record (or `None`) when not.
+fn approval_usable(
+    s: &State,
+    tenant: &str,
+    claim: &ApprovalClaim,
+    now: OffsetDateTime,
+) -> Result<(), Option<ApprovalRequest>> {
+    let Some(a) = s
+        .approvals
+        .get(&claim.approval_id)
+        .filter(|a| a.request.tenant == tenant)
+    else {
+        return Err(None);
+    };
+    let r = &a.request;
+    let bound = a.status == ApprovalStatus::Approved
+        && ms(r.expires_at) > ms(now)
+        && r.contract_id == claim.contract_id
+        && r.payload_digest == claim.payload_digest
+        && r.idempotency_key == claim.idempotency_key
+        && r.proposer == claim.principal;
+    if bound { Ok(()) } else { Err(Some(a.clone())) }
+}
+
+/// Consumes an approval [`approval_usable`] admitted.
+fn approval_take(
+    s: &mut State,
+    claim: &ApprovalClaim,
+    now: OffsetDateTime,
+) -> Result<ApprovalRequest, StoreError> {
+    let a = s
+        .approvals
+        .get_mut(&claim.approval_id)
+        .ok_or(StoreError::NotFound)?;
+    a.status = ApprovalStatus::Consumed;
+    a.consumed_at = Some(trunc(now));
+    a.consumed_by = Some(claim.ledger_id.clone());
+    Ok(a.clone())
+}
+
+/// The first counter of `reservations` without room for its amount, if any.
+fn budget_refusal(s: &State, tenant: &str, reservations: &[BudgetReservation]) -> Option<String> {
+    let counters = s.budgets.get(tenant);
+    reservations
+        .iter()
+        .find(|r| {
+            let used = counters.and_then(|c| c.get(&r.key)).map_or(0, |(u, _)| *u);
+            r.amount > r.limit || used.saturating_add(r.amount) > r.limit
+        })
+        .map(|r| r.key.clone())
+}
+
+/// Takes `reservations` ([`budget_refusal`] found room for each).
+fn budget_take(s: &mut State, tenant: &str, reservations: &[BudgetReservation]) {
+    if reservations.is_empty() {
+        return;
+    }
+    let counters = s.budgets.entry(tenant.to_owned()).or_default();
+    for r in reservations {
+        match counters.get_mut(&r.key) {
+            Some(slot) => slot.0 = slot.0.saturating_add(r.amount),
+            None => {
+                counters.insert(r.key.clone(), (r.amount, trunc(r.expires_at)));
+            }
+        }
+    }
+}
+
+/// Why the approval or the budget of `claims` cannot be taken at `now`, if either cannot.
+fn claims_refusal(
+    s: &State,
+    tenant: &str,
+    claims: &AttemptClaims,
+    now: OffsetDateTime,
+) -> Option<AttemptStart> {
+    if let Some(claim) = &claims.approval
+        && let Err(current) = approval_usable(s, tenant, claim, now)
+    {
+        return Some(AttemptStart::ApprovalRefused(current));
+    }
+    budget_refusal(s, tenant, &claims.reservations).map(|key| AttemptStart::BudgetExhausted { key })
 }
 
 #[async_trait]
@@ -344,33 +432,45 @@ impl Store for MemoryStore {
         &self,
         entry: &LedgerEntry,
         scope: Option<&IdempotencyScope>,
+        claims: &AttemptClaims,
         expires_at: OffsetDateTime,
     ) -> Result<AttemptStart, StoreError> {
         self.with(|s| {
             if s.ledger.contains_key(&entry.id) {
                 return Err(StoreError::Conflict(format!("ledger row {} exists", entry.id)));
             }
-            let digest = entry.payload_digest.clone().unwrap_or_default();
-            let start = match scope {
-                None => AttemptStart::Started,
-                Some(scope) => match s.idempotency.get(scope) {
-                    Some(existing) if ms(existing.expires_at) > ms(entry.created_at) => {
-                        classify_existing(existing.clone(), entry.payload_digest.as_deref())
-                    }
-                    _ => {
-                        s.idempotency.insert(
-                            scope.clone(),
-                            IdempotencyRecord {
-                                scope: scope.clone(),
-                                payload_digest: digest,
-                                status: IdempotencyStatus::InFlight,
-                                result: None,
-                                error_code: None,
-                                ledger_id: entry.id.clone(),
-                                created_at: trunc(entry.created_at),
-                                expires_at: trunc(expires_at),
-                            },
-                        );
+            let now = trunc(entry.created_at);
+            // Every check before any change: the operation is then all or nothing.
+            let held = scope.and_then(|scope| {
+                s.idempotency
+                    .get(scope)
+                    .filter(|existing| !may_take_over(existing, now))
+                    .map(|existing| classify_existing(existing.clone(), entry.payload_digest.as_deref(), now))
+            });
+            let start = match held {
+                Some(start) => start,
+                None => match claims_refusal(s, &entry.tenant, claims, now) {
+                    Some(refusal) => refusal,
+                    None => {
+                        if let Some(claim) = &claims.approval {
+                            approval_take(s, claim, now)?;
+                        }
+                        budget_take(s, &entry.tenant, &claims.reservations);
+                        if let Some(scope) = scope {
+                            s.idempotency.insert(
+                                scope.clone(),
+                                IdempotencyRecord {
+                                    scope: scope.clone(),
+                                    payload_digest: entry.payload_digest.clone().unwrap_or_default(),
+                                    status: IdempotencyStatus::InFlight,
+                                    result: None,
+                                    error_code: None,
+                                    ledger_id: entry.id.clone(),
+                                    created_at: now,
+                                    expires_at: trunc(expires_at),
+                                },
+                            );
+                        }
                         AttemptStart::Started
                     }
                 },
@@ -393,23 +493,97 @@ impl Store for MemoryStore {
         self.with(|s| finish_in(s, tenant, ledger_id, scope, finish, status, now))
     }
 
+    async fn record_late_outcome(
+        &self,
+        tenant: &str,
+        ledger_id: &str,
+        scope: Option<&IdempotencyScope>,
+        finish: &AttemptFinish,
+        now: OffsetDateTime,
+    ) -> Result<LateOutcome, StoreError> {
+        self.with(|s| {
+            let row = s
+                .ledger
+                .get_mut(ledger_id)
+                .filter(|e| e.tenant == tenant)
+                .ok_or(StoreError::NotFound)?;
+            let resolved = row.outcome;
+            if !late_outcome_corrects(resolved, finish.outcome) {
+                return Ok(LateOutcome::Kept(resolved.unwrap_or(Outcome::Attempting)));
+            }
+            row.outcome = Some(Outcome::Committed);
+            row.attempts = row.attempts.max(finish.attempts);
+            row.error_code = None;
+            row.cost = finish.cost;
+            row.updated_at = trunc(now);
+            row.detail = Some(correction_note(ledger_id));
+            let tenant_counters = s.budgets.entry(tenant.to_owned()).or_default();
+            for c in &finish.charges {
+                let slot = tenant_counters
+                    .entry(c.key.clone())
+                    .or_insert((0, trunc(c.expires_at)));
+                slot.0 = slot.0.saturating_add(c.amount);
+            }
+            let mut key_retaken = false;
+            if let Some(scope) = scope {
+                match s.idempotency.get_mut(scope) {
+                    Some(record) if record.ledger_id != ledger_id => key_retaken = true,
+                    Some(record) => {
+                        record.status = IdempotencyStatus::Committed;
+                        record.result = finish.result.clone();
+                        record.error_code = None;
+                    }
+                    None => {
+                        let digest = s
+                            .ledger
+                            .get(ledger_id)
+                            .and_then(|e| e.payload_digest.clone())
+                            .unwrap_or_default();
+                        s.idempotency.insert(
+                            scope.clone(),
+                            IdempotencyRecord {
+                                scope: scope.clone(),
+                                payload_digest: digest,
+                                status: IdempotencyStatus::Committed,
+                                result: finish.result.clone(),
+                                error_code: None,
+                                ledger_id: ledger_id.to_owned(),
+                                created_at: trunc(now),
+                                expires_at: trunc(now + LATE_RECORD_RETENTION),
+                            },
+                        );
+                    }
+                }
+            }
+            Ok(LateOutcome::Corrected { key_retaken })
+        })
+    }
+
     async fn record_attempt(
         &self,
         entry: &LedgerEntry,
+        reservations: &[BudgetReservation],
         finish: &AttemptFinish,
         now: OffsetDateTime,
-    ) -> Result<(), StoreError> {
+    ) -> Result<BudgetOutcome, StoreError> {
         let status = status_after(finish)?;
         self.with(|s| {
             if s.ledger.contains_key(&entry.id) {
                 return Err(StoreError::Conflict(format!("ledger row {} exists", entry.id)));
             }
+            if let Some(key) = budget_refusal(s, &entry.tenant, reservations) {
+                let row = withheld_row(entry.clone(), &key, finish);
+                s.ledger.insert(row.id.clone(), trunc_entry(row));
+                return Ok(BudgetOutcome::Exhausted { key });
+            }
             s.ledger.insert(entry.id.clone(), trunc_entry(entry.clone()));
             // Without a scope, `finish_in` changes nothing before its last check can fail:
-            // removing the row undoes the whole operation.
+            // removing the row undoes the whole operation (the budget is taken after it).
             finish_in(s, &entry.tenant, &entry.id, None, finish, status, now).inspect_err(|_| {
                 s.ledger.remove(&entry.id);
-            })
+            })?;
+            budget_take(s, &entry.tenant, reservations);
+            Ok(BudgetOutcome::Granted)
         })
     }
 
@@ -470,6 +644,33 @@ impl Store for MemoryStore {
         })
     }
 
+    async fn find_rejected_approval(
+        &self,
+        tenant: &str,
+        call: &ApprovalLookup,
+        since: OffsetDateTime,
+    ) -> Result<Option<ApprovalRequest>, StoreError> {
+        self.with(|s| {
+            let found = s
+                .approvals
+                .values()
+                .filter(|a| {
+                    let r = &a.request;
+                    r.tenant == tenant
+                        && a.status == ApprovalStatus::Rejected
+                        && a.decided_at.is_some_and(|at| ms(at) >= ms(since))
+                        && r.proposer == call.proposer
+                        && r.contract_id == call.contract_id
+                        && r.payload_digest == call.payload_digest
+                        && r.idempotency_key == call.idempotency_key
+                })
+                .max_by(|a, b| {
+                    (a.decided_at.map(ms), &a.request.id).cmp(&(b.decided_at.map(ms), &b.request.id))
+                });
+            Ok(found.cloned())
+        })
+    }
+
     async fn list_approvals(
         &self,
         tenant: &str,
@@ -526,27 +727,10 @@ impl Store for MemoryStore {
         now: OffsetDateTime,
     ) -> Result<ConsumeOutcome, StoreError> {
         self.with(|s| {
-            let Some(a) = s
-                .approvals
-                .get_mut(&claim.approval_id)
-                .filter(|a| a.request.tenant == tenant)
-            else {
-                return Ok(ConsumeOutcome::Refused(None));
-            };
-            let r = &a.request;
-            let bound = a.status == ApprovalStatus::Approved
-                && ms(r.expires_at) > ms(now)
-                && r.contract_id == claim.contract_id
-                && r.payload_digest == claim.payload_digest
-                && r.idempotency_key == claim.idempotency_key
-                && r.proposer == claim.principal;
-            if !bound {
-                return Ok(ConsumeOutcome::Refused(Some(a.clone())));
+            if let Err(current) = approval_usable(s, tenant, claim, now) {
+                return Ok(ConsumeOutcome::Refused(current));
             }
-            a.status = ApprovalStatus::Consumed;
-            a.consumed_at = Some(trunc(now));
-            a.consumed_by = Some(claim.ledger_id.clone());
-            Ok(ConsumeOutcome::Consumed(a.clone()))
+            Ok(ConsumeOutcome::Consumed(approval_take(s, claim, now)?))
         })
     }
 
@@ -555,48 +739,11 @@ impl Store for MemoryStore {
         tenant: &str,
         reservations: &[BudgetReservation],
     ) -> Result<BudgetOutcome, StoreError> {
-        let fits = |r: &BudgetReservation, used: u64| {
-            r.amount <= r.limit && used.saturating_add(r.amount) <= r.limit
-        };
         self.with(|s| {
-            let counters = match s.budgets.get_mut(tenant) {
-                Some(counters) => counters,
-                None => {
-                    // The tenant's first counters: nothing is used yet.
-                    if let Some(r) = reservations.iter().find(|r| !fits(r, 0)) {
-                        return Ok(BudgetOutcome::Exhausted { key: r.key.clone() });
-                    }
-                    s.budgets.entry(tenant.to_owned()).or_default()
-                }
-            };
-            if let [r] = reservations {
-                // One counter (the usual case): a single lookup both checks and takes it.
-                return Ok(match counters.get_mut(&r.key) {
-                    Some(slot) if fits(r, slot.0) => {
-                        slot.0 += r.amount;
-                        BudgetOutcome::Granted
-                    }
-                    None if fits(r, 0) => {
-                        counters.insert(r.key.clone(), (r.amount, trunc(r.expires_at)));
-                        BudgetOutcome::Granted
-                    }
-                    _ => BudgetOutcome::Exhausted { key: r.key.clone() },
-                });
+            if let Some(key) = budget_refusal(s, tenant, reservations) {
+                return Ok(BudgetOutcome::Exhausted { key });
             }
-            for r in reservations {
-                let used = counters.get(&r.key).map_or(0, |(u, _)| *u);
-                if !fits(r, used) {
-                    return Ok(BudgetOutcome::Exhausted { key: r.key.clone() });
-                }
-            }
-            for r in reservations {
-                match counters.get_mut(&r.key) {
-                    Some(slot) => slot.0 += r.amount,
-                    None => {
-                        counters.insert(r.key.clone(), (r.amount, trunc(r.expires_at)));
-                    }
-                }
-            }
+            budget_take(s, tenant, reservations);
             Ok(BudgetOutcome::Granted)
         })
     }

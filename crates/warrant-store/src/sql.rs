@@ -34,8 +34,9 @@ use crate::sqlite::{Sqlite, SqliteExec};
 use warrant_core::contract::Namespace;
 use warrant_core::records::*;
 use warrant_core::store::{
-    RegistrationPlan, Store, StoreError, attempt_row, classify_existing, ledger_page, parse_ledger_cursor,
-    plan_registration, review_refusal, status_after,
+    RegistrationPlan, Store, StoreError, attempt_row, classify_existing, correction_note,
+    late_outcome_corrects, ledger_page, parse_ledger_cursor, plan_registration, review_refusal, status_after,
+    withheld_row,
 };
 
 /// Where the store lives.
@@ -685,6 +686,92 @@ async fn finish_in<E: Exec>(
     Ok(())
 }
 
+/// Consumes an approved, unexpired approval bound to exactly `claim`, in the caller's
+/// transaction; the current record (or `None`) explains a refusal.
+async fn consume_in<E: Exec>(
+    ex: &mut E,
+    tenant: &str,
+    claim: &ApprovalClaim,
+    now: i64,
+) -> Result<ConsumeOutcome, StoreError> {
+    let update = concat!(
+        "UPDATE approvals SET status = 'consumed', consumed_at = $1, consumed_by = $2 \
+         WHERE tenant = $3 AND id = $4 AND status = 'approved' AND expires_at > $1 AND contract_id = $5 \
+         AND payload_digest = $6 AND idempotency_key IS NOT DISTINCT FROM $7 AND proposer = $8 \
+         RETURNING ",
+        approval_columns!()
+    );
+    let params = args![
+        now,
+        &claim.ledger_id,
+        tenant,
+        &claim.approval_id,
+        &claim.contract_id,
+        &claim.payload_digest,
+        &claim.idempotency_key,
+        &claim.principal,
+    ];
+    Ok(match ex.fetch_optional(update, &params).await? {
+        Some(row) => ConsumeOutcome::Consumed(approval_of(&row)?),
+        None => {
+            let current = ex
+                .fetch_optional(SELECT_APPROVAL, &args![tenant, &claim.approval_id])
+                .await?;
+            ConsumeOutcome::Refused(current.map(|r| approval_of(&r)).transpose()?)
+        }
+    })
+}
+
+/// A budget reservation as bound: key, amount, expiry (ms), limit, and whether the amount
+/// fits the limit at all.
+type Planned = (String, i64, i64, i64, bool);
+
+fn planned(reservations: &[BudgetReservation]) -> Result<Vec<Planned>, StoreError> {
+    reservations
+        .iter()
+        .map(|r| {
+            Ok((
+                r.key.clone(),
+                int(r.amount)?,
+                ms(r.expires_at),
+                int(r.limit)?,
+                r.amount <= r.limit,
+            ))
+        })
+        .collect()
+}
+
+/// Adds each reservation to its counter while the sum stays within the limit, in the
+/// caller's transaction, stopping at the first counter without room: its key. Counters
+/// before it are already incremented: the caller rolls back (the transaction or a savepoint).
+async fn reserve_in<E: Exec>(
+    ex: &mut E,
+    tenant: &str,
+    planned: &[Planned],
+) -> Result<Option<String>, StoreError> {
+    // Inserts the counter or adds to it, but only while the sum stays within the limit;
+    // no returned row means the counter had no room.
+    let sql = "INSERT INTO budget_counters (tenant, key, used, expires_at) VALUES ($1, $2, $3, $4) \
+               ON CONFLICT (tenant, key) DO UPDATE SET used = budget_counters.used + excluded.used \
+               WHERE budget_counters.used + excluded.used <= $5 RETURNING used";
+    for (key, amount, expires, limit, within) in planned {
+        let fits = *within
+            && ex
+                .fetch_optional(sql, &args![tenant, key, *amount, *expires, *limit])
+                .await?
+                .is_some();
+        if !fits {
+            return Ok(Some(key.clone()));
+        }
+    }
+    Ok(None)
+}
+
+/// The savepoint that makes a call's claims all or nothing inside its write-ahead commit.
+const CLAIMS: &str = "SAVEPOINT warrant_claims";
+const CLAIMS_UNDO: &str = "ROLLBACK TO SAVEPOINT warrant_claims";
+const CLAIMS_DONE: &str = "RELEASE SAVEPOINT warrant_claims";
+
 #[async_trait]
 impl Store for SqlStore {
     async fn ping(&self) -> Result<(), StoreError> {
@@ -975,55 +1062,94 @@ impl Store for SqlStore {
         &self,
         entry: &LedgerEntry,
         scope: Option<&IdempotencyScope>,
+        claims: &AttemptClaims,
         expires_at: OffsetDateTime,
     ) -> Result<AttemptStart, StoreError> {
         let insert = "INSERT INTO idempotency (tenant, principal, contract_id, key, payload_digest, status, ledger_id, \
                       created_at, updated_at, expires_at) VALUES ($1, $2, $3, $4, $5, 'in_flight', $6, $7, $7, $8) \
                       ON CONFLICT (tenant, principal, contract_id, key) DO NOTHING";
-        // An expired record is free: take it over in place.
+        // An expired record whose operation finished is free: take it over in place. One still
+        // in flight or unknown is not (`classify_existing` answers `Unknown`).
         let take_over = "UPDATE idempotency SET payload_digest = $5, status = 'in_flight', result = NULL, \
                          error_code = NULL, ledger_id = $6, created_at = $7, updated_at = $7, expires_at = $8 \
-                         WHERE tenant = $1 AND principal = $2 AND contract_id = $3 AND key = $4 AND expires_at <= $7";
+                         WHERE tenant = $1 AND principal = $2 AND contract_id = $3 AND key = $4 AND expires_at <= $7 \
+                         AND status IN ('committed', 'failed')";
         let now = ms(entry.created_at);
         let arguments = arguments_text(entry);
-        write_op!(self, [entry = entry.clone(), scope = scope.cloned()], |ex| {
-            let start = match &scope {
-                None => AttemptStart::Started,
-                Some(scope) => {
-                    let digest = entry.payload_digest.as_deref().unwrap_or_default();
-                    let claim = args![
-                        &scope.tenant,
-                        &scope.principal,
-                        &scope.contract_id,
-                        &scope.key,
-                        digest,
-                        &entry.id,
-                        now,
-                        ms(expires_at),
-                    ];
-                    let mut claimed = false;
-                    for statement in [insert, take_over] {
-                        if ex.execute(statement, &claim).await? == 1 {
-                            claimed = true;
-                            break;
+        let budget = planned(&claims.reservations)?;
+        write_op!(
+            self,
+            [
+                entry = entry.clone(),
+                scope = scope.cloned(),
+                approval = claims.approval.clone()
+            ],
+            |ex| {
+                let guarded = approval.is_some() || !budget.is_empty();
+                if guarded {
+                    ex.execute(CLAIMS, &[]).await?;
+                }
+                let mut start = match &scope {
+                    None => AttemptStart::Started,
+                    Some(scope) => {
+                        let digest = entry.payload_digest.as_deref().unwrap_or_default();
+                        let claim = args![
+                            &scope.tenant,
+                            &scope.principal,
+                            &scope.contract_id,
+                            &scope.key,
+                            digest,
+                            &entry.id,
+                            now,
+                            ms(expires_at),
+                        ];
+                        let mut claimed = false;
+                        for statement in [insert, take_over] {
+                            if ex.execute(statement, &claim).await? == 1 {
+                                claimed = true;
+                                break;
+                            }
+                        }
+                        if claimed {
+                            AttemptStart::Started
+                        } else {
+                            let key = args![&scope.tenant, &scope.principal, &scope.contract_id, &scope.key];
+                            let row = ex
+                                .fetch_optional(SELECT_IDEMPOTENCY, &key)
+                                .await?
+                                .ok_or(StoreError::NotFound)?;
+                            classify_existing(
+                                idempotency_of(&row)?,
+                                entry.payload_digest.as_deref(),
+                                entry.created_at,
+                            )
                         }
                     }
-                    if claimed {
-                        AttemptStart::Started
-                    } else {
-                        let key = args![&scope.tenant, &scope.principal, &scope.contract_id, &scope.key];
-                        let row = ex
-                            .fetch_optional(SELECT_IDEMPOTENCY, &key)
-                            .await?
-                            .ok_or(StoreError::NotFound)?;
-                        classify_existing(idempotency_of(&row)?, entry.payload_digest.as_deref())
-                    }
+                };
+                if start == AttemptStart::Started
+                    && let Some(claim) = &approval
+                    && let ConsumeOutcome::Refused(current) =
+                        consume_in(ex, &entry.tenant, claim, now).await?
+                {
+                    start = AttemptStart::ApprovalRefused(current);
                 }
-            };
-            let row = attempt_row(entry, &start);
-            ex.execute(INSERT_LEDGER, &ledger_args(&row, &arguments)?).await?;
-            Ok(start)
-        })
+                if start == AttemptStart::Started
+                    && let Some(key) = reserve_in(ex, &entry.tenant, &budget).await?
+                {
+                    start = AttemptStart::BudgetExhausted { key };
+                }
+                if guarded {
+                    if start != AttemptStart::Started {
+                        // Nothing of a refused call is claimed or spent.
+                        ex.execute(CLAIMS_UNDO, &[]).await?;
+                    }
+                    ex.execute(CLAIMS_DONE, &[]).await?;
+                }
+                let row = attempt_row(entry, &start);
+                ex.execute(INSERT_LEDGER, &ledger_args(&row, &arguments)?).await?;
+                Ok(start)
+            }
+        )
     }
 
     async fn finish_attempt(
@@ -1046,18 +1172,114 @@ impl Store for SqlStore {
         )
     }
 
+    async fn record_late_outcome(
+        &self,
+        tenant: &str,
+        ledger_id: &str,
+        scope: Option<&IdempotencyScope>,
+        finish: &AttemptFinish,
+        now: OffsetDateTime,
+    ) -> Result<LateOutcome, StoreError> {
+        let finishing = Finishing::of(finish, now, true)?;
+        let correct = "UPDATE ledger SET outcome = 'committed', attempts = CASE WHEN attempts > $1 THEN attempts ELSE $1 END, \
+                       error_code = NULL, cost = $2, updated_at = $3, detail = $4 \
+                       WHERE tenant = $5 AND id = $6 AND outcome = 'reconciled_not_committed'";
+        let charge = "INSERT INTO budget_counters (tenant, key, used, expires_at) VALUES ($1, $2, $3, $4) \
+                      ON CONFLICT (tenant, key) DO UPDATE SET used = budget_counters.used + excluded.used";
+        let restore = "INSERT INTO idempotency (tenant, principal, contract_id, key, payload_digest, status, result, \
+                       ledger_id, created_at, updated_at, expires_at) \
+                       SELECT $1, $2, $3, $4, COALESCE(payload_digest, ''), 'committed', $5, $6, $7, $7, $8 \
+                       FROM ledger WHERE tenant = $1 AND id = $6 \
+                       ON CONFLICT (tenant, principal, contract_id, key) DO UPDATE SET status = 'committed', \
+                       result = excluded.result, error_code = NULL, updated_at = excluded.updated_at \
+                       WHERE idempotency.ledger_id = excluded.ledger_id";
+        let retention = ms(now + time::Duration::days(1));
+        write_op!(
+            self,
+            [
+                tenant = tenant.to_owned(),
+                ledger_id = ledger_id.to_owned(),
+                scope = scope.cloned(),
+                committed = finish.outcome,
+            ],
+            |ex| {
+                let row = ex
+                    .fetch_optional(
+                        "SELECT outcome FROM ledger WHERE tenant = $1 AND id = $2",
+                        &args![&tenant, &ledger_id],
+                    )
+                    .await?
+                    .ok_or(StoreError::NotFound)?;
+                let resolved = row
+                    .opt_text("outcome")?
+                    .map(|o| parse_enum(&o, Outcome::parse, "outcome"))
+                    .transpose()?;
+                if !late_outcome_corrects(resolved, committed) {
+                    return Ok(LateOutcome::Kept(resolved.unwrap_or(Outcome::Attempting)));
+                }
+                let note = correction_note(&ledger_id);
+                let params = args![
+                    finishing.attempts,
+                    finishing.cost,
+                    finishing.now,
+                    &note,
+                    &tenant,
+                    &ledger_id
+                ];
+                if ex.execute(correct, &params).await? != 1 {
+                    return Err(StoreError::Conflict(format!(
+                        "ledger row {ledger_id} changed meanwhile"
+                    )));
+                }
+                for (key, amount, expires) in &finishing.charges {
+                    ex.execute(charge, &args![&tenant, key, *amount, *expires])
+                        .await?;
+                }
+                let mut key_retaken = false;
+                if let Some(scope) = &scope {
+                    let params = args![
+                        &scope.tenant,
+                        &scope.principal,
+                        &scope.contract_id,
+                        &scope.key,
+                        &finishing.result,
+                        &ledger_id,
+                        finishing.now,
+                        retention,
+                    ];
+                    key_retaken = ex.execute(restore, &params).await? == 0;
+                }
+                Ok(LateOutcome::Corrected { key_retaken })
+            }
+        )
+    }
+
     async fn record_attempt(
         &self,
         entry: &LedgerEntry,
+        reservations: &[BudgetReservation],
         finish: &AttemptFinish,
         now: OffsetDateTime,
-    ) -> Result<(), StoreError> {
+    ) -> Result<BudgetOutcome, StoreError> {
         let finishing = Finishing::of(finish, now, false)?;
         let arguments = arguments_text(entry);
-        write_op!(self, [entry = entry.clone()], |ex| {
+        let budget = planned(reservations)?;
+        write_op!(self, [entry = entry.clone(), finish = finish.clone()], |ex| {
+            if !budget.is_empty() {
+                ex.execute(CLAIMS, &[]).await?;
+                if let Some(key) = reserve_in(ex, &entry.tenant, &budget).await? {
+                    ex.execute(CLAIMS_UNDO, &[]).await?;
+                    ex.execute(CLAIMS_DONE, &[]).await?;
+                    let row = withheld_row(entry, &key, &finish);
+                    ex.execute(INSERT_LEDGER, &ledger_args(&row, &arguments)?).await?;
+                    return Ok(BudgetOutcome::Exhausted { key });
+                }
+                ex.execute(CLAIMS_DONE, &[]).await?;
+            }
             ex.execute(INSERT_LEDGER, &ledger_args(&entry, &arguments)?)
                 .await?;
-            finish_in(ex, &entry.tenant, &entry.id, None, &finishing).await
+            finish_in(ex, &entry.tenant, &entry.id, None, &finishing).await?;
+            Ok(BudgetOutcome::Granted)
         })
     }
 
@@ -1122,6 +1344,33 @@ impl Store for SqlStore {
                 &call.payload_digest,
                 &call.idempotency_key,
                 ms(call.now),
+            ];
+            let row = ex.fetch_optional(sql, &params).await?;
+            row.map(|r| approval_of(&r)).transpose()
+        })
+    }
+
+    async fn find_rejected_approval(
+        &self,
+        tenant: &str,
+        call: &ApprovalLookup,
+        since: OffsetDateTime,
+    ) -> Result<Option<ApprovalRequest>, StoreError> {
+        let sql = concat!(
+            "SELECT ",
+            approval_columns!(),
+            " FROM approvals WHERE tenant = $1 AND status = 'rejected' AND proposer = $2 AND contract_id = $3 ",
+            "AND payload_digest = $4 AND idempotency_key IS NOT DISTINCT FROM $5 AND decided_at >= $6 ",
+            "ORDER BY decided_at DESC, id DESC LIMIT 1"
+        );
+        read_op!(self, [tenant = tenant.to_owned(), call = call.clone()], |ex| {
+            let params = args![
+                &tenant,
+                &call.proposer,
+                &call.contract_id,
+                &call.payload_digest,
+                &call.idempotency_key,
+                ms(since),
             ];
             let row = ex.fetch_optional(sql, &params).await?;
             row.map(|r| approval_of(&r)).transpose()
@@ -1203,33 +1452,8 @@ impl Store for SqlStore {
         claim: &ApprovalClaim,
         now: OffsetDateTime,
     ) -> Result<ConsumeOutcome, StoreError> {
-        let update = concat!(
-            "UPDATE approvals SET status = 'consumed', consumed_at = $1, consumed_by = $2 \
-             WHERE tenant = $3 AND id = $4 AND status = 'approved' AND expires_at > $1 AND contract_id = $5 \
-             AND payload_digest = $6 AND idempotency_key IS NOT DISTINCT FROM $7 AND proposer = $8 \
-             RETURNING ",
-            approval_columns!()
-        );
         write_op!(self, [tenant = tenant.to_owned(), claim = claim.clone()], |ex| {
-            let params = args![
-                ms(now),
-                &claim.ledger_id,
-                &tenant,
-                &claim.approval_id,
-                &claim.contract_id,
-                &claim.payload_digest,
-                &claim.idempotency_key,
-                &claim.principal,
-            ];
-            Ok(match ex.fetch_optional(update, &params).await? {
-                Some(row) => ConsumeOutcome::Consumed(approval_of(&row)?),
-                None => {
-                    let current = ex
-                        .fetch_optional(SELECT_APPROVAL, &args![&tenant, &claim.approval_id])
-                        .await?;
-                    ConsumeOutcome::Refused(current.map(|r| approval_of(&r)).transpose()?)
-                }
-            })
+            consume_in(ex, &tenant, &claim, ms(now)).await
         })
     }
 
@@ -1238,36 +1462,15 @@ impl Store for SqlStore {
         tenant: &str,
         reservations: &[BudgetReservation],
     ) -> Result<BudgetOutcome, StoreError> {
-        // Inserts the counter or adds to it, but only while the sum stays within the limit;
-        // no returned row means the counter had no room.
-        let sql = "INSERT INTO budget_counters (tenant, key, used, expires_at) VALUES ($1, $2, $3, $4) \
-                   ON CONFLICT (tenant, key) DO UPDATE SET used = budget_counters.used + excluded.used \
-                   WHERE budget_counters.used + excluded.used <= $5 RETURNING used";
-        let planned = reservations
-            .iter()
-            .map(|r| {
-                Ok((
-                    r.key.clone(),
-                    int(r.amount)?,
-                    ms(r.expires_at),
-                    int(r.limit)?,
-                    r.amount <= r.limit,
-                ))
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
+        let planned = planned(reservations)?;
         write_op!(self, [tenant = tenant.to_owned()], |ex| {
-            for (key, amount, expires, limit, within) in &planned {
-                let fits = *within
-                    && ex
-                        .fetch_optional(sql, &args![&tenant, key, *amount, *expires, *limit])
-                        .await?
-                        .is_some();
-                if !fits {
+            Ok(match reserve_in(ex, &tenant, &planned).await? {
+                Some(key) => {
                     ex.rollback();
-                    return Ok(BudgetOutcome::Exhausted { key: key.clone() });
+                    BudgetOutcome::Exhausted { key }
                 }
-            }
-            Ok(BudgetOutcome::Granted)
+                None => BudgetOutcome::Granted,
+            })
         })
     }
 

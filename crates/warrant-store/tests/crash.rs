@@ -60,7 +60,12 @@ async fn crash_writer_child() {
     for n in 0..1_000_000 {
         let (e, scope) = row(round, n);
         let start = store
-            .begin_attempt(&e, Some(&scope), T0 + time::Duration::hours(24))
+            .begin_attempt(
+                &e,
+                Some(&scope),
+                &AttemptClaims::NONE,
+                T0 + time::Duration::hours(24),
+            )
             .await
             .unwrap();
         assert_eq!(start, AttemptStart::Started);

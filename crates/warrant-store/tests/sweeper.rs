@@ -23,7 +23,12 @@ async fn the_sweeper_purges_what_expired() {
     entry.payload_digest = Some("sha256:p".into());
     entry.outcome = Some(Outcome::Attempting);
     store
-        .begin_attempt(&entry, Some(&scope), past + time::Duration::minutes(1))
+        .begin_attempt(
+            &entry,
+            Some(&scope),
+            &AttemptClaims::NONE,
+            past + time::Duration::minutes(1),
+        )
         .await
         .unwrap();
     let done = AttemptFinish {

@@ -25,7 +25,10 @@
 //! | 78 | `TOOL_PERMANENT_FAILURE` |
 //! | 124, or killed by our timeout | `TOOL_TIMEOUT` (effect may have happened) |
 //! | killed by a signal | `TOOL_UNCLASSIFIED` (effect may have happened) |
-//! | anything else | `TOOL_UNCLASSIFIED` |
+//! | anything else | `TOOL_UNCLASSIFIED`; for any effect but `read`, the effect may have happened (`unknown`, reconciled) |
+//!
+//! Only the sysexits codes above say the program refused before acting; any other exit of a
+//! `write`, `irreversible` or `async` tool is treated as "may have happened".
 //!
 //! The status program receives `{"operation_id": …}` on stdin and prints the status answer of
 //! [`super::read_status`].
@@ -37,7 +40,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use warrant_core::{Contract, ToolErrorCode};
+use warrant_core::{Contract, Effect, ToolErrorCode};
 
 use super::{AdapterConfig, read_status};
 use crate::adapter::{Adapter, BindingError, Failure, Inquiry, Invocation, Reconciled};
@@ -262,7 +265,13 @@ impl Adapter for CommandAdapter {
             Some(n @ 77) => Err(failure(ToolErrorCode::PermissionDenied, n)),
             Some(n @ 78) => Err(failure(ToolErrorCode::PermanentFailure, n)),
             Some(124) => Err(Failure::ambiguous(ToolErrorCode::Timeout, "exited with 124")),
-            Some(n) => Err(failure(ToolErrorCode::Unclassified, n)),
+            // An exit code outside sysexits proves nothing about the effect: for anything but
+            // a read, the effect may have happened.
+            Some(n) if call.contract.effect() == Effect::Read => Err(failure(ToolErrorCode::Unclassified, n)),
+            Some(n) => Err(Failure::ambiguous(
+                ToolErrorCode::Unclassified,
+                format!("exited with {n}"),
+            )),
             None => Err(Failure::ambiguous(
                 ToolErrorCode::Unclassified,
                 "killed by a signal",

@@ -16,12 +16,18 @@
 //! | 2xx with a JSON body | success (validated against the output schema by the runtime) |
 //! | 408, 504, no answer in time | `TOOL_TIMEOUT` (504 and no answer: the effect may have happened) |
 //! | 429 | `TOOL_RATE_LIMITED`, `Retry-After` honoured |
-//! | 502, 503, connection refused, name not resolved | `TOOL_UPSTREAM_UNAVAILABLE` |
+//! | 500, 502, 503, connection refused, name not resolved | `TOOL_UPSTREAM_UNAVAILABLE`, `Retry-After` honoured |
 //! | connection lost after the request was sent | `TOOL_UPSTREAM_UNAVAILABLE`, effect may have happened |
 //! | 401, 403 | `TOOL_PERMISSION_DENIED` |
 //! | 400, 422 | `TOOL_INPUT_INVALID` |
-//! | other 4xx, destination refused by the network guard | `TOOL_PERMANENT_FAILURE` |
+//! | other 4xx, 501, 505, destination refused by the network guard | `TOOL_PERMANENT_FAILURE` |
 //! | anything else | `TOOL_UNCLASSIFIED` |
+//!
+//! **What proves no effect happened.** A 4xx (and 501, 505) is the server refusing before it
+//! acted. Any other 5xx proves nothing: for a `write`, `irreversible` or `async`
+//! tool it means *the effect may have happened* — the call is retried with the same
+//! idempotency key where the tool honours one, and is otherwise `unknown` until
+//! reconciliation asks `status_url`. Only a `read` treats a 5xx as a plain failure.
 //!
 //! Reconciliation GETs `status_url` and reads the status answer of [`super::read_status`]; a
 //! 404 there means the operation never happened.
@@ -33,7 +39,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde_json::Value;
 use url::Url;
-use warrant_core::{Contract, ToolErrorCode};
+use warrant_core::{Contract, Effect, ToolErrorCode};
 
 use super::{AdapterConfig, read_status, with_operation};
 use crate::adapter::{Adapter, BindingError, Failure, Inquiry, Invocation, Reconciled};
@@ -124,7 +130,7 @@ impl Adapter for HttpAdapter {
         };
         let response = self.client.send(request).await.map_err(net_failure)?;
         if let Some(failure) = status_failure(response.status, &response.headers) {
-            return Err(failure);
+            return Err(effect_unproven(failure, response.status, call.contract.effect()));
         }
         parse_body(&response.body)
             .map_err(|why| Failure::ambiguous(ToolErrorCode::OutputInvalid, format!("the 2xx answer {why}")))
@@ -232,6 +238,19 @@ pub(crate) fn parse_body(body: &[u8]) -> Result<Value, &'static str> {
     warrant_core::json::parse(body, warrant_core::json::Limits::DOCUMENT).map_err(|_| "is not strict JSON")
 }
 
+/// A failure of a call that may have an effect, judged by its status: a 4xx (and 501, 505)
+/// says the server refused before acting, so no effect happened; any other 5xx proves
+/// nothing, so for every effect but `read` it is ambiguous — the outcome is `unknown` and
+/// reconciled, or retried with the same idempotency key where the tool honours it.
+pub(crate) fn effect_unproven(failure: Failure, status: StatusCode, effect: Effect) -> Failure {
+    let refused_before_acting = !status.is_server_error() || matches!(status.as_u16(), 501 | 505);
+    if effect == Effect::Read || refused_before_acting || failure.is_ambiguous() {
+        failure
+    } else {
+        failure.into_ambiguous()
+    }
+}
+
 /// The failure a non-2xx status means, or `None` for 2xx.
 pub(crate) fn status_failure(status: StatusCode, headers: &HeaderMap) -> Option<Failure> {
     if status.is_success() {
@@ -243,7 +262,8 @@ pub(crate) fn status_failure(status: StatusCode, headers: &HeaderMap) -> Option<
         408 => Failure::new(ToolErrorCode::Timeout, detail),
         504 => Failure::ambiguous(ToolErrorCode::Timeout, detail),
         429 => Failure::new(ToolErrorCode::RateLimited, detail).retry_after(wait),
-        502 | 503 => Failure::new(ToolErrorCode::UpstreamUnavailable, detail).retry_after(wait),
+        500 | 502 | 503 => Failure::new(ToolErrorCode::UpstreamUnavailable, detail).retry_after(wait),
+        501 | 505 => Failure::new(ToolErrorCode::PermanentFailure, detail),
         401 | 403 => Failure::new(ToolErrorCode::PermissionDenied, detail),
         400 | 422 => Failure::new(ToolErrorCode::InputInvalid, detail),
         400..=499 => Failure::new(ToolErrorCode::PermanentFailure, detail),
@@ -287,6 +307,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_server_error_of_a_call_with_an_effect_proves_nothing() {
+        let h = HeaderMap::new();
+        for status in [500, 502, 503, 507, 599] {
+            let status = StatusCode::from_u16(status).unwrap();
+            let failure = || status_failure(status, &h).unwrap();
+            assert!(
+                !effect_unproven(failure(), status, Effect::Read).is_ambiguous(),
+                "{status}"
+            );
+            for effect in [Effect::Write, Effect::Irreversible, Effect::Async] {
+                assert!(
+                    effect_unproven(failure(), status, effect).is_ambiguous(),
+                    "{status} {effect:?}"
+                );
+            }
+        }
+        // The server refused before acting.
+        for status in [400, 401, 403, 404, 408, 409, 422, 429, 501, 505] {
+            let status = StatusCode::from_u16(status).unwrap();
+            let failure = status_failure(status, &h).unwrap();
+            assert!(
+                !effect_unproven(failure, status, Effect::Write).is_ambiguous(),
+                "{status}"
+            );
+        }
+    }
+
+    #[test]
     fn statuses_map_onto_the_closed_codes() {
         let h = HeaderMap::new();
         let table = [
@@ -301,8 +349,8 @@ mod tests {
             (422, ToolErrorCode::InputInvalid, false),
             (404, ToolErrorCode::PermanentFailure, false),
             (409, ToolErrorCode::PermanentFailure, false),
-            (500, ToolErrorCode::Unclassified, false),
-            (501, ToolErrorCode::Unclassified, false),
+            (500, ToolErrorCode::UpstreamUnavailable, false),
+            (501, ToolErrorCode::PermanentFailure, false),
             (302, ToolErrorCode::Unclassified, false),
         ];
         for (status, code, ambiguous) in table {

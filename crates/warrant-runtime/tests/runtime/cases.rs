@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use warrant_core::ToolErrorCode;
 use warrant_core::decision::{Decision, Outcome};
-use warrant_core::records::{self, LedgerEntry, LedgerFilter};
+use warrant_core::records::{self, AttemptClaims, LedgerEntry, LedgerFilter};
 use warrant_core::{RejectCode, Rejection};
 use warrant_runtime::adapters::AdapterConfig;
 use warrant_runtime::execute::operation_id;
@@ -94,13 +94,17 @@ pub async fn every_status_takes_its_path(h: &Arc<Harness>) {
         ("credit", "403", Some(PermissionDenied), 1),
         ("credit", "404", Some(PermanentFailure), 1),
         ("credit", "409", Some(PermanentFailure), 1),
-        ("credit", "500", Some(Unclassified), 1),
         ("credit", "429", Some(RateLimited), 3),
-        ("credit", "502", Some(UpstreamUnavailable), 3),
-        ("credit", "503", Some(UpstreamUnavailable), 3),
         ("credit", "408", Some(Timeout), 3),
-        // The effect may have happened: unknown, never failed.
+        // The effect may have happened: unknown, never failed. A 5xx does not prove the write
+        // did not happen (the tool honours idempotency, so it is retried with the same key
+        // first).
+        ("credit", "500", None, 3),
+        ("credit", "502", None, 3),
+        ("credit", "503", None, 3),
         ("credit", "504", None, 3),
+        // The tool does not honour idempotency: not retried, unknown at once.
+        ("note", "500", None, 1),
         ("credit", "hang", None, 3),
         ("credit", "reset", None, 3),
         ("credit", "bad_output", None, 1),
@@ -156,8 +160,14 @@ pub async fn retries_are_capped_and_honour_retry_after(h: &Arc<Harness>) {
         (3, 3, 1)
     );
 
+    // A write answered 503 every time: retried with the same key, then unknown (a 503 does
+    // not prove the effect did not happen), reconciled later.
     let e = h.run("credit", json!({"mode": "flaky5"}), Some("f5")).await;
-    assert_eq!(failed(&e), ToolErrorCode::UpstreamUnavailable);
+    unknown(&e);
+    assert_eq!(
+        row(h, &e).await.error_code.as_deref(),
+        Some("TOOL_UPSTREAM_UNAVAILABLE")
+    );
     assert_eq!((e.attempts, h.faults.requests(e.operation_id.as_str())), (3, 3));
 
     let t0 = Instant::now();
@@ -171,8 +181,11 @@ pub async fn retries_are_capped_and_honour_retry_after(h: &Arc<Harness>) {
 }
 
 pub async fn a_tool_without_idempotency_is_not_retried(h: &Arc<Harness>) {
+    // A 503 of a write proves nothing: not retried, unknown.
+    let e = h.run("note", json!({"mode": "503"}), Some("n-503")).await;
+    unknown(&e);
+    assert_eq!((e.attempts, h.faults.requests(e.operation_id.as_str())), (1, 1));
     for (mode, code) in [
-        ("503", ToolErrorCode::RetryRequiresIdempotency),
         ("429", ToolErrorCode::RetryRequiresIdempotency),
         ("400", ToolErrorCode::InputInvalid),
     ] {
@@ -295,7 +308,12 @@ pub async fn stale_attempting_rows_are_reconciled(h: &Arc<Harness>) {
         let allowed = h.allow(&proposal).await.unwrap();
         let exp = time::OffsetDateTime::now_utc() + time::Duration::hours(1);
         h.store
-            .begin_attempt(allowed.ledger_entry(), allowed.idempotency_scope(), exp)
+            .begin_attempt(
+                allowed.ledger_entry(),
+                allowed.idempotency_scope(),
+                &AttemptClaims::NONE,
+                exp,
+            )
             .await
             .unwrap();
         let op = operation_id(allowed.ledger_entry(), allowed.idempotency_scope());
@@ -458,7 +476,8 @@ pub async fn command_adapter(h: &Arc<Harness>) {
         ("exit75", Some(RateLimited), 2),
         ("exit77", Some(PermissionDenied), 1),
         ("exit78", Some(PermanentFailure), 1),
-        ("exit3", Some(Unclassified), 1),
+        // Outside sysexits: the write may have happened.
+        ("exit3", None, 1),
         ("exit124", None, 2),
         ("garbage", None, 1),
     ] {
@@ -805,4 +824,108 @@ pub async fn the_smtp_relay_goes_through_the_outbound_guard(h: &Arc<Harness>) {
         login: Some(warrant_runtime::Secret::new("user:password")),
     };
     assert!(plain_login.check().is_err());
+}
+
+/// An idempotency record that expired while its operation was still in flight is not taken
+/// over by a new call: the operation is reconciled first (here it had committed at the tool,
+/// so the new call replays it instead of repeating the effect).
+pub async fn an_expired_in_flight_operation_is_reconciled_first(h: &Arc<Harness>) {
+    let proposal =
+        json!({"tool": "note", "version": 1, "arguments": {"mode": "ok"}, "idempotency_key": "exp-1"});
+    let first = h.allow(&proposal).await.unwrap();
+    let op = operation_id(first.ledger_entry(), first.idempotency_scope());
+    let expired = time::OffsetDateTime::now_utc() - time::Duration::seconds(1);
+    h.store
+        .begin_attempt(
+            first.ledger_entry(),
+            first.idempotency_scope(),
+            &AttemptClaims::NONE,
+            expired,
+        )
+        .await
+        .unwrap();
+    // The abandoned attempt reached the tool before its caller went away.
+    let adapter = h.runtime.adapters().for_contract(first.contract()).unwrap();
+    adapter
+        .invoke(&Invocation {
+            operation_id: &op,
+            contract: first.contract(),
+            arguments: first.proposal().arguments(),
+            canonical: first.proposal().canonical_arguments(),
+            scopes: &[],
+            tenant: &first.ledger_entry().tenant,
+            principal: &first.ledger_entry().principal,
+            attempt: 1,
+            timeout: std::time::Duration::from_secs(5),
+        })
+        .await
+        .unwrap();
+    assert_eq!(h.faults.effects(op.as_str()), 1);
+
+    let again = h.run("note", json!({"mode": "ok"}), Some("exp-1")).await;
+    assert_eq!(again.operation_id, op);
+    assert_eq!(committed(&again)["status"], "applied");
+    assert_eq!(h.faults.effects(op.as_str()), 1, "the effect must not repeat");
+    let old = h
+        .store
+        .get_ledger("acme", &first.ledger_entry().id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(old.outcome, Some(records::Outcome::ReconciledCommitted));
+}
+
+/// A call whose row was resolved by reconciliation as "no effect" while it was still running
+/// (it outlived `stale_after`), and that then commits, corrects the row: the ledger ends up
+/// saying what happened, and a retry with the key replays instead of running again.
+pub async fn a_commit_after_reconciliation_corrects_the_ledger(h: &Arc<Harness>) {
+    let proposal =
+        json!({"tool": "credit", "version": 1, "arguments": {"mode": "slow"}, "idempotency_key": "late-1"});
+    let allowed = h.allow(&proposal).await.unwrap();
+    let ledger_id = allowed.ledger_entry().id.clone();
+    let scope = allowed.idempotency_scope().cloned();
+    let runtime = h.runtime.clone();
+    let call = tokio::spawn(async move { runtime.execute(allowed).await.unwrap() });
+    // While the tool works (150 ms), a reconciler resolves the row as not committed.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let row = h.store.get_ledger("acme", &ledger_id).await.unwrap();
+        if row.is_some_and(|r| r.outcome == Some(records::Outcome::Attempting)) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the attempt never started");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let not = records::AttemptFinish {
+        outcome: records::Outcome::ReconciledNotCommitted,
+        attempts: 1,
+        error_code: None,
+        result: None,
+        latency_ms: 0,
+        cost: 0,
+        detail: Some("the tool has no record of the operation".into()),
+        charges: Vec::new(),
+    };
+    h.store
+        .finish_attempt(
+            "acme",
+            &ledger_id,
+            scope.as_ref(),
+            &not,
+            time::OffsetDateTime::now_utc(),
+        )
+        .await
+        .unwrap();
+    let e = call.await.unwrap();
+    assert_eq!(committed(&e)["status"], "applied");
+    let r = row(h, &e).await;
+    assert_eq!(r.outcome, Some(records::Outcome::Committed), "{r:?}");
+    assert!(
+        r.detail.as_deref().unwrap_or_default().contains("corrected"),
+        "{:?}",
+        r.detail
+    );
+    let again = h.run("credit", json!({"mode": "slow"}), Some("late-1")).await;
+    assert!(again.replayed, "{again:?}");
+    assert_eq!(h.faults.effects(e.operation_id.as_str()), 1);
 }

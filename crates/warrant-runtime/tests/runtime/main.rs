@@ -44,6 +44,8 @@ macro_rules! on_every_backend {
 
 on_every_backend! {
     commits_once_and_replays,
+    an_expired_in_flight_operation_is_reconciled_first,
+    a_commit_after_reconciliation_corrects_the_ledger,
     every_status_takes_its_path,
     retries_are_capped_and_honour_retry_after,
     a_tool_without_idempotency_is_not_retried,

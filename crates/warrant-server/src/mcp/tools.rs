@@ -17,12 +17,11 @@ use warrant_core::Rejection;
 use warrant_core::authority::Principal;
 use warrant_core::canon::canonical_bytes_of_map;
 use warrant_core::contract::{ApprovalMode, Effect};
-use warrant_core::decision::{Outcome, Retryable};
+use warrant_core::decision::Outcome;
 use warrant_core::json::{self, Limits};
-use warrant_core::pipeline::Call;
 use warrant_core::proposal::Envelope;
 use warrant_core::store::StoreError;
-use warrant_runtime::{Dispatched, dispatch};
+use warrant_runtime::{Dispatched, OwnedCall, submit};
 
 use super::raw::RawCall;
 use crate::routes::rfc3339;
@@ -258,25 +257,17 @@ pub(crate) async fn call(
         }
         None => None,
     };
-    // The call runs in its own task: a client that disconnects (which cancels the request's
-    // handler) must not cut an execution off between its attempt and its outcome.
-    let task_state = state.clone();
-    let task_trace = trace.clone();
-    let handle = tokio::spawn(async move {
-        let call = Call {
-            bytes: &bytes,
-            idempotency_key: key.as_deref(),
-            approval_id: approval_id.as_deref(),
-            trace_id: &task_trace,
-            ..Call::default()
-        };
-        dispatch(&task_state.authority, &task_state.runtime, &principal, &call)
-            .await
-            .map(|(dispatched, _)| dispatched)
-    });
-    match handle.await {
-        Ok(Ok(dispatched)) => answer(state, &name, dispatched, &trace),
-        Ok(Err(e)) => internal(&e, &trace),
+    // The call is handed to the runtime, which runs it to a recorded end even if this request
+    // is cancelled (a client that disconnects cancels the handler): `warrant_runtime::submit`.
+    let call = OwnedCall {
+        bytes: bytes.into(),
+        idempotency_key: key,
+        approval_id,
+        trace_id: trace.clone(),
+        ..OwnedCall::default()
+    };
+    match submit(state.authority.clone(), state.runtime.clone(), principal, call).await {
+        Ok(dispatched) => answer(state, &name, dispatched, &trace),
         Err(e) => internal(&e, &trace),
     }
 }
@@ -369,7 +360,7 @@ fn answer(state: &AppState, tool: &str, dispatched: Dispatched, trace: &str) -> 
         }
         Dispatched::Executed(e) => {
             let base = json!({
-                "decision": "allow",
+                "decision": if e.result.is_err() { "reject" } else { "allow" },
                 "ledger_id": e.ledger_id,
                 "operation_id": e.operation_id.as_str(),
                 "attempts": e.attempts,
@@ -400,28 +391,28 @@ fn answer(state: &AppState, tool: &str, dispatched: Dispatched, trace: &str) -> 
                     answer
                 }
                 Ok(Outcome::Failed(code)) => {
-                    let retry = match code.retryable() {
-                        Retryable::No => "no",
-                        Retryable::Yes => "yes",
-                        Retryable::OnlyIfIdempotent => "only_if_idempotent",
-                    };
+                    let retry = crate::routes::proposals::retryable(code);
+                    let message = crate::routes::proposals::failure_message(code, e.detail.as_deref());
                     let mut structured = base;
                     extend(
                         &mut structured,
                         json!({"outcome": "failed", "stage": "execute", "code": code.as_str(),
-                               "message": "the tool call failed", "retryable": retry}),
+                               "message": message, "detail": e.detail, "retryable": retry}),
                     );
-                    error_result(
-                        format!("the tool call failed: execute {code} (retryable: {retry})"),
-                        structured,
-                    )
+                    error_result(format!("{message} (retryable: {retry})"), structured)
                 }
                 Ok(Outcome::Unknown(operation)) => {
                     let mut structured = base;
+                    let code = if e.unrecorded {
+                        "OUTCOME_NOT_RECORDED"
+                    } else {
+                        "OUTCOME_UNKNOWN"
+                    };
                     extend(
                         &mut structured,
-                        json!({"outcome": "unknown", "stage": "execute", "code": "OUTCOME_UNKNOWN",
-                               "message": "the call may have taken effect; it is being reconciled"}),
+                        json!({"outcome": "unknown", "stage": "execute", "code": code,
+                               "message": "the call may have taken effect; it is being reconciled",
+                               "detail": e.detail}),
                     );
                     error_result(
                         format!(

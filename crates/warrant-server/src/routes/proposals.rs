@@ -21,8 +21,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::{Value, json};
 use warrant_core::decision::Outcome;
-use warrant_core::pipeline::Call;
-use warrant_runtime::{Dispatched, dispatch};
+use warrant_runtime::{Dispatched, OwnedCall, submit};
 
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -83,15 +82,45 @@ pub(crate) async fn propose(
             "proposals are application/json",
         ));
     }
-    let call = Call {
-        bytes: &body,
-        idempotency_key: header_text(&headers, "idempotency-key"),
-        approval_id: header_text(&headers, "warrant-approval"),
-        trace_id: &trace,
-        ..Call::default()
+    // The call is handed to the runtime, which runs it to a recorded end even if this request
+    // is dropped (a client disconnect, the timeout layer): see `warrant_runtime::submit`.
+    let call = OwnedCall {
+        bytes: body,
+        idempotency_key: header_text(&headers, "idempotency-key").map(str::to_owned),
+        approval_id: header_text(&headers, "warrant-approval").map(str::to_owned),
+        trace_id: trace.clone(),
+        ..OwnedCall::default()
     };
-    let (dispatched, _) = dispatch(&state.authority, &state.runtime, &caller.principal, &call).await?;
-    Ok(answer(&state, dispatched, &trace))
+    match submit(
+        state.authority.clone(),
+        state.runtime.clone(),
+        caller.principal,
+        call,
+    )
+    .await
+    {
+        Ok(dispatched) => Ok(answer(&state, dispatched, &trace)),
+        Err(e) => Ok(not_executed(&e, &trace)),
+    }
+}
+
+/// The answer when the store failed before anything ran: nothing was executed, and the same
+/// call may simply be sent again (with the same idempotency key, if it had one).
+fn not_executed(error: &warrant_core::store::StoreError, trace: &str) -> Response {
+    tracing::error!(%error, "a proposal could not be decided or recorded");
+    let mut response = ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "internal",
+        "STORE_UNAVAILABLE",
+        "the store cannot record this call right now; nothing was executed; retry later",
+    )
+    .with("decision", json!("none"))
+    .with("trace_id", json!(trace))
+    .into_response();
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+    response
 }
 
 /// The HTTP answer to a dispatched proposal.
@@ -133,10 +162,13 @@ fn answer(state: &AppState, dispatched: Dispatched, trace: &str) -> Response {
                 })
             };
             match &e.result {
+                // Refused by the write-ahead commit (idempotency, budget, approval): the ledger
+                // row records a rejection, and so does the answer.
                 Err(rejection) => ApiError::rejection(rejection)
                     .with("ledger_id", json!(e.ledger_id))
-                    .with("decision", json!("allow"))
+                    .with("decision", json!("reject"))
                     .with("trace_id", json!(trace))
+                    .with("operation_id", json!(e.operation_id.as_str()))
                     .into_response(),
                 Ok(Outcome::Committed(result)) => {
                     let mut body = base(if e.replayed { "replayed" } else { "committed" });
@@ -146,19 +178,63 @@ fn answer(state: &AppState, dispatched: Dispatched, trace: &str) -> Response {
                     (StatusCode::OK, axum::Json(body)).into_response()
                 }
                 Ok(Outcome::Unknown(_)) => {
-                    (StatusCode::ACCEPTED, axum::Json(base("unknown"))).into_response()
+                    let mut body = base("unknown");
+                    let (code, message) = if e.unrecorded {
+                        (
+                            "OUTCOME_NOT_RECORDED",
+                            "the tool was called but its outcome could not be recorded; it may have taken \
+                             effect and will be reconciled: send the same call with the same idempotency key \
+                             later to learn the outcome",
+                        )
+                    } else {
+                        (
+                            "OUTCOME_UNKNOWN",
+                            "the call may have taken effect; it is being reconciled: send the same call with \
+                             the same idempotency key later to learn the outcome",
+                        )
+                    };
+                    if let Value::Object(map) = &mut body {
+                        map.insert(
+                            "error".into(),
+                            json!({"stage": "execute", "code": code, "message": message, "detail": e.detail}),
+                        );
+                    }
+                    (StatusCode::ACCEPTED, axum::Json(body)).into_response()
                 }
                 Ok(Outcome::Failed(code)) => {
                     let mut body = base("failed");
                     if let Value::Object(map) = &mut body {
                         map.insert(
                             "error".into(),
-                            json!({"stage": "execute", "code": code.as_str(), "message": "the tool call failed"}),
+                            json!({
+                                "stage": "execute",
+                                "code": code.as_str(),
+                                "message": failure_message(*code, e.detail.as_deref()),
+                                "detail": e.detail,
+                                "retryable": retryable(*code),
+                            }),
                         );
                     }
                     (StatusCode::BAD_GATEWAY, axum::Json(body)).into_response()
                 }
             }
         }
+    }
+}
+
+/// The message of a failed call: what failed and why, in one line.
+pub(crate) fn failure_message(code: warrant_core::ToolErrorCode, detail: Option<&str>) -> String {
+    match detail {
+        Some(detail) => format!("the tool call failed ({}): {detail}", code.as_str()),
+        None => format!("the tool call failed ({})", code.as_str()),
+    }
+}
+
+/// Whether a failed call may be retried, as the answer spells it.
+pub(crate) fn retryable(code: warrant_core::ToolErrorCode) -> &'static str {
+    match code.retryable() {
+        warrant_core::decision::Retryable::No => "no",
+        warrant_core::decision::Retryable::Yes => "yes",
+        warrant_core::decision::Retryable::OnlyIfIdempotent => "only_if_idempotent",
     }
 }

@@ -163,6 +163,8 @@ pub async fn idempotency_statuses_follow_the_draft(h: &Harness) {
     assert_eq!(s1, 200, "{b1}");
     assert_eq!(s2, 409, "{b2}");
     assert_eq!(b2["error"]["code"], "IDEMPOTENCY_IN_FLIGHT");
+    // The refusal is a refusal, as its ledger row says.
+    assert_eq!(b2["decision"], "reject", "{b2}");
 }
 
 pub async fn hostile_requests_get_clear_errors(h: &Harness) {
@@ -996,4 +998,98 @@ output: {{ type: object }}
     let list: Value = r.json().await.unwrap();
     let names: Vec<&Value> = list["contracts"].as_array().unwrap().iter().collect();
     assert!(names.iter().all(|c| c["tenant"].is_null()), "{list}");
+}
+
+/// A client that gives up while its call runs cannot cut the call in half: the runtime owns
+/// it from decision to outcome, so the approval is spent on an effect that is recorded, and
+/// the same call sent again is answered from that record.
+pub async fn a_call_outlives_its_client(h: &Harness) {
+    let slow = json!({"tool": "credit", "version": 1, "idempotency_key": "k-gone",
+        "arguments": {"customer_id": "cus_1", "amount_cents": 12, "reason": "slow"}});
+    let (_, body) = h.propose("agent", &slow).await;
+    let approval = body["approval"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(h.approve_on(0, "reviewer", &approval).await, 200);
+    // The upstream takes 500 ms; the client hangs up after 100.
+    let gone = h
+        .req(Method::POST, "/v1/proposals", "agent")
+        .header("content-type", "application/json")
+        .header("warrant-approval", &approval)
+        .timeout(std::time::Duration::from_millis(100))
+        .body(slow.to_string())
+        .send()
+        .await;
+    assert!(gone.is_err(), "the client was meant to give up: {gone:?}");
+    // The call still runs to its recorded end.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let (status, body) = loop {
+        let (status, body) = h
+            .propose_with(0, "agent", &slow, &[("warrant-approval", &approval)])
+            .await;
+        if status != 409 || std::time::Instant::now() > deadline {
+            break (status, body);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["outcome"], "replayed", "{body}");
+    let page = h
+        .req(Method::GET, "/v1/ledger?limit=50", "reviewer")
+        .send()
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap();
+    let committed: Vec<&Value> = page["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["idempotency_key"] == "k-gone" && e["outcome"] == "committed")
+        .collect();
+    assert_eq!(committed.len(), 1, "{page}");
+}
+
+/// After a reviewer rejects a call, the identical call is answered with that rejection and
+/// its reason, instead of a new request for the reviewers.
+pub async fn a_rejected_call_is_not_sent_for_review_again(h: &Harness) {
+    let call = credit(77, "k-rejected");
+    let (status, body) = h.propose("agent", &call).await;
+    assert_eq!(status, 202, "{body}");
+    let id = body["approval"]["id"].as_str().unwrap().to_owned();
+    let r = h
+        .req(Method::POST, &format!("/v1/approvals/{id}/reject"), "reviewer")
+        .json(&json!({"reason": "not for this customer"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let (status, body) = h.propose("agent", &call).await;
+    assert_eq!(body["error"]["code"], "APPROVAL_REJECTED", "{body}");
+    assert!(status == 403 || status == 409 || status == 422, "{status} {body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("not for this customer") && message.contains(&id),
+        "{message}"
+    );
+    // No new request was made.
+    let pending = h
+        .req(Method::GET, "/v1/approvals?status=pending", "reviewer")
+        .send()
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap();
+    let same: Vec<&Value> = pending["approvals"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter(|a| a["idempotency_key"] == "k-rejected")
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(same.is_empty(), "{pending}");
+    // Another call (other arguments) is sent for review as usual.
+    let (status, _) = h.propose("agent", &credit(78, "k-rejected-2")).await;
+    assert_eq!(status, 202);
 }

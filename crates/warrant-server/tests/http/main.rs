@@ -49,6 +49,8 @@ on_every_backend! {
     health_readiness_and_metrics,
     approvals_are_visible_only_to_their_reviewers_and_keep_no_sensitive_value,
     a_policy_that_cannot_be_evaluated_denies_the_call,
+    a_call_outlives_its_client,
+    a_rejected_call_is_not_sent_for_review_again,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

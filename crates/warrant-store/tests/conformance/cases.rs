@@ -438,7 +438,7 @@ pub async fn tenants_are_isolated(b: &Backend) {
     // The same idempotency key in two tenants is two records.
     let mut e = entry("led_b1", "acme", T0);
     assert_eq!(
-        s.begin_attempt(&e, Some(&scope("acme", "k")), T0 + secs(60))
+        s.begin_attempt(&e, Some(&scope("acme", "k")), &AttemptClaims::NONE, T0 + secs(60))
             .await
             .unwrap(),
         AttemptStart::Started
@@ -446,9 +446,14 @@ pub async fn tenants_are_isolated(b: &Backend) {
     e.id = "led_b2".into();
     e.tenant = "globex".into();
     assert_eq!(
-        s.begin_attempt(&e, Some(&scope("globex", "k")), T0 + secs(60))
-            .await
-            .unwrap(),
+        s.begin_attempt(
+            &e,
+            Some(&scope("globex", "k")),
+            &AttemptClaims::NONE,
+            T0 + secs(60)
+        )
+        .await
+        .unwrap(),
         AttemptStart::Started
     );
 
@@ -465,7 +470,9 @@ pub async fn idempotency_claims_replays_and_refuses(b: &Backend) {
     let exp = T0 + secs(3600);
     let first = entry("led_1", "acme", T0);
     assert_eq!(
-        s.begin_attempt(&first, Some(&sc), exp).await.unwrap(),
+        s.begin_attempt(&first, Some(&sc), &AttemptClaims::NONE, exp)
+            .await
+            .unwrap(),
         AttemptStart::Started
     );
     let rec = s.get_idempotency(&sc).await.unwrap().unwrap();
@@ -477,7 +484,9 @@ pub async fn idempotency_claims_replays_and_refuses(b: &Backend) {
     // Same key while in flight.
     let second = entry("led_2", "acme", T0 + secs(1));
     assert_eq!(
-        s.begin_attempt(&second, Some(&sc), exp).await.unwrap(),
+        s.begin_attempt(&second, Some(&sc), &AttemptClaims::NONE, exp)
+            .await
+            .unwrap(),
         AttemptStart::InFlight
     );
     let row = s.get_ledger("acme", "led_2").await.unwrap().unwrap();
@@ -513,7 +522,11 @@ pub async fn idempotency_claims_replays_and_refuses(b: &Backend) {
 
     // Same key, same payload: replay of the stored result.
     let third = entry("led_3", "acme", T0 + secs(4));
-    match s.begin_attempt(&third, Some(&sc), exp).await.unwrap() {
+    match s
+        .begin_attempt(&third, Some(&sc), &AttemptClaims::NONE, exp)
+        .await
+        .unwrap()
+    {
         AttemptStart::Replay(r) => {
             assert_eq!(r.result, Some(json!({"credit_id": "cr_1", "status": "applied"})));
             assert_eq!(r.ledger_id, "led_1");
@@ -530,7 +543,9 @@ pub async fn idempotency_claims_replays_and_refuses(b: &Backend) {
     let mut fourth = entry("led_4", "acme", T0 + secs(5));
     fourth.payload_digest = Some("sha256:p2".into());
     assert_eq!(
-        s.begin_attempt(&fourth, Some(&sc), exp).await.unwrap(),
+        s.begin_attempt(&fourth, Some(&sc), &AttemptClaims::NONE, exp)
+            .await
+            .unwrap(),
         AttemptStart::KeyReused
     );
     let row = s.get_ledger("acme", "led_4").await.unwrap().unwrap();
@@ -545,14 +560,18 @@ pub async fn idempotency_claims_replays_and_refuses(b: &Backend) {
     fifth.principal = "agent-8".into();
     fifth.payload_digest = Some("sha256:p2".into());
     assert_eq!(
-        s.begin_attempt(&fifth, Some(&other), exp).await.unwrap(),
+        s.begin_attempt(&fifth, Some(&other), &AttemptClaims::NONE, exp)
+            .await
+            .unwrap(),
         AttemptStart::Started
     );
 
     // Without a scope (read effects) nothing is claimed.
     let sixth = entry("led_6", "acme", T0 + secs(7));
     assert_eq!(
-        s.begin_attempt(&sixth, None, exp).await.unwrap(),
+        s.begin_attempt(&sixth, None, &AttemptClaims::NONE, exp)
+            .await
+            .unwrap(),
         AttemptStart::Started
     );
 }
@@ -562,14 +581,14 @@ pub async fn idempotency_failures_and_unknowns(b: &Backend) {
     let exp = T0 + secs(3600);
     // A permanent failure is replayed.
     let sc = scope("acme", "perm");
-    s.begin_attempt(&entry("led_p1", "acme", T0), Some(&sc), exp)
+    s.begin_attempt(&entry("led_p1", "acme", T0), Some(&sc), &AttemptClaims::NONE, exp)
         .await
         .unwrap();
     s.finish_attempt("acme", "led_p1", Some(&sc), &failed("TOOL_PERMANENT_FAILURE"), T0)
         .await
         .unwrap();
     match s
-        .begin_attempt(&entry("led_p2", "acme", T0), Some(&sc), exp)
+        .begin_attempt(&entry("led_p2", "acme", T0), Some(&sc), &AttemptClaims::NONE, exp)
         .await
         .unwrap()
     {
@@ -578,7 +597,7 @@ pub async fn idempotency_failures_and_unknowns(b: &Backend) {
     }
     // A retryable failure releases the key.
     let sc = scope("acme", "retry");
-    s.begin_attempt(&entry("led_r1", "acme", T0), Some(&sc), exp)
+    s.begin_attempt(&entry("led_r1", "acme", T0), Some(&sc), &AttemptClaims::NONE, exp)
         .await
         .unwrap();
     s.finish_attempt(
@@ -591,7 +610,7 @@ pub async fn idempotency_failures_and_unknowns(b: &Backend) {
     .await
     .unwrap();
     assert_eq!(
-        s.begin_attempt(&entry("led_r2", "acme", T0), Some(&sc), exp)
+        s.begin_attempt(&entry("led_r2", "acme", T0), Some(&sc), &AttemptClaims::NONE, exp)
             .await
             .unwrap(),
         AttemptStart::Started
@@ -599,7 +618,7 @@ pub async fn idempotency_failures_and_unknowns(b: &Backend) {
 
     // An unknown outcome blocks new attempts until reconciled.
     let sc = scope("acme", "unknown");
-    s.begin_attempt(&entry("led_u1", "acme", T0), Some(&sc), exp)
+    s.begin_attempt(&entry("led_u1", "acme", T0), Some(&sc), &AttemptClaims::NONE, exp)
         .await
         .unwrap();
     let unknown = AttemptFinish {
@@ -611,7 +630,7 @@ pub async fn idempotency_failures_and_unknowns(b: &Backend) {
         .await
         .unwrap();
     assert!(matches!(
-        s.begin_attempt(&entry("led_u2", "acme", T0), Some(&sc), exp)
+        s.begin_attempt(&entry("led_u2", "acme", T0), Some(&sc), &AttemptClaims::NONE, exp)
             .await
             .unwrap(),
         AttemptStart::Unknown(_)
@@ -650,7 +669,7 @@ pub async fn idempotency_failures_and_unknowns(b: &Backend) {
     assert_eq!(s.budget_used("acme", "cost_spent:tenant:day").await.unwrap(), 3);
     assert_eq!(s.budget_used("globex", "cost_spent:run:r1").await.unwrap(), 0);
     assert!(matches!(
-        s.begin_attempt(&entry("led_u3", "acme", T0), Some(&sc), exp)
+        s.begin_attempt(&entry("led_u3", "acme", T0), Some(&sc), &AttemptClaims::NONE, exp)
             .await
             .unwrap(),
         AttemptStart::Replay(_)
@@ -658,7 +677,7 @@ pub async fn idempotency_failures_and_unknowns(b: &Backend) {
 
     // Reconciled as not committed: the key is free again.
     let sc = scope("acme", "nothing");
-    s.begin_attempt(&entry("led_n1", "acme", T0), Some(&sc), exp)
+    s.begin_attempt(&entry("led_n1", "acme", T0), Some(&sc), &AttemptClaims::NONE, exp)
         .await
         .unwrap();
     s.finish_attempt("acme", "led_n1", Some(&sc), &unknown, T0)
@@ -672,7 +691,7 @@ pub async fn idempotency_failures_and_unknowns(b: &Backend) {
         .await
         .unwrap();
     assert_eq!(
-        s.begin_attempt(&entry("led_n2", "acme", T0), Some(&sc), exp)
+        s.begin_attempt(&entry("led_n2", "acme", T0), Some(&sc), &AttemptClaims::NONE, exp)
             .await
             .unwrap(),
         AttemptStart::Started
@@ -692,9 +711,14 @@ pub async fn idempotency_failures_and_unknowns(b: &Backend) {
 pub async fn expired_idempotency_records_are_free_and_purged(b: &Backend) {
     let s = b.store();
     let sc = scope("acme", "old");
-    s.begin_attempt(&entry("led_o1", "acme", T0), Some(&sc), T0 + secs(60))
-        .await
-        .unwrap();
+    s.begin_attempt(
+        &entry("led_o1", "acme", T0),
+        Some(&sc),
+        &AttemptClaims::NONE,
+        T0 + secs(60),
+    )
+    .await
+    .unwrap();
     s.finish_attempt("acme", "led_o1", Some(&sc), &committed(json!({"a": 1})), T0)
         .await
         .unwrap();
@@ -702,14 +726,21 @@ pub async fn expired_idempotency_records_are_free_and_purged(b: &Backend) {
     let mut later = entry("led_o2", "acme", T0 + secs(61));
     later.payload_digest = Some("sha256:other".into());
     assert_eq!(
-        s.begin_attempt(&later, Some(&sc), T0 + secs(200)).await.unwrap(),
+        s.begin_attempt(&later, Some(&sc), &AttemptClaims::NONE, T0 + secs(200))
+            .await
+            .unwrap(),
         AttemptStart::Started
     );
 
     let sc2 = scope("acme", "purge-me");
-    s.begin_attempt(&entry("led_o3", "acme", T0), Some(&sc2), T0 + secs(60))
-        .await
-        .unwrap();
+    s.begin_attempt(
+        &entry("led_o3", "acme", T0),
+        Some(&sc2),
+        &AttemptClaims::NONE,
+        T0 + secs(60),
+    )
+    .await
+    .unwrap();
     s.finish_attempt("acme", "led_o3", Some(&sc2), &committed(json!({})), T0)
         .await
         .unwrap();
@@ -728,9 +759,14 @@ pub async fn concurrent_claims_have_one_winner(b: &Backend) {
         let s = b.node(i);
         tasks.push(tokio::spawn(async move {
             let e = entry(&format!("led_c{i:02}"), "acme", T0);
-            s.begin_attempt(&e, Some(&scope("acme", "contended")), T0 + secs(60))
-                .await
-                .unwrap()
+            s.begin_attempt(
+                &e,
+                Some(&scope("acme", "contended")),
+                &AttemptClaims::NONE,
+                T0 + secs(60),
+            )
+            .await
+            .unwrap()
         }));
     }
     let mut started = 0;
@@ -1234,7 +1270,8 @@ pub async fn a_closed_store_fails_closed(b: &Backend) {
     assert!(matches!(s.probe_write(T0).await, Err(StoreError::Unavailable(_))));
     let e = entry("led_x", "acme", T0);
     assert!(matches!(
-        s.begin_attempt(&e, Some(&scope("acme", "k")), T0).await,
+        s.begin_attempt(&e, Some(&scope("acme", "k")), &AttemptClaims::NONE, T0)
+            .await,
         Err(StoreError::Unavailable(_))
     ));
 }
@@ -1250,7 +1287,7 @@ pub async fn a_read_is_recorded_once_with_its_outcome(b: &Backend) {
         amount: 2,
         expires_at: T0 + secs(86_400),
     }];
-    s.record_attempt(&read, &finish, T0 + secs(1)).await.unwrap();
+    s.record_attempt(&read, &[], &finish, T0 + secs(1)).await.unwrap();
     let row = s.get_ledger("acme", "led_r1").await.unwrap().unwrap();
     assert_eq!(
         (row.decision, row.outcome, row.attempts, row.cost, row.latency_ms),
@@ -1260,7 +1297,7 @@ pub async fn a_read_is_recorded_once_with_its_outcome(b: &Backend) {
     assert_eq!(s.budget_used("acme", "cost_spent:tenant:day").await.unwrap(), 2);
     // The same row twice is refused, and charges nothing more.
     assert!(matches!(
-        s.record_attempt(&read, &finish, T0 + secs(2)).await,
+        s.record_attempt(&read, &[], &finish, T0 + secs(2)).await,
         Err(StoreError::Conflict(_))
     ));
     assert_eq!(s.budget_used("acme", "cost_spent:tenant:day").await.unwrap(), 2);
@@ -1272,9 +1309,348 @@ pub async fn a_read_is_recorded_once_with_its_outcome(b: &Backend) {
     finished.idempotency_key = None;
     finished.outcome = Some(Outcome::Committed);
     assert!(matches!(
-        s.record_attempt(&finished, &finish, T0 + secs(3)).await,
+        s.record_attempt(&finished, &[], &finish, T0 + secs(3)).await,
         Err(StoreError::Conflict(_))
     ));
     assert!(s.get_ledger("acme", "led_r2").await.unwrap().is_none());
     assert_eq!(s.budget_used("acme", "cost_spent:tenant:day").await.unwrap(), 2);
+}
+
+fn day_budget(limit: u64) -> BudgetReservation {
+    BudgetReservation {
+        key: "calls_per_day:agent-7:create_support_credit:2026-11-29".into(),
+        amount: 1,
+        limit,
+        expires_at: T0 + secs(86_400),
+    }
+}
+
+const DAY_KEY: &str = "calls_per_day:agent-7:create_support_credit:2026-11-29";
+
+/// A call's write-ahead commit takes its idempotency claim, its approval and its budget
+/// together, or none of them: a refusal by any leaves the others untouched.
+pub async fn the_write_ahead_commit_spends_all_or_nothing(b: &Backend) {
+    let s = b.store();
+    s.create_approval(&approval("apr_w1", "acme", T0)).await.unwrap();
+    s.decide_approval(
+        "acme",
+        "apr_w1",
+        "supervisor-1",
+        Verdict::Approve,
+        None,
+        T0 + secs(1),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let exp = T0 + secs(3600);
+    let mut claim = claim_for("apr_w1");
+    claim.ledger_id = "led_w1".into();
+    let claims = AttemptClaims {
+        approval: Some(claim.clone()),
+        reservations: vec![day_budget(1)],
+    };
+    // Everything is taken at once.
+    let first = entry("led_w1", "acme", T0 + secs(2));
+    assert_eq!(
+        s.begin_attempt(&first, Some(&scope("acme", "k-1")), &claims, exp)
+            .await
+            .unwrap(),
+        AttemptStart::Started
+    );
+    let approval = s.get_approval("acme", "apr_w1").await.unwrap().unwrap();
+    assert_eq!(approval.status, ApprovalStatus::Consumed);
+    assert_eq!(approval.consumed_by.as_deref(), Some("led_w1"));
+    assert_eq!(s.budget_used("acme", DAY_KEY).await.unwrap(), 1);
+
+    // The same key again (in flight): nothing is spent, not even the budget.
+    let again = entry("led_w2", "acme", T0 + secs(3));
+    let budget_only = AttemptClaims {
+        approval: None,
+        reservations: vec![day_budget(5)],
+    };
+    assert_eq!(
+        s.begin_attempt(&again, Some(&scope("acme", "k-1")), &budget_only, exp)
+            .await
+            .unwrap(),
+        AttemptStart::InFlight
+    );
+    assert_eq!(s.budget_used("acme", DAY_KEY).await.unwrap(), 1);
+
+    // The budget refuses: no idempotency record is left behind and the row says why.
+    let over = entry("led_w3", "acme", T0 + secs(4));
+    assert_eq!(
+        s.begin_attempt(
+            &over,
+            Some(&scope("acme", "k-over")),
+            &AttemptClaims {
+                approval: None,
+                reservations: vec![day_budget(1)],
+            },
+            exp
+        )
+        .await
+        .unwrap(),
+        AttemptStart::BudgetExhausted { key: DAY_KEY.into() }
+    );
+    assert_eq!(s.get_idempotency(&scope("acme", "k-over")).await.unwrap(), None);
+    let row = s.get_ledger("acme", "led_w3").await.unwrap().unwrap();
+    assert_eq!(
+        (row.decision, row.error_code.as_deref(), row.outcome),
+        (LedgerDecision::Reject, Some("BUDGET_EXHAUSTED"), None)
+    );
+    assert_eq!(s.budget_used("acme", DAY_KEY).await.unwrap(), 1);
+
+    // The approval was used meanwhile: neither the key nor the budget is taken.
+    let late = entry("led_w4", "acme", T0 + secs(5));
+    let mut used = claim;
+    used.ledger_id = "led_w4".into();
+    let start = s
+        .begin_attempt(
+            &late,
+            Some(&scope("acme", "k-late")),
+            &AttemptClaims {
+                approval: Some(used),
+                reservations: vec![day_budget(5)],
+            },
+            exp,
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(&start, AttemptStart::ApprovalRefused(Some(a)) if a.status == ApprovalStatus::Consumed),
+        "{start:?}"
+    );
+    assert_eq!(s.get_idempotency(&scope("acme", "k-late")).await.unwrap(), None);
+    assert_eq!(s.budget_used("acme", DAY_KEY).await.unwrap(), 1);
+    let row = s.get_ledger("acme", "led_w4").await.unwrap().unwrap();
+    assert_eq!(row.error_code.as_deref(), Some("APPROVAL_CONSUMED"));
+    assert_eq!(
+        s.get_approval("acme", "apr_w1")
+            .await
+            .unwrap()
+            .unwrap()
+            .consumed_by
+            .as_deref(),
+        Some("led_w1")
+    );
+}
+
+/// An idempotency record that expired while its operation was in flight or unknown is not
+/// taken over: the operation may have had its effect and is reconciled first.
+pub async fn an_expired_unfinished_record_is_not_taken_over(b: &Backend) {
+    let s = b.store();
+    let exp = T0 + secs(60);
+    let sc = scope("acme", "k-stuck");
+    s.begin_attempt(&entry("led_x1", "acme", T0), Some(&sc), &AttemptClaims::NONE, exp)
+        .await
+        .unwrap();
+    let after = entry("led_x2", "acme", T0 + secs(61));
+    let start = s
+        .begin_attempt(&after, Some(&sc), &AttemptClaims::NONE, T0 + secs(200))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&start, AttemptStart::Unknown(r) if r.ledger_id == "led_x1"),
+        "{start:?}"
+    );
+    assert_eq!(s.get_idempotency(&sc).await.unwrap().unwrap().ledger_id, "led_x1");
+
+    let unknown = AttemptFinish {
+        outcome: Outcome::Unknown,
+        error_code: Some("TOOL_TIMEOUT".into()),
+        result: None,
+        ..committed(json!({}))
+    };
+    s.finish_attempt("acme", "led_x1", Some(&sc), &unknown, T0 + secs(62))
+        .await
+        .unwrap();
+    let start = s
+        .begin_attempt(
+            &entry("led_x3", "acme", T0 + secs(63)),
+            Some(&sc),
+            &AttemptClaims::NONE,
+            T0 + secs(200),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(&start, AttemptStart::Unknown(r) if r.ledger_id == "led_x1"),
+        "{start:?}"
+    );
+    // Once reconciled as not committed, the key is free.
+    let not = AttemptFinish {
+        outcome: Outcome::ReconciledNotCommitted,
+        ..unknown
+    };
+    s.finish_attempt("acme", "led_x1", Some(&sc), &not, T0 + secs(64))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.begin_attempt(
+            &entry("led_x4", "acme", T0 + secs(65)),
+            Some(&sc),
+            &AttemptClaims::NONE,
+            T0 + secs(200)
+        )
+        .await
+        .unwrap(),
+        AttemptStart::Started
+    );
+}
+
+/// A tool that commits after reconciliation recorded no effect corrects the row and holds the
+/// key again; an outcome reconciliation already proved stands.
+pub async fn a_late_commit_corrects_the_ledger(b: &Backend) {
+    let s = b.store();
+    let exp = T0 + secs(3600);
+    let not = AttemptFinish {
+        outcome: Outcome::ReconciledNotCommitted,
+        result: None,
+        ..committed(json!({}))
+    };
+    let sc = scope("acme", "k-slow");
+    s.begin_attempt(&entry("led_l1", "acme", T0), Some(&sc), &AttemptClaims::NONE, exp)
+        .await
+        .unwrap();
+    s.finish_attempt("acme", "led_l1", Some(&sc), &not, T0 + secs(1))
+        .await
+        .unwrap();
+    assert_eq!(s.get_idempotency(&sc).await.unwrap(), None);
+    let late = committed(json!({"credit_id": "cr_1"}));
+    assert!(matches!(
+        s.finish_attempt("acme", "led_l1", Some(&sc), &late, T0 + secs(2))
+            .await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert_eq!(
+        s.record_late_outcome("acme", "led_l1", Some(&sc), &late, T0 + secs(2))
+            .await
+            .unwrap(),
+        LateOutcome::Corrected { key_retaken: false }
+    );
+    let row = s.get_ledger("acme", "led_l1").await.unwrap().unwrap();
+    assert_eq!(row.outcome, Some(Outcome::Committed));
+    assert!(
+        row.detail.as_deref().unwrap_or_default().contains("corrected"),
+        "{:?}",
+        row.detail
+    );
+    let record = s.get_idempotency(&sc).await.unwrap().unwrap();
+    assert_eq!(
+        (record.status, record.result, record.ledger_id.as_str()),
+        (
+            IdempotencyStatus::Committed,
+            Some(json!({"credit_id": "cr_1"})),
+            "led_l1"
+        )
+    );
+    // A retry with the key now replays instead of running again.
+    assert!(matches!(
+        s.begin_attempt(
+            &entry("led_l2", "acme", T0 + secs(3)),
+            Some(&sc),
+            &AttemptClaims::NONE,
+            exp
+        )
+        .await
+        .unwrap(),
+        AttemptStart::Replay(_)
+    ));
+
+    // Reconciliation proved the commit: a late failure does not change it.
+    let sc2 = scope("acme", "k-proved");
+    s.begin_attempt(
+        &entry("led_l3", "acme", T0),
+        Some(&sc2),
+        &AttemptClaims::NONE,
+        exp,
+    )
+    .await
+    .unwrap();
+    let proved = AttemptFinish {
+        outcome: Outcome::ReconciledCommitted,
+        ..committed(json!({"credit_id": "cr_2"}))
+    };
+    s.finish_attempt("acme", "led_l3", Some(&sc2), &proved, T0 + secs(1))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.record_late_outcome(
+            "acme",
+            "led_l3",
+            Some(&sc2),
+            &failed("TOOL_TIMEOUT"),
+            T0 + secs(2)
+        )
+        .await
+        .unwrap(),
+        LateOutcome::Kept(Outcome::ReconciledCommitted)
+    );
+
+    // The freed key was taken by a new attempt before the late commit: the row is corrected,
+    // and the new attempt keeps the key.
+    let sc3 = scope("acme", "k-retaken");
+    s.begin_attempt(
+        &entry("led_l4", "acme", T0),
+        Some(&sc3),
+        &AttemptClaims::NONE,
+        exp,
+    )
+    .await
+    .unwrap();
+    s.finish_attempt("acme", "led_l4", Some(&sc3), &not, T0 + secs(1))
+        .await
+        .unwrap();
+    s.begin_attempt(
+        &entry("led_l5", "acme", T0 + secs(2)),
+        Some(&sc3),
+        &AttemptClaims::NONE,
+        exp,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        s.record_late_outcome("acme", "led_l4", Some(&sc3), &late, T0 + secs(3))
+            .await
+            .unwrap(),
+        LateOutcome::Corrected { key_retaken: true }
+    );
+    assert_eq!(
+        s.get_idempotency(&sc3).await.unwrap().unwrap().ledger_id,
+        "led_l5"
+    );
+}
+
+/// A read recorded after it ran takes its budget in the same commit; when the budget has no
+/// room, the row records the refusal and nothing is spent.
+pub async fn a_read_takes_its_budget_when_it_is_recorded(b: &Backend) {
+    let s = b.store();
+    let read = |id: &str| {
+        let mut e = entry(id, "acme", T0);
+        e.idempotency_key = None;
+        e
+    };
+    let finish = committed(json!({"status": "paid"}));
+    assert_eq!(
+        s.record_attempt(&read("led_b1"), &[day_budget(1)], &finish, T0 + secs(1))
+            .await
+            .unwrap(),
+        BudgetOutcome::Granted
+    );
+    assert_eq!(s.budget_used("acme", DAY_KEY).await.unwrap(), 1);
+    assert_eq!(
+        s.record_attempt(&read("led_b2"), &[day_budget(1)], &finish, T0 + secs(2))
+            .await
+            .unwrap(),
+        BudgetOutcome::Exhausted { key: DAY_KEY.into() }
+    );
+    assert_eq!(s.budget_used("acme", DAY_KEY).await.unwrap(), 1);
+    assert_eq!(s.budget_used("acme", "cost_spent:tenant:day").await.unwrap(), 0);
+    let row = s.get_ledger("acme", "led_b2").await.unwrap().unwrap();
+    assert_eq!(
+        (row.decision, row.error_code.as_deref(), row.outcome, row.cost),
+        (LedgerDecision::Reject, Some("BUDGET_EXHAUSTED"), None, 0)
+    );
+    assert!(row.detail.as_deref().unwrap_or_default().contains("withheld"));
 }

@@ -69,4 +69,8 @@ conformance! {
     jobs_are_claimed_once_retried_and_dead_lettered,
     concurrent_workers_never_share_a_job,
     a_closed_store_fails_closed,
+    the_write_ahead_commit_spends_all_or_nothing,
+    an_expired_unfinished_record_is_not_taken_over,
+    a_late_commit_corrects_the_ledger,
+    a_read_takes_its_budget_when_it_is_recorded,
 }
