@@ -69,4 +69,7 @@ conformance! {
     jobs_are_claimed_once_retried_and_dead_lettered,
     concurrent_workers_never_share_a_job,
     a_closed_store_fails_closed,
+    unresolved_rows_are_claimed_in_due_order_and_rescheduled,
+    concurrent_reconcilers_never_claim_the_same_row,
+    overdue_rows_are_marked_once,
 }
