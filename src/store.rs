@@ -74,3 +74,44 @@ pub fn check(args: &StoreArgs) -> Result<Exit> {
         Ok(Exit::Ok)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+
+    fn args(config: Option<PathBuf>) -> StoreArgs {
+        StoreArgs {
+            config,
+            database: None,
+            data_dir: None,
+            database_schema: None,
+        }
+    }
+
+    #[test]
+    fn the_store_comes_from_the_flags_then_the_config_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("warrant.toml");
+        std::fs::write(
+            &file,
+            "[store]\ndatabase = \"postgres://warrant@db.internal/warrant\"\nschema = \"tenant_a\"\n",
+        )
+        .unwrap();
+        let (url, options) = args(Some(file.clone())).resolve().unwrap();
+        assert_eq!(
+            url,
+            DatabaseUrl::Postgres("postgres://warrant@db.internal/warrant".into())
+        );
+        assert_eq!(options.postgres_schema.as_deref(), Some("tenant_a"));
+        let flags = StoreArgs {
+            database: Some(format!("sqlite://{}", dir.path().join("x.db").display())),
+            database_schema: Some("other".into()),
+            ..args(Some(file))
+        };
+        let (url, options) = flags.resolve().unwrap();
+        assert_eq!(url, DatabaseUrl::Sqlite(dir.path().join("x.db")));
+        assert_eq!(options.postgres_schema.as_deref(), Some("other"));
+    }
+}

@@ -158,6 +158,21 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// The HTTP status of a refusal.
+pub fn rejection_status(code: RejectCode) -> StatusCode {
+    match code {
+        RejectCode::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
+        RejectCode::IdempotencyInFlight => StatusCode::CONFLICT,
+        code => match code.stage() {
+            Stage::Parse | Stage::Identity | Stage::Idempotency => StatusCode::BAD_REQUEST,
+            Stage::Contract => StatusCode::NOT_FOUND,
+            Stage::Schema => StatusCode::UNPROCESSABLE_ENTITY,
+            Stage::Policy | Stage::Scope | Stage::Guard | Stage::Approval => StatusCode::FORBIDDEN,
+            Stage::Budget => StatusCode::TOO_MANY_REQUESTS,
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
@@ -179,20 +194,5 @@ mod tests {
             ApiError::from(StoreError::Overloaded("full".into())).body["error"]["code"],
             "STORE_OVERLOADED"
         );
-    }
-}
-
-/// The HTTP status of a refusal.
-pub fn rejection_status(code: RejectCode) -> StatusCode {
-    match code {
-        RejectCode::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
-        RejectCode::IdempotencyInFlight => StatusCode::CONFLICT,
-        code => match code.stage() {
-            Stage::Parse | Stage::Identity | Stage::Idempotency => StatusCode::BAD_REQUEST,
-            Stage::Contract => StatusCode::NOT_FOUND,
-            Stage::Schema => StatusCode::UNPROCESSABLE_ENTITY,
-            Stage::Policy | Stage::Scope | Stage::Guard | Stage::Approval => StatusCode::FORBIDDEN,
-            Stage::Budget => StatusCode::TOO_MANY_REQUESTS,
-        },
     }
 }
