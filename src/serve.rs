@@ -271,6 +271,13 @@ pub(crate) fn adapter_config(
     })
 }
 
+/// Where a config file's `[store]` section puts the store (for `warrant reconcile` and
+/// `warrant store check`): its database URL, data directory and PostgreSQL schema.
+pub(crate) fn store_config(path: Option<&Path>) -> Result<(Option<String>, Option<PathBuf>, Option<String>)> {
+    let cfg = read_config(path)?;
+    Ok((cfg.store.database, cfg.store.data_dir, cfg.store.schema))
+}
+
 /// The config file: `path`, else `./warrant.toml` if it exists, else the defaults.
 fn read_config(path: Option<&Path>) -> Result<FileConfig> {
     let file = match (path, Path::new("warrant.toml").is_file()) {

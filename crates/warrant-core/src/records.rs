@@ -674,3 +674,24 @@ pub struct PurgeCounts {
     /// Approvals moved from pending/approved to expired.
     pub approvals_expired: u64,
 }
+
+/// An unresolved ledger row (`attempting` or `unknown`) a reconciler claimed with
+/// [`crate::store::Store::claim_unresolved`], with its reconciliation schedule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimedRow {
+    /// The ledger row.
+    pub entry: LedgerEntry,
+    /// Inquiries that left the row unresolved so far (the backoff's exponent).
+    pub reconcile_attempts: u32,
+    /// What the last inquiry answered, if one was made.
+    pub reconcile_note: Option<String>,
+}
+
+/// What [`crate::store::Store::mark_overdue`] found.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct OverdueSweep {
+    /// Rows marked overdue by this sweep (each is marked, and so reported, once).
+    pub newly: Vec<LedgerEntry>,
+    /// Unresolved rows marked overdue, in total (this sweep's included).
+    pub overdue: u64,
+}

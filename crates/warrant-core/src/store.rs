@@ -37,6 +37,10 @@ pub enum StoreError {
     /// Any other database error.
     #[error("database error: {0}")]
     Database(String),
+    /// The store's queue for this kind of work is full; nothing was done. Answered at once
+    /// instead of queueing without bound: the caller retries later.
+    #[error("store overloaded: {0}")]
+    Overloaded(String),
 }
 
 /// The store interface. Implemented in `warrant-store`; the same conformance
@@ -102,13 +106,57 @@ pub trait Store: Send + Sync + 'static {
     async fn get_ledger(&self, tenant: &str, id: &str) -> Result<Option<LedgerEntry>, StoreError>;
     /// Ledger rows of `tenant`, newest first, filtered and paginated by cursor.
     async fn list_ledger(&self, tenant: &str, filter: &LedgerFilter) -> Result<LedgerPage, StoreError>;
-    /// Rows whose outcome is `attempting` or `unknown` and untouched since `older_than`
-    /// (what reconciliation must resolve), across tenants, oldest first.
+    /// Rows whose outcome is `attempting` or `unknown` and untouched since `older_than`,
+    /// across tenants, oldest first: an inspection (tests, `warrant store check`). The
+    /// reconciler does not read this; it claims with [`Store::claim_unresolved`].
     async fn list_unresolved(
         &self,
         older_than: OffsetDateTime,
         limit: u32,
     ) -> Result<Vec<LedgerEntry>, StoreError>;
+
+    // ----- reconciliation schedule (per row, claimable by any node) -----
+
+    /// Claims up to `limit` unresolved rows (`attempting` or `unknown`) that are due, for
+    /// `worker`, in one transaction: a row never scheduled is due once its `updated_at` is at
+    /// or before `older_than`; a scheduled one once its next attempt time is at or before
+    /// `now`. Rows are taken in order of due time (a never-scheduled row is due at
+    /// `updated_at + (now - older_than)`), then id, and their next attempt time is pushed to
+    /// `now + lease` with `worker` as owner, so two workers never claim the same row within a
+    /// lease (PostgreSQL: `FOR UPDATE SKIP LOCKED`). A row whose lease ran out (its claimer
+    /// died) is due again.
+    async fn claim_unresolved(
+        &self,
+        worker: &str,
+        now: OffsetDateTime,
+        older_than: OffsetDateTime,
+        limit: u32,
+        lease: std::time::Duration,
+    ) -> Result<Vec<ClaimedRow>, StoreError>;
+    /// Records an inquiry that left a claimed row unresolved: its next attempt at `next_at`,
+    /// one more reconciliation attempt, and `note` (what the inquiry answered); the lease is
+    /// released. `false` when `worker` no longer holds the row or the row is resolved.
+    /// (Resolution itself is [`Store::finish_attempt`]: the row leaves the schedule.)
+    async fn reschedule_unresolved(
+        &self,
+        tenant: &str,
+        id: &str,
+        worker: &str,
+        next_at: OffsetDateTime,
+        note: &str,
+    ) -> Result<bool, StoreError>;
+    /// Marks unresolved rows created at or before `created_before` that are not marked yet as
+    /// overdue (at most `limit` of them, oldest first), in one transaction: each gets its
+    /// marker and `note` put before its detail (the ledger says it needs an operator). Each
+    /// row is marked, and so returned, once, whichever node sweeps. Also counts every
+    /// unresolved row marked overdue.
+    async fn mark_overdue(
+        &self,
+        created_before: OffsetDateTime,
+        now: OffsetDateTime,
+        note: &str,
+        limit: u32,
+    ) -> Result<OverdueSweep, StoreError>;
 
     // ----- write-ahead intent: idempotency claim + ledger row in one transaction -----
 

@@ -8,6 +8,15 @@
 //!
 //! Three callers: `execute` (before a new attempt on an unknown operation), the background
 //! reconciler, and `warrant reconcile`.
+//!
+//! **Scheduled per row, in the store.** A pass claims the rows that are due
+//! ([`warrant_core::store::Store::claim_unresolved`]: never-scheduled rows `stale_after` old,
+//! or rows whose next attempt time has come), earliest due first, under a lease, so any node
+//! can run passes and two never ask about the same row at once. A row an inquiry could not
+//! resolve is rescheduled with its own backoff ([`next_inquiry_in`]: 15 s doubling to 1 h) and
+//! what the inquiry answered, so rows that cannot be resolved never hide the rows behind them.
+//! Rows still unresolved past [`ReconcileSchedule::overdue_after`] (1 h) are marked on the
+//! ledger as needing an operator, logged (WARN) and counted, once per row.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,6 +28,74 @@ use warrant_core::{Contract, Effect};
 
 use crate::adapter::{Adapter, Inquiry, Reconciled};
 use crate::execute::{Runtime, elapsed_ms, metric, operation_id, scope_of, spend};
+
+/// Rows found unresolved past [`ReconcileSchedule::overdue_after`] (each counted once).
+pub const OVERDUE_TOTAL: &str = "warrant_unresolved_overdue_total";
+/// Unresolved rows currently past [`ReconcileSchedule::overdue_after`] (a gauge).
+pub const OVERDUE: &str = "warrant_unresolved_overdue";
+
+/// How reconciliation schedules rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReconcileSchedule {
+    /// The wait after the first inquiry that could not tell (doubled after each further one).
+    pub backoff_base: Duration,
+    /// The longest wait between two inquiries about one row.
+    pub backoff_cap: Duration,
+    /// How long a claimed row is held by the pass that claimed it (a pass that dies leaves
+    /// its rows due again after this).
+    pub lease: Duration,
+    /// How long a row may stay unresolved (since its call) before it is marked as needing an
+    /// operator.
+    pub overdue_after: Duration,
+}
+
+impl Default for ReconcileSchedule {
+    fn default() -> Self {
+        ReconcileSchedule {
+            backoff_base: Duration::from_secs(15),
+            backoff_cap: Duration::from_secs(60 * 60),
+            lease: Duration::from_secs(5 * 60),
+            overdue_after: Duration::from_secs(60 * 60),
+        }
+    }
+}
+
+/// The wait before the next inquiry about a row that `attempts` inquiries left unresolved:
+/// `base · 2^attempts`, at most `cap`.
+pub fn next_inquiry_in(attempts: u32, base: Duration, cap: Duration) -> Duration {
+    let factor = 1_u32.checked_shl(attempts.min(31)).unwrap_or(u32::MAX);
+    base.checked_mul(factor).unwrap_or(cap).min(cap)
+}
+
+/// A row a pass left unresolved, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unresolved {
+    /// The ledger row.
+    pub ledger_id: String,
+    /// Its tenant.
+    pub tenant: String,
+    /// Its tool.
+    pub tool: String,
+    /// What the inquiry answered (no status endpoint, the inquiry failed with …).
+    pub why: String,
+    /// Inquiries that left it unresolved, this one included.
+    pub attempts: u32,
+    /// When it is asked about next.
+    pub next_at: OffsetDateTime,
+}
+
+/// What one reconciliation pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PassReport {
+    /// The totals.
+    pub totals: ReconcileReport,
+    /// Each row left unresolved, with the reason.
+    pub unresolved: Vec<Unresolved>,
+    /// Rows this pass found unresolved past the threshold for the first time.
+    pub newly_overdue: u32,
+    /// Unresolved rows past the threshold, in total.
+    pub overdue: u64,
+}
 
 /// What reconciling one row found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,19 +136,34 @@ impl Runtime {
     /// # Errors
     /// A store failure.
     pub async fn reconcile(&self, row: &LedgerEntry) -> Result<Resolution, StoreError> {
+        Ok(self.reconcile_explained(row).await?.0)
+    }
+
+    /// [`Runtime::reconcile`], with what the inquiry answered when the row stays unresolved.
+    ///
+    /// # Errors
+    /// A store failure.
+    pub async fn reconcile_explained(
+        &self,
+        row: &LedgerEntry,
+    ) -> Result<(Resolution, Option<String>), StoreError> {
         let now = self.env.now();
         let contract = match row.contract_id.as_deref() {
             Some(id) => self.registry.by_id(&row.tenant, id, now).await?,
             None => None,
         };
         let Some(contract) = contract else {
-            return self
-                .mark_unknown(row, "reconciliation: the contract is not registered")
-                .await;
+            let why = "the contract is not registered";
+            let resolution = self.mark_unknown(row, &format!("reconciliation: {why}")).await?;
+            return Ok((resolution, Some(why.to_owned())));
         };
         match self.adapters.for_contract(&contract) {
-            Ok(adapter) => self.reconcile_with(row, &contract, adapter.as_ref()).await,
-            Err(e) => self.mark_unknown(row, &format!("reconciliation: {e}")).await,
+            Ok(adapter) => self.reconcile_with_why(row, &contract, adapter.as_ref()).await,
+            Err(e) => {
+                let why = format!("the adapter cannot be built: {e}");
+                let resolution = self.mark_unknown(row, &format!("reconciliation: {e}")).await?;
+                Ok((resolution, Some(why)))
+            }
         }
     }
 
@@ -82,8 +174,19 @@ impl Runtime {
         contract: &Arc<Contract>,
         adapter: &dyn Adapter,
     ) -> Result<Resolution, StoreError> {
+        Ok(self.reconcile_with_why(row, contract, adapter).await?.0)
+    }
+
+    /// [`Runtime::reconcile_with`], with what the inquiry answered when the row stays
+    /// unresolved.
+    async fn reconcile_with_why(
+        &self,
+        row: &LedgerEntry,
+        contract: &Arc<Contract>,
+        adapter: &dyn Adapter,
+    ) -> Result<(Resolution, Option<String>), StoreError> {
         if row.outcome.is_none_or(records::Outcome::is_final) {
-            return Ok(Resolution::AlreadyResolved);
+            return Ok((Resolution::AlreadyResolved, None));
         }
         let started = Instant::now();
         let scope = scope_of(row);
@@ -94,9 +197,9 @@ impl Runtime {
             tenant: &row.tenant,
             timeout: self.settings.inquiry_timeout,
         };
-        let answer = if contract.effect() == Effect::Read {
+        let (answer, why) = if contract.effect() == Effect::Read {
             // A read has no effect to find.
-            Reconciled::NotCommitted
+            (Reconciled::NotCommitted, None)
         } else {
             self.ask(adapter, &inquiry, &row.id).await
         };
@@ -148,12 +251,14 @@ impl Runtime {
                 Resolution::NotCommitted,
             ),
             Reconciled::Unknown => {
-                return self
+                let why = why.unwrap_or_else(|| cannot_tell(contract));
+                let resolution = self
                     .mark_unknown(
                         row,
-                        &format!("reconciliation could not tell ({})", operation.as_str()),
+                        &format!("reconciliation could not tell ({}): {why}", operation.as_str()),
                     )
-                    .await;
+                    .await?;
+                return Ok((resolution, Some(why)));
             }
         };
         let label = match resolution {
@@ -174,22 +279,37 @@ impl Runtime {
         {
             Ok(()) => {
                 metrics::counter!(metric::RECONCILIATIONS, "result" => label).increment(1);
-                Ok(resolution)
+                Ok((resolution, None))
             }
             // Someone else finished it between our read and our write.
-            Err(StoreError::Conflict(_)) => Ok(Resolution::AlreadyResolved),
+            Err(StoreError::Conflict(_)) => Ok((Resolution::AlreadyResolved, None)),
             Err(e) => Err(e),
         }
     }
 
-    async fn ask(&self, adapter: &dyn Adapter, inquiry: &Inquiry<'_>, ledger: &str) -> Reconciled {
+    /// The adapter's answer, and when it is "unknown" because the inquiry failed, why.
+    async fn ask(
+        &self,
+        adapter: &dyn Adapter,
+        inquiry: &Inquiry<'_>,
+        ledger: &str,
+    ) -> (Reconciled, Option<String>) {
         match tokio::time::timeout(self.settings.inquiry_timeout, adapter.reconcile(inquiry)).await {
-            Ok(Ok(answer)) => answer,
+            Ok(Ok(answer)) => (answer, None),
             Ok(Err(failure)) => {
                 tracing::warn!(ledger, operation = inquiry.operation_id.as_str(), %failure, "reconciliation failed");
-                Reconciled::Unknown
+                (
+                    Reconciled::Unknown,
+                    Some(format!("the inquiry failed: {failure}")),
+                )
             }
-            Err(_) => Reconciled::Unknown,
+            Err(_) => (
+                Reconciled::Unknown,
+                Some(format!(
+                    "the inquiry took longer than {} ms",
+                    self.settings.inquiry_timeout.as_millis()
+                )),
+            ),
         }
     }
 
@@ -228,7 +348,9 @@ impl Runtime {
         }
     }
 
-    /// Reconciles every unresolved row untouched since `older_than` (up to `limit`).
+    /// Reconciles the unresolved rows that are due (never-scheduled rows untouched since
+    /// `older_than`, and rows whose next attempt has come), up to `limit`, on the default
+    /// [`ReconcileSchedule`].
     ///
     /// # Errors
     /// A store failure (rows already resolved stay resolved).
@@ -237,46 +359,208 @@ impl Runtime {
         older_than: OffsetDateTime,
         limit: u32,
     ) -> Result<ReconcileReport, StoreError> {
-        let rows = self.store.list_unresolved(older_than, limit).await?;
-        let mut report = ReconcileReport::default();
-        for row in rows {
-            report.examined += 1;
-            match self.reconcile(&row).await? {
+        Ok(self
+            .reconcile_pass(older_than, limit, &ReconcileSchedule::default())
+            .await?
+            .totals)
+    }
+
+    /// One reconciliation pass: marks the rows unresolved past `schedule.overdue_after`
+    /// (alerting once per row), claims up to `limit` due rows (see
+    /// [`Runtime::reconcile_older_than`]) under a lease, asks about each, and reschedules
+    /// the ones that stay unresolved with their backoff and the reason.
+    ///
+    /// # Errors
+    /// A store failure (rows already resolved stay resolved; claimed rows fall due again when
+    /// their lease ends).
+    pub async fn reconcile_pass(
+        &self,
+        older_than: OffsetDateTime,
+        limit: u32,
+        schedule: &ReconcileSchedule,
+    ) -> Result<PassReport, StoreError> {
+        let mut report = PassReport::default();
+        let now = self.env.now();
+        self.flag_overdue(now, schedule, &mut report).await?;
+        // One worker id per pass: the lease is only needed between claim and reschedule.
+        let worker = self.env.new_id("rcn");
+        let rows = self
+            .store
+            .claim_unresolved(&worker, now, older_than, limit, schedule.lease)
+            .await?;
+        for claimed in rows {
+            let row = &claimed.entry;
+            report.totals.examined += 1;
+            let (resolution, why) = self.reconcile_explained(row).await?;
+            match resolution {
                 Resolution::Committed { effects } => {
-                    report.committed += 1;
+                    report.totals.committed += 1;
                     if effects > 1 {
-                        report.duplicates += 1;
+                        report.totals.duplicates += 1;
                     }
                 }
-                Resolution::NotCommitted => report.not_committed += 1,
-                Resolution::StillUnknown | Resolution::Unreachable => report.unknown += 1,
+                Resolution::NotCommitted => report.totals.not_committed += 1,
+                Resolution::StillUnknown | Resolution::Unreachable => {
+                    report.totals.unknown += 1;
+                    let why = why.unwrap_or_else(|| "the adapter could not tell".to_owned());
+                    let wait = next_inquiry_in(
+                        claimed.reconcile_attempts,
+                        schedule.backoff_base,
+                        schedule.backoff_cap,
+                    );
+                    let next_at = self.env.now() + wait;
+                    self.store
+                        .reschedule_unresolved(&row.tenant, &row.id, &worker, next_at, &why)
+                        .await?;
+                    report.unresolved.push(Unresolved {
+                        ledger_id: row.id.clone(),
+                        tenant: row.tenant.clone(),
+                        tool: row.tool.clone(),
+                        why,
+                        attempts: claimed.reconcile_attempts.saturating_add(1),
+                        next_at,
+                    });
+                }
                 Resolution::AlreadyResolved => {}
             }
         }
         Ok(report)
     }
 
-    /// One pass of the background reconciler: rows older than `stale_after`.
+    /// Marks rows unresolved past the threshold: a note on each row, a WARN line and a count,
+    /// once per row; the gauge of how many there are.
+    async fn flag_overdue(
+        &self,
+        now: OffsetDateTime,
+        schedule: &ReconcileSchedule,
+        report: &mut PassReport,
+    ) -> Result<(), StoreError> {
+        let threshold = time::Duration::try_from(schedule.overdue_after).unwrap_or(time::Duration::MAX);
+        let Some(created_before) = now.checked_sub(threshold) else {
+            return Ok(());
+        };
+        let note = format!(
+            "needs an operator: unresolved for more than {}; reconciliation keeps asking",
+            human(schedule.overdue_after)
+        );
+        let sweep = self.store.mark_overdue(created_before, now, &note, 1000).await?;
+        for row in &sweep.newly {
+            metrics::counter!(OVERDUE_TOTAL).increment(1);
+            tracing::warn!(
+                ledger = row.id,
+                tenant = row.tenant,
+                tool = row.tool,
+                outcome = row.outcome.map(records::Outcome::as_str),
+                "a call's outcome is still unresolved past the alert threshold; it needs an operator"
+            );
+        }
+        metrics::gauge!(OVERDUE).set(sweep.overdue as f64);
+        report.newly_overdue = u32::try_from(sweep.newly.len()).unwrap_or(u32::MAX);
+        report.overdue = sweep.overdue;
+        Ok(())
+    }
+
+    /// One pass of the background reconciler: rows older than `stale_after`, on the default
+    /// [`ReconcileSchedule`].
     ///
     /// # Errors
     /// A store failure.
     pub async fn reconcile_stale(&self, limit: u32) -> Result<ReconcileReport, StoreError> {
+        Ok(self
+            .reconcile_stale_with(limit, &ReconcileSchedule::default())
+            .await?
+            .totals)
+    }
+
+    /// [`Runtime::reconcile_stale`] on `schedule`.
+    ///
+    /// # Errors
+    /// A store failure.
+    pub async fn reconcile_stale_with(
+        &self,
+        limit: u32,
+        schedule: &ReconcileSchedule,
+    ) -> Result<PassReport, StoreError> {
         let stale = time::Duration::try_from(self.settings.stale_after).unwrap_or(time::Duration::MAX);
-        self.reconcile_older_than(self.env.now() - stale, limit).await
+        let now = self.env.now();
+        let older_than = now.checked_sub(stale).unwrap_or(now);
+        self.reconcile_pass(older_than, limit, schedule).await
+    }
+}
+
+/// Why an adapter that answered "unknown" could not tell: whether its binding names a status
+/// endpoint at all (`status_url` for `http` and `send_email`, `status` for `command`).
+fn cannot_tell(contract: &Contract) -> String {
+    let Some(binding) = contract.adapter() else {
+        return "the contract has no adapter binding".to_owned();
+    };
+    let kind = binding.kind();
+    let field = match kind {
+        "http" | "send_email" => "status_url",
+        "command" => "status",
+        _ => return format!("the `{kind}` adapter could not tell"),
+    };
+    if binding.document().get(field).is_some() {
+        format!("the status endpoint (`{field}`) could not tell")
+    } else {
+        format!("no status endpoint: the `{kind}` binding has no `{field}`, so no one can be asked")
+    }
+}
+
+/// A duration as an operator writes it (`1h`, `30m`, `45s`).
+fn human(d: Duration) -> String {
+    let secs = d.as_secs();
+    if secs > 0 && secs % 3600 == 0 {
+        format!("{}h", secs / 3600)
+    } else if secs > 0 && secs % 60 == 0 {
+        format!("{}m", secs / 60)
+    } else {
+        format!("{secs}s")
     }
 }
 
 /// Runs [`Runtime::reconcile_stale`] every `interval` until the handle is aborted.
 pub fn spawn_reconciler(runtime: Runtime, interval: Duration) -> tokio::task::JoinHandle<()> {
+    spawn_reconciler_with(runtime, interval, ReconcileSchedule::default())
+}
+
+/// Runs [`Runtime::reconcile_stale_with`] on `schedule` every `interval` until the handle is
+/// aborted.
+pub fn spawn_reconciler_with(
+    runtime: Runtime,
+    interval: Duration,
+    schedule: ReconcileSchedule,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticker.tick().await;
             // A failed pass is retried on the next tick; rows stay unresolved meanwhile.
-            if let Err(e) = runtime.reconcile_stale(100).await {
+            if let Err(e) = runtime.reconcile_stale_with(100, &schedule).await {
                 tracing::warn!(error = %e, "reconciliation pass failed");
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_backoff_doubles_from_the_base_up_to_the_cap() {
+        let (base, cap) = (Duration::from_secs(15), Duration::from_secs(3600));
+        let waits: Vec<u64> = (0..10).map(|n| next_inquiry_in(n, base, cap).as_secs()).collect();
+        assert_eq!(waits, [15, 30, 60, 120, 240, 480, 960, 1920, 3600, 3600]);
+        assert_eq!(next_inquiry_in(u32::MAX, base, cap), cap);
+        assert_eq!(next_inquiry_in(40, Duration::MAX, cap), cap);
+    }
+
+    #[test]
+    fn durations_read_as_an_operator_writes_them() {
+        assert_eq!(human(Duration::from_secs(3600)), "1h");
+        assert_eq!(human(Duration::from_secs(1800)), "30m");
+        assert_eq!(human(Duration::from_secs(45)), "45s");
+    }
 }

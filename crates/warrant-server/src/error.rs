@@ -13,7 +13,16 @@ use warrant_core::{RejectCode, Rejection, Stage};
 pub struct ApiError {
     status: StatusCode,
     body: Value,
+    /// Seconds for a `Retry-After` header, when the client should come back later.
+    retry_after: Option<u64>,
 }
+
+/// The `Retry-After` of a `503 STORE_OVERLOADED`, in seconds: the queue drains in well
+/// under a second on a healthy disk.
+pub const OVERLOADED_RETRY_AFTER: u64 = 1;
+
+/// The counter of requests answered `503 STORE_OVERLOADED`.
+pub const OVERLOADED_METRIC: &str = "warrant_http_store_overloaded_total";
 
 impl ApiError {
     /// An error outside the decision stages (`auth`, `request`, `route`, …).
@@ -21,6 +30,7 @@ impl ApiError {
         ApiError {
             status,
             body: json!({"error": {"stage": stage, "code": code, "message": message.into()}}),
+            retry_after: None,
         }
     }
 
@@ -64,6 +74,7 @@ impl ApiError {
         ApiError {
             status: rejection_status(rejection.code()),
             body: json!({ "error": error }),
+            retry_after: None,
         }
     }
 
@@ -92,6 +103,13 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         self.status
     }
+
+    /// Asks the client to come back after `seconds` (a `Retry-After` header).
+    #[must_use]
+    pub fn retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds);
+        self
+    }
 }
 
 fn rand_bytes() -> [u8; 6] {
@@ -110,6 +128,18 @@ impl From<StoreError> for ApiError {
                     "the store is unavailable; retry later",
                 )
             }
+            StoreError::Overloaded(_) => {
+                // Expected under overload: counted, logged below ERROR, answered at once.
+                metrics::counter!(OVERLOADED_METRIC).increment(1);
+                tracing::warn!(error = %e, "store overloaded");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "internal",
+                    "STORE_OVERLOADED",
+                    "the store is overloaded; retry later",
+                )
+                .retry_after(OVERLOADED_RETRY_AFTER)
+            }
             other => ApiError::internal(&other),
         }
     }
@@ -117,7 +147,14 @@ impl From<StoreError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(self.body)).into_response()
+        let mut response = (self.status, Json(self.body)).into_response();
+        if let Some(seconds) = self.retry_after {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(seconds),
+            );
+        }
+        response
     }
 }
 
@@ -133,5 +170,29 @@ pub fn rejection_status(code: RejectCode) -> StatusCode {
             Stage::Policy | Stage::Scope | Stage::Guard | Stage::Approval => StatusCode::FORBIDDEN,
             Stage::Budget => StatusCode::TOO_MANY_REQUESTS,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+
+    #[test]
+    fn an_overloaded_store_answers_503_with_retry_after_and_a_stable_code() {
+        let response =
+            ApiError::from(StoreError::Overloaded("the SQLite write queue is full".into())).into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            response.headers().get(axum::http::header::RETRY_AFTER).unwrap(),
+            "1"
+        );
+        let unavailable = ApiError::from(StoreError::Unavailable("down".into()));
+        assert_eq!(unavailable.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            ApiError::from(StoreError::Overloaded("full".into())).body["error"]["code"],
+            "STORE_OVERLOADED"
+        );
     }
 }

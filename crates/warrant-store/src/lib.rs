@@ -21,6 +21,7 @@ use time::OffsetDateTime;
 
 pub use memory::MemoryStore;
 pub use sql::{DatabaseUrl, SqlStore, StoreOptions};
+pub use sqlite::OVERLOADED_METRIC;
 pub use warrant_core::records::*;
 pub use warrant_core::store::{Store, StoreError};
 
@@ -38,7 +39,11 @@ impl warrant_core::env::Env for SystemEnv {
     }
 }
 
-/// Runs [`Store::purge_expired`] every `interval` until the returned handle is aborted.
+/// The counter of sweeps ([`Store::purge_expired`]) that failed.
+pub const SWEEP_ERRORS_METRIC: &str = "warrant_sweep_errors_total";
+
+/// Runs [`Store::purge_expired`] every `interval` until the returned handle is aborted. A
+/// failed sweep is logged (WARN) and counted in [`SWEEP_ERRORS_METRIC`].
 pub fn spawn_sweeper<S: Store + ?Sized>(
     store: std::sync::Arc<S>,
     interval: std::time::Duration,
@@ -48,10 +53,22 @@ pub fn spawn_sweeper<S: Store + ?Sized>(
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticker.tick().await;
-            // A failed sweep is retried on the next tick. Nothing depends on it for
-            // correctness: `begin_attempt` treats an expired idempotency record as free and
-            // approvals are checked against their expiry when decided or consumed.
-            let _ = store.purge_expired(OffsetDateTime::now_utc()).await;
+            sweep_once(store.as_ref()).await;
         }
     })
+}
+
+/// One sweep: purges what expired; a failure is logged and counted, then left to the next
+/// tick. Nothing depends on the sweep for correctness: `begin_attempt` treats an expired
+/// idempotency record as free and approvals are checked against their expiry when decided or
+/// consumed; but a sweep that keeps failing lets expired rows pile up, so it is visible.
+pub async fn sweep_once<S: Store + ?Sized>(store: &S) -> Option<PurgeCounts> {
+    match store.purge_expired(OffsetDateTime::now_utc()).await {
+        Ok(counts) => Some(counts),
+        Err(e) => {
+            metrics::counter!(SWEEP_ERRORS_METRIC).increment(1);
+            tracing::warn!(error = %e, "sweep of expired records failed; retried on the next tick");
+            None
+        }
+    }
 }

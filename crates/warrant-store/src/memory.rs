@@ -31,6 +31,22 @@ struct State {
     budgets: HashMap<String, HashMap<String, (u64, OffsetDateTime)>>,
     keys: BTreeMap<String, ApiKeyRecord>,
     jobs: BTreeMap<String, Job>,
+    /// ledger id → its reconciliation schedule (the SQL backends' `reconcile_*` columns).
+    schedules: HashMap<String, Schedule>,
+}
+
+/// A ledger row's reconciliation schedule (see migration 0004).
+#[derive(Default)]
+struct Schedule {
+    at: Option<OffsetDateTime>,
+    attempts: u32,
+    owner: Option<String>,
+    note: Option<String>,
+    overdue_at: Option<OffsetDateTime>,
+}
+
+fn unresolved(e: &LedgerEntry) -> bool {
+    matches!(e.outcome, Some(Outcome::Attempting | Outcome::Unknown))
 }
 
 /// The in-memory store (see the module documentation).
@@ -425,6 +441,118 @@ impl Store for MemoryStore {
             rows.sort_by_key(|e| ms(e.updated_at));
             rows.truncate(limit as usize);
             Ok(rows)
+        })
+    }
+
+    async fn claim_unresolved(
+        &self,
+        worker: &str,
+        now: OffsetDateTime,
+        older_than: OffsetDateTime,
+        limit: u32,
+        lease: Duration,
+    ) -> Result<Vec<ClaimedRow>, StoreError> {
+        let until = trunc(
+            time::Duration::try_from(lease)
+                .ok()
+                .and_then(|lease| now.checked_add(lease))
+                .unwrap_or(now),
+        );
+        let shift = (ms(now) - ms(older_than)).max(0);
+        self.with(|s| {
+            let mut due: Vec<(i128, String)> =
+                s.ledger
+                    .values()
+                    .filter(|e| unresolved(e))
+                    .filter_map(|e| match s.schedules.get(&e.id).and_then(|sc| sc.at) {
+                        Some(at) => (ms(at) <= ms(now)).then(|| (ms(at), e.id.clone())),
+                        None => (ms(e.updated_at) <= ms(older_than))
+                            .then(|| (ms(e.updated_at) + shift, e.id.clone())),
+                    })
+                    .collect();
+            due.sort();
+            due.truncate(limit.clamp(1, 1000) as usize);
+            let mut out = Vec::with_capacity(due.len());
+            for (_, id) in due {
+                let Some(entry) = s.ledger.get(&id).cloned() else {
+                    continue;
+                };
+                let schedule = s.schedules.entry(id).or_default();
+                schedule.at = Some(until);
+                schedule.owner = Some(worker.to_owned());
+                out.push(ClaimedRow {
+                    entry,
+                    reconcile_attempts: schedule.attempts,
+                    reconcile_note: schedule.note.clone(),
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    async fn reschedule_unresolved(
+        &self,
+        tenant: &str,
+        id: &str,
+        worker: &str,
+        next_at: OffsetDateTime,
+        note: &str,
+    ) -> Result<bool, StoreError> {
+        self.with(|s| {
+            if !s
+                .ledger
+                .get(id)
+                .is_some_and(|e| e.tenant == tenant && unresolved(e))
+            {
+                return Ok(false);
+            }
+            let Some(schedule) = s.schedules.get_mut(id) else {
+                return Ok(false);
+            };
+            if schedule.owner.as_deref() != Some(worker) {
+                return Ok(false);
+            }
+            schedule.at = Some(trunc(next_at));
+            schedule.owner = None;
+            schedule.attempts = schedule.attempts.saturating_add(1);
+            schedule.note = Some(note.to_owned());
+            Ok(true)
+        })
+    }
+
+    async fn mark_overdue(
+        &self,
+        created_before: OffsetDateTime,
+        now: OffsetDateTime,
+        note: &str,
+        limit: u32,
+    ) -> Result<OverdueSweep, StoreError> {
+        self.with(|s| {
+            let mut due: Vec<(i128, String)> = s
+                .ledger
+                .values()
+                .filter(|e| unresolved(e) && ms(e.created_at) <= ms(created_before))
+                .filter(|e| s.schedules.get(&e.id).is_none_or(|sc| sc.overdue_at.is_none()))
+                .map(|e| (ms(e.created_at), e.id.clone()))
+                .collect();
+            due.sort();
+            due.truncate(limit.clamp(1, 10_000) as usize);
+            let mut newly = Vec::with_capacity(due.len());
+            for (_, id) in due {
+                let Some(entry) = s.ledger.get_mut(&id) else {
+                    continue;
+                };
+                entry.detail = Some(crate::sql::overdue_detail(note, entry.detail.as_deref()));
+                newly.push(entry.clone());
+                s.schedules.entry(id).or_default().overdue_at = Some(trunc(now));
+            }
+            let overdue = s
+                .ledger
+                .values()
+                .filter(|e| unresolved(e))
+                .filter(|e| s.schedules.get(&e.id).is_some_and(|sc| sc.overdue_at.is_some()))
+                .count() as u64;
+            Ok(OverdueSweep { newly, overdue })
         })
     }
 

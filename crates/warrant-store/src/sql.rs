@@ -109,10 +109,13 @@ pub struct StoreOptions {
     /// which also caps them by cores: see `sqlite_readers`).
     pub max_connections: u32,
     /// How long to wait for a pooled connection before [`StoreError::Unavailable`]
-    /// (PostgreSQL; SQLite operations queue for their thread without a limit).
+    /// (PostgreSQL; SQLite operations queue for their thread, up to `queue_capacity`).
     pub acquire_timeout: Duration,
     /// PostgreSQL schema to use (created if missing); `None` uses the default search path.
     pub postgres_schema: Option<String>,
+    /// SQLite: how many operations the writer's queue, and the readers' queue, hold; an
+    /// operation that finds its queue full is answered [`StoreError::Overloaded`] at once.
+    pub queue_capacity: usize,
 }
 
 impl Default for StoreOptions {
@@ -121,6 +124,7 @@ impl Default for StoreOptions {
             max_connections: 16,
             acquire_timeout: Duration::from_secs(5),
             postgres_schema: None,
+            queue_capacity: crate::sqlite::DEFAULT_QUEUE_CAPACITY,
         }
     }
 }
@@ -187,7 +191,8 @@ impl SqlStore {
         conn.close().await.db()?;
         let readers = sqlite_readers(options);
         let path = path.to_owned();
-        let sqlite = tokio::task::spawn_blocking(move || Sqlite::open(&path, readers))
+        let capacity = options.queue_capacity;
+        let sqlite = tokio::task::spawn_blocking(move || Sqlite::open(&path, readers, capacity))
             .await
             .map_err(|e| StoreError::Unavailable(format!("cannot open the store: {e}")))??;
         Ok(SqlStore {
@@ -393,6 +398,14 @@ fn ledger_of(row: &impl RowExt) -> Result<LedgerEntry, StoreError> {
         cost: uint(row.int("cost")?)?,
         arguments: opt_json_of(row.opt_text("arguments")?)?,
     })
+}
+
+/// The detail of a row marked overdue: the operator's note first, then what it said before.
+pub(crate) fn overdue_detail(note: &str, detail: Option<&str>) -> String {
+    match detail {
+        Some(d) if !d.is_empty() => format!("{note}; {d}"),
+        _ => note.to_owned(),
+    }
 }
 
 macro_rules! idempotency_columns {
@@ -1055,6 +1068,129 @@ impl Store for SqlStore {
                 .fetch_all(sql, &args![ms(older_than), i64::from(limit)])
                 .await?;
             rows.iter().map(ledger_of).collect()
+        })
+    }
+
+    async fn claim_unresolved(
+        &self,
+        worker: &str,
+        now: OffsetDateTime,
+        older_than: OffsetDateTime,
+        limit: u32,
+        lease: Duration,
+    ) -> Result<Vec<ClaimedRow>, StoreError> {
+        // The due rows, earliest due first. PostgreSQL: concurrent claimers skip each other's
+        // locked rows (and a row another claimer committed meanwhile is re-checked against the
+        // condition, so it is no longer due). SQLite: the single writer serializes claims.
+        macro_rules! due {
+            ($lock:literal) => {
+                concat!(
+                    "SELECT ",
+                    ledger_columns!(),
+                    ", reconcile_attempts, reconcile_note FROM ledger \
+                     WHERE outcome IN ('attempting', 'unknown') \
+                     AND ((reconcile_at IS NULL AND updated_at <= $1) OR reconcile_at <= $2) \
+                     ORDER BY COALESCE(reconcile_at, updated_at + $3), id LIMIT $4",
+                    $lock
+                )
+            };
+        }
+        let select = match self.backend {
+            Backend::Sqlite(_) => due!(""),
+            Backend::Postgres(_) => due!(" FOR UPDATE SKIP LOCKED"),
+        };
+        let take = "UPDATE ledger SET reconcile_at = $1, reconcile_owner = $2 WHERE id = $3";
+        let (now, older_than) = (ms(now), ms(older_than));
+        let until = now.saturating_add(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX));
+        let shift = now.saturating_sub(older_than).max(0);
+        write_op!(self, [worker = worker.to_owned()], |ex| {
+            let params = args![older_than, now, shift, i64::from(limit.clamp(1, 1000))];
+            let rows = ex.fetch_all(select, &params).await?;
+            let mut claimed = Vec::with_capacity(rows.len());
+            for row in &rows {
+                let entry = ledger_of(row)?;
+                ex.execute(take, &args![until, &worker, &entry.id]).await?;
+                claimed.push(ClaimedRow {
+                    entry,
+                    reconcile_attempts: u32_of(row.int("reconcile_attempts")?)?,
+                    reconcile_note: row.opt_text("reconcile_note")?,
+                });
+            }
+            Ok(claimed)
+        })
+    }
+
+    async fn reschedule_unresolved(
+        &self,
+        tenant: &str,
+        id: &str,
+        worker: &str,
+        next_at: OffsetDateTime,
+        note: &str,
+    ) -> Result<bool, StoreError> {
+        let sql = "UPDATE ledger SET reconcile_at = $1, reconcile_owner = NULL, \
+                   reconcile_attempts = reconcile_attempts + 1, reconcile_note = $2 \
+                   WHERE tenant = $3 AND id = $4 AND reconcile_owner = $5 \
+                   AND outcome IN ('attempting', 'unknown')";
+        write_op!(
+            self,
+            [
+                tenant = tenant.to_owned(),
+                id = id.to_owned(),
+                worker = worker.to_owned(),
+                note = note.to_owned(),
+            ],
+            |ex| {
+                let params = args![ms(next_at), &note, &tenant, &id, &worker];
+                Ok(ex.execute(sql, &params).await? == 1)
+            }
+        )
+    }
+
+    async fn mark_overdue(
+        &self,
+        created_before: OffsetDateTime,
+        now: OffsetDateTime,
+        note: &str,
+        limit: u32,
+    ) -> Result<OverdueSweep, StoreError> {
+        macro_rules! unmarked {
+            ($lock:literal) => {
+                concat!(
+                    "SELECT ",
+                    ledger_columns!(),
+                    " FROM ledger WHERE outcome IN ('attempting', 'unknown') \
+                     AND reconcile_overdue_at IS NULL AND created_at <= $1 \
+                     ORDER BY created_at, id LIMIT $2",
+                    $lock
+                )
+            };
+        }
+        let select = match self.backend {
+            Backend::Sqlite(_) => unmarked!(""),
+            Backend::Postgres(_) => unmarked!(" FOR UPDATE SKIP LOCKED"),
+        };
+        let mark = "UPDATE ledger SET reconcile_overdue_at = $1, detail = $2 \
+                    WHERE id = $3 AND reconcile_overdue_at IS NULL";
+        let count = "SELECT COUNT(*) AS n FROM ledger WHERE outcome IN ('attempting', 'unknown') \
+                     AND reconcile_overdue_at IS NOT NULL";
+        write_op!(self, [note = note.to_owned()], |ex| {
+            let params = args![ms(created_before), i64::from(limit.clamp(1, 10_000))];
+            let rows = ex.fetch_all(select, &params).await?;
+            let mut newly = Vec::with_capacity(rows.len());
+            for row in &rows {
+                let mut entry = ledger_of(row)?;
+                let detail = overdue_detail(&note, entry.detail.as_deref());
+                if ex.execute(mark, &args![ms(now), &detail, &entry.id]).await? == 1 {
+                    entry.detail = Some(detail);
+                    newly.push(entry);
+                }
+            }
+            let overdue = match ex.fetch_optional(count, &[]).await? {
+                Some(row) => uint(row.int("n")?)?,
+                None => 0,
+            };
+            Ok(OverdueSweep { newly, overdue })
         })
     }
 

@@ -18,6 +18,13 @@
 //! **Reads** run on a few reader threads, each with a read-only connection (WAL: readers never
 //! wait for the writer), pulling operations from one queue.
 //!
+//! **Bounded queues.** The writer's and the readers' queues hold at most
+//! `StoreOptions::queue_capacity` operations each; an operation that finds its queue full is
+//! answered [`StoreError::Overloaded`] at once (counted in `warrant_store_overloaded_total`,
+//! by queue) instead of waiting behind an unbounded backlog, and the server answers `503` with
+//! `Retry-After`. Each queued operation carries its caller's tracing span, entered on the
+//! store thread while it runs.
+//!
 //! Written by hand because no crate does group commit over rusqlite; the operations themselves
 //! are the shared ones of `sql.rs`, run through [`SqliteExec`].
 
@@ -25,7 +32,7 @@ use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 use std::pin::pin;
-use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -39,6 +46,14 @@ use crate::exec::{Arg, Exec, RowExt};
 
 /// The most writes one commit takes; the rest wait for the next batch.
 const MAX_BATCH: usize = 512;
+
+/// Operations each queue (the writer's, the readers') holds by default before answering
+/// [`StoreError::Overloaded`]: several batches of writes, far more than a healthy disk
+/// leaves waiting.
+pub(crate) const DEFAULT_QUEUE_CAPACITY: usize = 4096;
+
+/// The counter of operations refused because their queue was full, by `queue`.
+pub const OVERLOADED_METRIC: &str = "warrant_store_overloaded_total";
 
 /// Page cache per reader connection, in KiB (as a negative `cache_size`).
 const READER_CACHE_KIB: i64 = -512;
@@ -225,6 +240,8 @@ struct Job<R, F> {
     operation: Option<F>,
     result: Option<Result<R, StoreError>>,
     answer: oneshot::Sender<Result<R, StoreError>>,
+    /// The caller's span, entered while the operation runs on the writer thread.
+    span: tracing::Span,
 }
 
 fn guarded<R>(operation: impl FnOnce() -> Result<R, StoreError>) -> Result<R, StoreError> {
@@ -243,6 +260,7 @@ where
         let Some(operation) = self.operation.take() else {
             return false;
         };
+        let _entered = self.span.enter();
         let result = guarded(|| operation(ex));
         let keep = result.is_ok() && !ex.rollback;
         self.result = Some(result);
@@ -275,8 +293,8 @@ enum ReadMsg {
 
 /// The SQLite backend's connections and threads.
 pub(crate) struct Sqlite {
-    writer: Sender<WriteMsg>,
-    readers: Sender<ReadMsg>,
+    writer: SyncSender<WriteMsg>,
+    readers: SyncSender<ReadMsg>,
     reader_count: usize,
     checkpointer: Sender<oneshot::Sender<()>>,
 }
@@ -336,15 +354,16 @@ fn connect(path: &Path, read_only: bool) -> Result<Connection, StoreError> {
 impl Sqlite {
     /// Opens the writer and `readers` reader connections (the schema must be in place) and
     /// starts their threads.
-    pub(crate) fn open(path: &Path, readers: usize) -> Result<Self, StoreError> {
+    pub(crate) fn open(path: &Path, readers: usize, queue_capacity: usize) -> Result<Self, StoreError> {
+        let capacity = queue_capacity.max(1);
         let writer_conn = connect(path, false)?;
         let checkpoint_conn = connect(path, false)?;
         let reader_conns = (0..readers.max(1))
             .map(|_| connect(path, true))
             .collect::<Result<Vec<_>, _>>()?;
-        let (writer, write_rx) = mpsc::channel();
+        let (writer, write_rx) = mpsc::sync_channel(capacity);
         spawn("warrant-sqlite-w", move || write_loop(writer_conn, &write_rx))?;
-        let (reader_tx, read_rx) = mpsc::channel();
+        let (reader_tx, read_rx) = mpsc::sync_channel(capacity);
         let read_rx = Arc::new(Mutex::new(read_rx));
         let reader_count = reader_conns.len();
         for conn in reader_conns {
@@ -374,10 +393,9 @@ impl Sqlite {
             operation: Some(operation),
             result: None,
             answer,
+            span: tracing::Span::current(),
         };
-        self.writer
-            .send(WriteMsg::Job(Box::new(job)))
-            .map_err(|_| closed())?;
+        queue(&self.writer, WriteMsg::Job(Box::new(job)), "write")?;
         wait.await.map_err(|_| closed())?
     }
 
@@ -388,10 +406,12 @@ impl Sqlite {
         F: FnOnce(&mut SqliteExec<'_>) -> Result<R, StoreError> + Send + 'static,
     {
         let (answer, wait) = oneshot::channel();
+        let span = tracing::Span::current();
         let job: ReadJob = Box::new(move |ex| {
+            let _entered = span.enter();
             let _ = answer.send(guarded(|| operation(ex)));
         });
-        self.readers.send(ReadMsg::Job(job)).map_err(|_| closed())?;
+        queue(&self.readers, ReadMsg::Job(job), "read")?;
         wait.await.map_err(|_| closed())?
     }
 
@@ -400,12 +420,12 @@ impl Sqlite {
     pub(crate) async fn close(&self) {
         let mut acks = Vec::new();
         let (ack, done) = oneshot::channel();
-        if self.writer.send(WriteMsg::Stop(ack)).is_ok() {
+        if stop(&self.writer, WriteMsg::Stop(ack)).await {
             acks.push(done);
         }
         for _ in 0..self.reader_count {
             let (ack, done) = oneshot::channel();
-            if self.readers.send(ReadMsg::Stop(ack)).is_ok() {
+            if stop(&self.readers, ReadMsg::Stop(ack)).await {
                 acks.push(done);
             }
         }
@@ -415,6 +435,34 @@ impl Sqlite {
         }
         for done in acks {
             let _ = done.await;
+        }
+    }
+}
+
+/// Queues an operation, or answers at once: [`StoreError::Overloaded`] when the queue is full
+/// (counted), unavailable when the store is closed.
+fn queue<M>(queue: &SyncSender<M>, msg: M, name: &'static str) -> Result<(), StoreError> {
+    match queue.try_send(msg) {
+        Ok(()) => Ok(()),
+        Err(TrySendError::Full(_)) => {
+            metrics::counter!(OVERLOADED_METRIC, "queue" => name).increment(1);
+            Err(StoreError::Overloaded(format!("the SQLite {name} queue is full")))
+        }
+        Err(TrySendError::Disconnected(_)) => Err(closed()),
+    }
+}
+
+/// Queues a stop message behind the work already queued, waiting (without blocking the
+/// runtime) while the queue is full; `false` when the thread is gone.
+async fn stop<M>(queue: &SyncSender<M>, mut msg: M) -> bool {
+    loop {
+        match queue.try_send(msg) {
+            Ok(()) => return true,
+            Err(TrySendError::Disconnected(_)) => return false,
+            Err(TrySendError::Full(back)) => {
+                msg = back;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
         }
     }
 }
@@ -555,7 +603,7 @@ mod tests {
 
     async fn store() -> (tempfile::TempDir, Arc<Sqlite>) {
         let dir = tempfile::tempdir().unwrap();
-        let sqlite = Sqlite::open(&dir.path().join("t.db"), 2).unwrap();
+        let sqlite = Sqlite::open(&dir.path().join("t.db"), 2, DEFAULT_QUEUE_CAPACITY).unwrap();
         sqlite
             .write(|ex| {
                 now(async {
@@ -669,6 +717,104 @@ mod tests {
                 .await,
             Err(StoreError::Unavailable(_))
         ));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_full_queue_answers_overloaded_at_once_and_drains_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let sqlite = Arc::new(Sqlite::open(&dir.path().join("t.db"), 1, 2).unwrap());
+        sqlite
+            .write(|ex| {
+                now(async {
+                    ex.execute("CREATE TABLE t (k TEXT PRIMARY KEY, v INTEGER)", &[])
+                        .await
+                })
+            })
+            .await
+            .unwrap();
+        // The writer thread is held inside one write; the reader inside one read.
+        let (release_w, held_w) = mpsc::channel::<()>();
+        let (release_r, held_r) = mpsc::channel::<()>();
+        let (started_w, running_w) = oneshot::channel();
+        let (started_r, running_r) = oneshot::channel();
+        let blocked_write = tokio::spawn({
+            let sqlite = Arc::clone(&sqlite);
+            async move {
+                sqlite
+                    .write(move |ex| {
+                        let _ = started_w.send(());
+                        let _ = held_w.recv();
+                        now(async { ex.execute("INSERT INTO t (k, v) VALUES ('held', 0)", &[]).await })
+                    })
+                    .await
+            }
+        });
+        let blocked_read = tokio::spawn({
+            let sqlite = Arc::clone(&sqlite);
+            async move {
+                sqlite
+                    .read(move |_| {
+                        let _ = started_r.send(());
+                        let _ = held_r.recv();
+                        Ok(())
+                    })
+                    .await
+            }
+        });
+        running_w.await.unwrap();
+        running_r.await.unwrap();
+        // Two more of each fill the queues (capacity 2)...
+        let mut queued_writes = Vec::new();
+        let mut queued_reads = Vec::new();
+        for i in 0..2 {
+            let mut w = Box::pin(sqlite.write(insert(format!("q{i}"), i)));
+            assert!(tokio::time::timeout(Duration::ZERO, &mut w).await.is_err());
+            queued_writes.push(w);
+            let mut r = Box::pin(sqlite.read(|_| Ok(1_u8)));
+            assert!(tokio::time::timeout(Duration::ZERO, &mut r).await.is_err());
+            queued_reads.push(r);
+        }
+        // ...and the next is refused at once with the typed error.
+        let refused = sqlite.write(insert("over".into(), 9)).await;
+        assert!(matches!(refused, Err(StoreError::Overloaded(_))), "{refused:?}");
+        let refused = sqlite.read(|_| Ok(1_u8)).await;
+        assert!(matches!(refused, Err(StoreError::Overloaded(_))), "{refused:?}");
+        // Released, everything queued completes and the queue takes work again.
+        release_w.send(()).unwrap();
+        release_r.send(()).unwrap();
+        assert_eq!(blocked_write.await.unwrap().unwrap(), 1);
+        blocked_read.await.unwrap().unwrap();
+        for w in queued_writes {
+            assert_eq!(w.await.unwrap(), 1);
+        }
+        for r in queued_reads {
+            assert_eq!(r.await.unwrap(), 1);
+        }
+        assert_eq!(sqlite.write(insert("after".into(), 3)).await.unwrap(), 1);
+        assert_eq!(count(&sqlite).await, 4);
+    }
+
+    #[tokio::test]
+    async fn an_operation_runs_in_its_callers_span() {
+        use tracing::Instrument as _;
+        // A registry (global: the store threads are other threads) tracks each thread's span.
+        let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry());
+        let (_dir, sqlite) = store().await;
+        let name = || tracing::Span::current().metadata().map(|m| m.name());
+        let written = sqlite
+            .write(move |_| Ok(name()))
+            .instrument(tracing::info_span!("caller_span"))
+            .await
+            .unwrap();
+        assert_eq!(written, Some("caller_span"));
+        let read = sqlite
+            .read(move |_| Ok(name()))
+            .instrument(tracing::info_span!("reader_span"))
+            .await
+            .unwrap();
+        assert_eq!(read, Some("reader_span"));
+        // Without a span at the caller, none on the thread.
+        assert_eq!(sqlite.read(move |_| Ok(name())).await.unwrap(), None);
     }
 
     #[test]

@@ -85,3 +85,27 @@ async fn the_sweeper_purges_what_expired() {
     }
     sweeper.abort();
 }
+
+#[test]
+fn a_failed_sweep_is_counted_not_swallowed() {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let store = MemoryStore::new();
+    store.close();
+    let swept = metrics::with_local_recorder(&recorder, || {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(sweep_once(&store))
+    });
+    assert_eq!(swept, None);
+    let failures: Vec<_> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, ..)| key.key().name() == SWEEP_ERRORS_METRIC)
+        .map(|(.., value)| value)
+        .collect();
+    assert_eq!(failures, vec![DebugValue::Counter(1)]);
+}

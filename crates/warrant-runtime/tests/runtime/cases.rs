@@ -929,3 +929,100 @@ pub async fn a_commit_after_reconciliation_corrects_the_ledger(h: &Arc<Harness>)
     assert!(again.replayed, "{again:?}");
     assert_eq!(h.faults.effects(e.operation_id.as_str()), 1);
 }
+
+/// Starvation: 1,000 `unknown` rows whose tool has no status endpoint (so every inquiry
+/// answers "cannot tell") are older than one crash-abandoned `attempting` row whose tool can
+/// be asked. Passes of 100 rows each reach the resolvable row within a bounded number of
+/// passes: rows that stayed unresolved are rescheduled (with backoff), not re-read first.
+pub async fn a_thousand_unresolvable_rows_do_not_hide_one_behind_them(h: &Arc<Harness>) {
+    const BLIND: usize = 1_000;
+    let blind = h
+        .allow(&json!({"tool": "blind", "version": 1, "idempotency_key": "blind-template", "arguments": {"mode": "ok"}}))
+        .await
+        .unwrap();
+    let template = blind.ledger_entry().clone();
+    let mut tasks = tokio::task::JoinSet::new();
+    let exp = time::OffsetDateTime::now_utc() + time::Duration::hours(1);
+    for i in 0..BLIND {
+        let store = h.store.clone();
+        let mut entry = template.clone();
+        entry.id = format!("led_blind_{i:05}");
+        entry.idempotency_key = None;
+        entry.created_at -= time::Duration::minutes(10);
+        entry.updated_at = entry.created_at;
+        tasks.spawn(async move {
+            store
+                .begin_attempt(&entry, None, &AttemptClaims::NONE, exp)
+                .await
+                .unwrap();
+            let finish = records::AttemptFinish {
+                outcome: records::Outcome::Unknown,
+                attempts: 1,
+                error_code: Some("TOOL_TIMEOUT".into()),
+                result: None,
+                latency_ms: 1,
+                cost: 0,
+                detail: Some("lost answer".into()),
+                charges: Vec::new(),
+            };
+            let at = entry.created_at;
+            store
+                .finish_attempt(&entry.tenant, &entry.id, None, &finish, at)
+                .await
+                .unwrap();
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.unwrap();
+    }
+    // Behind them: a crash left this write `attempting`; its tool can tell it never ran.
+    let proposal =
+        json!({"tool": "credit", "version": 1, "idempotency_key": "behind", "arguments": {"mode": "ok"}});
+    let allowed = h.allow(&proposal).await.unwrap();
+    h.store
+        .begin_attempt(
+            allowed.ledger_entry(),
+            allowed.idempotency_scope(),
+            &AttemptClaims::NONE,
+            exp,
+        )
+        .await
+        .unwrap();
+    let behind = allowed.ledger_entry().id.clone();
+    let settings = RuntimeSettings {
+        stale_after: Duration::ZERO,
+        ..*h.runtime.settings()
+    };
+    let rt = Runtime::new(
+        h.store.clone(),
+        h.authority.registry().clone(),
+        h.authority.env().clone(),
+        h.runtime.adapters().clone(),
+        settings,
+    );
+    let mut reached = None;
+    for pass in 1..=15 {
+        rt.reconcile_stale(100).await.unwrap();
+        let row = h.store.get_ledger("acme", &behind).await.unwrap().unwrap();
+        if row.outcome == Some(records::Outcome::ReconciledNotCommitted) {
+            reached = Some(pass);
+            break;
+        }
+    }
+    assert!(
+        reached.is_some_and(|p| p <= 11),
+        "the resolvable row was not reached in 15 passes of 100 ({reached:?})"
+    );
+    // Each unresolvable row says why, for the operator.
+    let far = time::OffsetDateTime::now_utc() + time::Duration::days(1);
+    let claimed = h
+        .store
+        .claim_unresolved("inspector", far, far, 1, Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(claimed[0].reconcile_attempts, 1);
+    assert_eq!(
+        claimed[0].reconcile_note.as_deref(),
+        Some("no status endpoint: the `http` binding has no `status_url`, so no one can be asked")
+    );
+}

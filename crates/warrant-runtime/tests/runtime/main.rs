@@ -63,4 +63,5 @@ on_every_backend! {
     a_keyless_read_is_one_ledger_row,
     committed_spend_is_charged,
     the_background_reconciler_resolves_on_its_own,
+    a_thousand_unresolvable_rows_do_not_hide_one_behind_them,
 }

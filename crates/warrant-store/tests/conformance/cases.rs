@@ -1654,3 +1654,296 @@ pub async fn a_read_takes_its_budget_when_it_is_recorded(b: &Backend) {
     );
     assert!(row.detail.as_deref().unwrap_or_default().contains("withheld"));
 }
+
+// ----- reconciliation schedule -----
+
+fn unresolved_entry(id: &str, at: OffsetDateTime) -> LedgerEntry {
+    let mut e = entry(id, "acme", at);
+    e.idempotency_key = None;
+    e
+}
+
+fn ids(rows: &[ClaimedRow]) -> Vec<&str> {
+    rows.iter().map(|r| r.entry.id.as_str()).collect()
+}
+
+pub async fn unresolved_rows_are_claimed_in_due_order_and_rescheduled(b: &Backend) {
+    let s = b.store();
+    let exp = T0 + secs(3600);
+    for (id, at) in [
+        ("led_a", T0),
+        ("led_b", T0 + secs(1)),
+        ("led_c", T0 + secs(2)),
+        ("led_done", T0),
+    ] {
+        s.begin_attempt(&unresolved_entry(id, at), None, &AttemptClaims::NONE, exp)
+            .await
+            .unwrap();
+    }
+    let unknown = AttemptFinish {
+        outcome: Outcome::Unknown,
+        error_code: Some("TOOL_TIMEOUT".into()),
+        ..failed("x")
+    };
+    s.finish_attempt("acme", "led_b", None, &unknown, T0 + secs(3))
+        .await
+        .unwrap();
+    s.finish_attempt("acme", "led_done", None, &committed(json!({})), T0 + secs(1))
+        .await
+        .unwrap();
+    let lease = Duration::from_secs(60);
+    // Due: never-scheduled rows untouched since `older_than`, earliest first; one at a time.
+    let now = T0 + secs(100);
+    let first = s
+        .claim_unresolved("w1", now, T0 + secs(2), 1, lease)
+        .await
+        .unwrap();
+    assert_eq!(ids(&first), ["led_a"]);
+    assert_eq!(
+        (first[0].reconcile_attempts, first[0].reconcile_note.as_deref()),
+        (0, None)
+    );
+    assert_eq!(first[0].entry.outcome, Some(Outcome::Attempting));
+    // Another worker does not get a leased row; led_b was touched after `older_than`.
+    let second = b
+        .node(1)
+        .claim_unresolved("w2", now, T0 + secs(2), 10, lease)
+        .await
+        .unwrap();
+    assert_eq!(ids(&second), ["led_c"]);
+    assert!(
+        s.claim_unresolved("w3", now, T0 + secs(2), 10, lease)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Only the holder reschedules.
+    assert!(
+        !s.reschedule_unresolved("acme", "led_a", "w2", T0 + secs(130), "x")
+            .await
+            .unwrap(),
+        "w2 does not hold led_a"
+    );
+    assert!(
+        !s.reschedule_unresolved("globex", "led_a", "w1", T0 + secs(130), "x")
+            .await
+            .unwrap(),
+        "another tenant's row"
+    );
+    assert!(
+        s.reschedule_unresolved("acme", "led_a", "w1", T0 + secs(130), "no status endpoint")
+            .await
+            .unwrap()
+    );
+    // led_a is not due before its time; led_b is (never scheduled, old enough now).
+    let third = s
+        .claim_unresolved("w1", T0 + secs(120), T0 + secs(50), 10, lease)
+        .await
+        .unwrap();
+    assert_eq!(ids(&third), ["led_b"]);
+    assert_eq!(third[0].entry.outcome, Some(Outcome::Unknown));
+    // Later: led_a (due at 130), led_c (w2's lease ran out at 160), led_b (w1's at 180).
+    let fourth = s
+        .claim_unresolved("w4", T0 + secs(200), T0 + secs(150), 10, lease)
+        .await
+        .unwrap();
+    assert_eq!(ids(&fourth), ["led_a", "led_c", "led_b"]);
+    assert_eq!(fourth[0].reconcile_attempts, 1);
+    assert_eq!(fourth[0].reconcile_note.as_deref(), Some("no status endpoint"));
+    assert!(
+        !s.reschedule_unresolved("acme", "led_c", "w2", T0 + secs(300), "x")
+            .await
+            .unwrap(),
+        "w2 lost it"
+    );
+    // Resolution is `finish_attempt`: the row leaves the schedule.
+    let resolved = AttemptFinish {
+        outcome: Outcome::ReconciledNotCommitted,
+        ..failed("x")
+    };
+    s.finish_attempt("acme", "led_a", None, &resolved, T0 + secs(201))
+        .await
+        .unwrap();
+    assert!(
+        !s.reschedule_unresolved("acme", "led_a", "w4", T0 + secs(300), "x")
+            .await
+            .unwrap()
+    );
+    for id in ["led_b", "led_c"] {
+        assert!(
+            s.reschedule_unresolved("acme", id, "w4", T0 + secs(300), "x")
+                .await
+                .unwrap()
+        );
+    }
+    let far = T0 + secs(100_000);
+    let rest = s.claim_unresolved("w5", far, far, 10, lease).await.unwrap();
+    assert_eq!(ids(&rest), ["led_b", "led_c"]);
+    assert_eq!(rest[0].reconcile_attempts, 1);
+    // The ledger row itself is unchanged by scheduling.
+    let row = s.get_ledger("acme", "led_b").await.unwrap().unwrap();
+    assert_eq!(
+        (row.outcome, row.updated_at),
+        (Some(Outcome::Unknown), T0 + secs(3))
+    );
+}
+
+pub async fn concurrent_reconcilers_never_claim_the_same_row(b: &Backend) {
+    let s = b.store();
+    let exp = T0 + secs(3600);
+    for i in 0..300 {
+        s.begin_attempt(
+            &unresolved_entry(&format!("led_{i:03}"), T0),
+            None,
+            &AttemptClaims::NONE,
+            exp,
+        )
+        .await
+        .unwrap();
+    }
+    let mut tasks = Vec::new();
+    for w in 0..8 {
+        let node = b.node(w);
+        tasks.push(tokio::spawn(async move {
+            let mut mine = Vec::new();
+            loop {
+                let rows = node
+                    .claim_unresolved(
+                        &format!("w{w}"),
+                        T0 + secs(60),
+                        T0 + secs(30),
+                        7,
+                        Duration::from_secs(60),
+                    )
+                    .await
+                    .unwrap();
+                if rows.is_empty() {
+                    return mine;
+                }
+                mine.extend(rows.into_iter().map(|r| r.entry.id));
+            }
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    let total = all.len();
+    all.sort();
+    all.dedup();
+    assert_eq!((total, all.len()), (300, 300));
+}
+
+pub async fn overdue_rows_are_marked_once(b: &Backend) {
+    let s = b.store();
+    let exp = T0 + secs(7200);
+    let unknown = AttemptFinish {
+        outcome: Outcome::Unknown,
+        detail: Some("lost answer".into()),
+        ..failed("x")
+    };
+    s.begin_attempt(&unresolved_entry("led_o1", T0), None, &AttemptClaims::NONE, exp)
+        .await
+        .unwrap();
+    s.finish_attempt("acme", "led_o1", None, &unknown, T0 + secs(1))
+        .await
+        .unwrap();
+    s.begin_attempt(
+        &unresolved_entry("led_o2", T0 + secs(1800)),
+        None,
+        &AttemptClaims::NONE,
+        exp,
+    )
+    .await
+    .unwrap();
+    s.begin_attempt(&unresolved_entry("led_o3", T0), None, &AttemptClaims::NONE, exp)
+        .await
+        .unwrap();
+    s.finish_attempt("acme", "led_o3", None, &committed(json!({})), T0 + secs(1))
+        .await
+        .unwrap();
+    let note = "needs an operator: unresolved for more than 1h";
+    let now = T0 + secs(3600);
+    let sweep = s.mark_overdue(T0 + secs(600), now, note, 100).await.unwrap();
+    assert_eq!(
+        (
+            sweep.newly.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(),
+            sweep.overdue
+        ),
+        (vec!["led_o1"], 1)
+    );
+    let row = s.get_ledger("acme", "led_o1").await.unwrap().unwrap();
+    assert_eq!(
+        row.detail.as_deref(),
+        Some("needs an operator: unresolved for more than 1h; lost answer")
+    );
+    assert_eq!(row.outcome, Some(Outcome::Unknown));
+    // Once per row, whichever node sweeps.
+    let again = b
+        .node(1)
+        .mark_overdue(T0 + secs(600), now, note, 100)
+        .await
+        .unwrap();
+    assert_eq!((again.newly.len(), again.overdue), (0, 1));
+    let later = s.mark_overdue(T0 + secs(2400), now, note, 100).await.unwrap();
+    assert_eq!(
+        (
+            later.newly.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(),
+            later.overdue
+        ),
+        (vec!["led_o2"], 2)
+    );
+    assert_eq!(
+        s.get_ledger("acme", "led_o2")
+            .await
+            .unwrap()
+            .unwrap()
+            .detail
+            .as_deref(),
+        Some(note)
+    );
+    // A resolved row is no longer counted; its resolution's detail replaces the note.
+    let resolved = AttemptFinish {
+        outcome: Outcome::ReconciledNotCommitted,
+        detail: Some("reconciled: no effect".into()),
+        ..failed("x")
+    };
+    s.finish_attempt("acme", "led_o1", None, &resolved, now)
+        .await
+        .unwrap();
+    let after = s.mark_overdue(T0 + secs(2400), now, note, 100).await.unwrap();
+    assert_eq!((after.newly.len(), after.overdue), (0, 1));
+    // Two nodes sweeping at once mark each row once.
+    for i in 0..40 {
+        s.begin_attempt(
+            &unresolved_entry(&format!("led_m{i:02}"), T0),
+            None,
+            &AttemptClaims::NONE,
+            exp,
+        )
+        .await
+        .unwrap();
+    }
+    let sweeps: Vec<_> = (0..4)
+        .map(|n| {
+            let node = b.node(n);
+            tokio::spawn(async move { node.mark_overdue(T0 + secs(600), now, note, 7).await.unwrap() })
+        })
+        .collect();
+    let mut marked = Vec::new();
+    for t in sweeps {
+        marked.extend(t.await.unwrap().newly.into_iter().map(|e| e.id));
+    }
+    loop {
+        let more = s.mark_overdue(T0 + secs(600), now, note, 7).await.unwrap();
+        if more.newly.is_empty() {
+            assert_eq!(more.overdue, 41);
+            break;
+        }
+        marked.extend(more.newly.into_iter().map(|e| e.id));
+    }
+    let total = marked.len();
+    marked.sort();
+    marked.dedup();
+    assert_eq!((total, marked.len()), (40, 40));
+}

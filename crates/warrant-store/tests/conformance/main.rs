@@ -73,4 +73,7 @@ conformance! {
     an_expired_unfinished_record_is_not_taken_over,
     a_late_commit_corrects_the_ledger,
     a_read_takes_its_budget_when_it_is_recorded,
+    unresolved_rows_are_claimed_in_due_order_and_rescheduled,
+    concurrent_reconcilers_never_claim_the_same_row,
+    overdue_rows_are_marked_once,
 }

@@ -1,0 +1,101 @@
+//! Migrations apply to a database that already holds rows: a store at version 3 (before the
+//! per-row reconciliation schedule) with unresolved ledger rows is opened by this version, and
+//! its rows are claimable, due as before.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "tests")]
+
+use std::path::Path;
+use std::time::Duration;
+
+use sqlx::Connection;
+use time::OffsetDateTime;
+use warrant_store::testing::TestDatabase;
+use warrant_store::*;
+
+/// A migrator of the migrations before version 4 only.
+async fn version_3(backend: &str, dir: &Path) -> sqlx::migrate::Migrator {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("migrations")
+        .join(backend);
+    for name in ["0001_initial.sql", "0002_tenancy.sql", "0003_write_probe.sql"] {
+        std::fs::copy(source.join(name), dir.join(name)).unwrap();
+    }
+    sqlx::migrate::Migrator::new(dir).await.unwrap()
+}
+
+const INSERT: &str = "INSERT INTO ledger (id, tenant, principal, trace_id, tool, contract_id, decision, \
+                      attempts, outcome, created_at, updated_at, cost) VALUES \
+                      ('led_old_1', 'acme', 'agent-7', 't1', 'credit', 'credit@sha256:aa', 'allow', 1, 'unknown', 1000, 1000, 0), \
+                      ('led_old_2', 'acme', 'agent-7', 't2', 'credit', 'credit@sha256:aa', 'allow', 0, 'attempting', 2000, 2000, 0), \
+                      ('led_old_3', 'acme', 'agent-7', 't3', 'credit', 'credit@sha256:aa', 'allow', 1, 'committed', 500, 500, 0)";
+
+async fn the_old_rows_are_claimable(store: &SqlStore) {
+    let now = OffsetDateTime::now_utc();
+    let rows = store
+        .claim_unresolved("w1", now, now, 10, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let ids: Vec<_> = rows.iter().map(|r| r.entry.id.as_str()).collect();
+    assert_eq!(ids, ["led_old_1", "led_old_2"]);
+    assert!(
+        rows.iter()
+            .all(|r| r.reconcile_attempts == 0 && r.reconcile_note.is_none())
+    );
+    let old = store.get_ledger("acme", "led_old_3").await.unwrap().unwrap();
+    assert_eq!(old.outcome, Some(Outcome::Committed));
+}
+
+#[tokio::test]
+async fn sqlite_version_3_with_rows_migrates() {
+    let dir = tempfile::tempdir().unwrap();
+    let migrations = dir.path().join("m");
+    std::fs::create_dir_all(&migrations).unwrap();
+    let db = dir.path().join("warrant.db");
+    {
+        let options = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(&db)
+            .create_if_missing(true);
+        let mut conn = sqlx::SqliteConnection::connect_with(&options).await.unwrap();
+        version_3("sqlite", &migrations)
+            .await
+            .run(&mut conn)
+            .await
+            .unwrap();
+        sqlx::query(INSERT).execute(&mut conn).await.unwrap();
+        conn.close().await.unwrap();
+    }
+    let store = SqlStore::open(&DatabaseUrl::Sqlite(db), &StoreOptions::default())
+        .await
+        .unwrap();
+    the_old_rows_are_claimable(&store).await;
+    store.close().await;
+}
+
+#[tokio::test]
+async fn postgres_version_3_with_rows_migrates() {
+    let Some(db) = TestDatabase::postgres().await.unwrap() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut conn = sqlx::PgConnection::connect(db.url()).await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {}", db.schema())))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!("SET search_path TO {}", db.schema())))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        version_3("postgres", dir.path())
+            .await
+            .run(&mut conn)
+            .await
+            .unwrap();
+        sqlx::query(INSERT).execute(&mut conn).await.unwrap();
+        conn.close().await.unwrap();
+    }
+    let store = db.open().await.unwrap();
+    the_old_rows_are_claimable(&store).await;
+    store.close().await;
+    db.drop_schema().await;
+}
