@@ -1,29 +1,43 @@
-//! The gateway under load, as a client sees it, in one run (PRODUCT §12, issue 6):
+//! The gateway under load, as a client sees it, in one run (PRODUCT §12, issues 6 and 13):
 //!
 //! 1. a loopback upstream (axum on `127.0.0.1:0`, its own runtime) answers a fixed valid result
-//!    for the read tool `lookup_order`;
+//!    for the read tool `lookup_order` (`/orders`) and for the write `create_support_credit`
+//!    (`/credits`);
 //! 2. the real `warrant serve` runs as a separate process (the release binary, built first by
 //!    this bench) on a fresh SQLite data directory (`synchronous=FULL`), with the example
-//!    contract `lookup_order` bound to the upstream (its daily call budget raised so it cannot
-//!    run out) and the example policy `orders.cedar`; the demo agent key is read from its banner;
+//!    contracts `lookup_order` and `create_support_credit` bound to the upstream (daily budgets
+//!    raised so they cannot run out; the write with `approval: none`, so every call executes)
+//!    and the example policies `orders.cedar` and `support.cedar`; the demo agent key (roles
+//!    `agent` and `operator`) is read from its banner;
 //! 3. the server's resident memory (`VmRSS`, split into anonymous and file-backed pages) is read
 //!    at start, when idle after a warm-up, and when idle again after the runs;
-//! 4. `POST /v1/proposals` of the read (no idempotency key) is driven by N keep-alive HTTP/1.1
-//!    connections (hyper's connection-level client, one request in flight per connection) for a
-//!    fixed time: calls/s, latency p50 / p99 / max, errors (anything but `200` with
-//!    `"outcome":"committed"`), the server's CPU time per call and its peak RSS during the run;
-//! 5. the upstream is driven directly by the same client at the same concurrency, and the table
-//!    gives the ratio.
+//! 4. each case is driven by N keep-alive HTTP/1.1 connections (hyper's connection-level
+//!    client, one request in flight per connection) for a fixed time: calls/s, latency p50 /
+//!    p99 / max, errors (any answer but the tool's committed result), the server's CPU time per
+//!    call and its peak RSS during the run. The cases (`WARRANT_LOAD_CASES`):
+//!    - `http_read`: `POST /v1/proposals` of the read, no idempotency key;
+//!    - `mcp_read`: MCP `tools/call` of the read over streamable HTTP (`POST /mcp`); each
+//!      connection sends `initialize` and `notifications/initialized` once (and the
+//!      `Mcp-Session-Id` the server gives, if it gives one), then loops `tools/call`;
+//!    - `http_write`: `POST /v1/proposals` of the write with a fresh `Idempotency-Key` per call;
+//!    - `mcp_write`: MCP `tools/call` of the write with a fresh `_meta`
+//!      `io.warrant/idempotency_key` per call;
+//! 5. the upstream's `/orders` is driven directly by the same client at the same concurrency,
+//!    before the cases of each level, and the table gives each case's ratio to it.
 //!
 //! Everything shares the machine: the client and the upstream run in this process, the server
 //! in its own, so on a small machine the client's and the upstream's work is part of what is
-//! measured — for the upstream baseline too.
+//! measured — for the upstream baseline too. The 1-minute load average is read before each run
+//! and printed beside it.
 //!
 //! Run: `cargo bench -p warrant-server --bench load`. Environment: `WARRANT_LOAD_SECS` (seconds
-//! per measured run, default 10), `WARRANT_LOAD_CONNECTIONS` (comma-separated, default `16,64`),
-//! `WARRANT_BIN` (a `warrant` binary to use instead of building `target/release/warrant`),
-//! `WARRANT_LOAD_PAUSE` (seconds to wait after each idle reading, to inspect the server's
-//! `/proc/<pid>/smaps` from another shell).
+//! per measured run, default 10), `WARRANT_LOAD_CONNECTIONS` (comma-separated, default `1,16`),
+//! `WARRANT_LOAD_CASES` (comma-separated, default `http_read,mcp_read,http_write,mcp_write`),
+//! `WARRANT_LOAD_ROUNDS` (rounds of every level and case, interleaved; the targets take the
+//! median; default 1), `WARRANT_LOAD_LEDGER_ROWS` (rows added before the last run, default
+//! 1,000,000; 0 skips that run), `WARRANT_BIN` (a `warrant` binary to use instead of building
+//! `target/release/warrant`), `WARRANT_LOAD_PAUSE` (seconds to wait after each idle reading, to
+//! inspect the server's `/proc/<pid>/smaps` from another shell).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -38,12 +52,12 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::http::header::{AUTHORIZATION, CONTENT_TYPE, HOST};
-use axum::http::{Request, StatusCode};
+use axum::http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST};
+use axum::http::{HeaderValue, Request, StatusCode};
 use axum::routing::post;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
@@ -51,13 +65,21 @@ use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 
 const LOOKUP: &str = include_str!("../../../examples/contracts/lookup_order.v1.yaml");
+const CREDIT: &str = include_str!("../../../examples/contracts/create_support_credit.v1.yaml");
 const ORDERS: &str = include_str!("../../../examples/policies/orders.cedar");
+const SUPPORT: &str = include_str!("../../../examples/policies/support.cedar");
 const PROPOSAL: &str = r#"{"tool":"lookup_order","version":1,"arguments":{"order_id":"ord_7Hq2Lm9Xv3"}}"#;
-/// What the `http` adapter posts: the canonical arguments.
+const WRITE_PROPOSAL: &str = r#"{"tool":"create_support_credit","version":1,"arguments":{"customer_id":"cus_load0000001","amount_cents":1200,"reason":"load test"}}"#;
+/// What the `http` adapter posts for the read: the canonical arguments.
 const ARGUMENTS: &str = r#"{"order_id":"ord_7Hq2Lm9Xv3"}"#;
+const WRITE_ARGUMENTS: &str = r#"{"customer_id":"cus_load0000001","amount_cents":1200,"reason":"load test"}"#;
 const ORDER_RESULT: &str =
     r#"{"order_id":"ord_7Hq2Lm9Xv3","status":"paid","total_cents":1200,"currency":"EUR"}"#;
+const CREDIT_RESULT: &str = r#"{"credit_id":"cr_01JDQ8Z6Y4M2","status":"applied"}"#;
 const TOKEN: &str = "tok-orders-load-secret";
+const CREDITS_TOKEN: &str = "tok-credits-load-secret";
+/// The protocol version the MCP client asks for in `initialize`.
+const MCP_PROTOCOL: &str = "2025-06-18";
 /// Per-request cap, so a stuck server shows as errors rather than a hung bench.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -71,10 +93,15 @@ fn start_upstream() -> SocketAddr {
             .build()
             .unwrap();
         rt.block_on(async move {
-            let app = Router::new().route(
-                "/orders",
-                post(|| async { ([(CONTENT_TYPE, "application/json")], ORDER_RESULT) }),
-            );
+            let app = Router::new()
+                .route(
+                    "/orders",
+                    post(|| async { ([(CONTENT_TYPE, "application/json")], ORDER_RESULT) }),
+                )
+                .route(
+                    "/credits",
+                    post(|| async { ([(CONTENT_TYPE, "application/json")], CREDIT_RESULT) }),
+                );
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             tx.send(listener.local_addr().unwrap()).unwrap();
             axum::serve(listener, app).await.unwrap();
@@ -110,6 +137,29 @@ fn warrant_binary() -> PathBuf {
     bin
 }
 
+/// The example contracts bound to the upstream, with budgets that cannot run out; the write
+/// without approval so every call executes.
+fn contracts(upstream: SocketAddr) -> [(&'static str, String); 2] {
+    let lookup = LOOKUP
+        .replace("calls_per_day: 5000", "calls_per_day: 1000000000000")
+        .replace(
+            "https://orders.internal.example/lookup",
+            &format!("http://{upstream}/orders"),
+        );
+    assert!(lookup.contains("127.0.0.1") && lookup.contains("1000000000000"));
+    let credit = CREDIT
+        .replace("approval: per_call ", "approval: none     ")
+        .replace("calls_per_day: 200", "calls_per_day: 1000000000000")
+        + &format!(
+            "adapter:\n  kind: http\n  url: http://{upstream}/credits\n  credential: CREDITS_API_TOKEN\n"
+        );
+    assert!(credit.contains("approval: none") && credit.contains("1000000000000"));
+    [
+        ("lookup_order.v1.yaml", lookup),
+        ("create_support_credit.v1.yaml", credit),
+    ]
+}
+
 /// `warrant serve` as a child process; stopped with SIGTERM when dropped.
 struct Server {
     child: Child,
@@ -121,25 +171,23 @@ struct Server {
 impl Server {
     fn start(bin: &Path, upstream: SocketAddr) -> Server {
         let dir = tempfile::tempdir().unwrap();
-        let contracts = dir.path().join("contracts");
+        let contracts_dir = dir.path().join("contracts");
         let policies = dir.path().join("policies");
-        std::fs::create_dir_all(&contracts).unwrap();
+        std::fs::create_dir_all(&contracts_dir).unwrap();
         std::fs::create_dir_all(&policies).unwrap();
-        let lookup = LOOKUP
-            .replace("calls_per_day: 5000", "calls_per_day: 1000000000000")
-            .replace(
-                "https://orders.internal.example/lookup",
-                &format!("http://{upstream}/orders"),
-            );
-        assert!(lookup.contains("127.0.0.1") && lookup.contains("1000000000000"));
-        std::fs::write(contracts.join("lookup_order.v1.yaml"), lookup).unwrap();
+        for (file, text) in contracts(upstream) {
+            std::fs::write(contracts_dir.join(file), text).unwrap();
+        }
         std::fs::write(policies.join("orders.cedar"), ORDERS).unwrap();
-        // The binding's credential, granted to the tool and pinned to the upstream's origin
-        // (credentials come only from this map).
+        std::fs::write(policies.join("support.cedar"), SUPPORT).unwrap();
+        // The bindings' credentials, each granted to its tool and pinned to the upstream's
+        // origin (credentials come only from this map).
         std::fs::write(
             dir.path().join("warrant.toml"),
             format!(
                 "[credentials.ORDERS_API_TOKEN]\nenv = \"ORDERS_API_TOKEN\"\ntools = [\"lookup_order\"]\n\
+                 origins = [\"http://{upstream}\"]\n\n\
+                 [credentials.CREDITS_API_TOKEN]\nenv = \"CREDITS_API_TOKEN\"\ntools = [\"create_support_credit\"]\n\
                  origins = [\"http://{upstream}\"]\n"
             ),
         )
@@ -157,13 +205,14 @@ impl Server {
             .arg("--data-dir")
             .arg(dir.path().join("data"))
             .arg("--contracts")
-            .arg(&contracts)
+            .arg(&contracts_dir)
             .arg("--policy")
             .arg(&policies)
             .env_remove("WARRANT_CONFIG")
             .env_remove("WARRANT_DATABASE")
             .env("WARRANT_ALLOW_HOSTS", "127.0.0.1")
             .env("ORDERS_API_TOKEN", TOKEN)
+            .env("CREDITS_API_TOKEN", CREDITS_TOKEN)
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
@@ -289,19 +338,128 @@ impl RssSampler {
     }
 }
 
-/// What one load run posts, and to where.
+/// A measured case: one lane and one tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Case {
+    HttpRead,
+    McpRead,
+    HttpWrite,
+    McpWrite,
+}
+
+impl Case {
+    const ALL: [Case; 4] = [Case::HttpRead, Case::McpRead, Case::HttpWrite, Case::McpWrite];
+
+    fn name(self) -> &'static str {
+        match self {
+            Case::HttpRead => "http_read",
+            Case::McpRead => "mcp_read",
+            Case::HttpWrite => "http_write",
+            Case::McpWrite => "mcp_write",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Case::HttpRead => "`POST /v1/proposals`, read",
+            Case::McpRead => "MCP `tools/call`, read",
+            Case::HttpWrite => "`POST /v1/proposals`, write + `Idempotency-Key`",
+            Case::McpWrite => "MCP `tools/call`, write + `_meta` key",
+        }
+    }
+
+    fn parse(text: &str) -> Option<Case> {
+        Case::ALL.into_iter().find(|c| c.name() == text)
+    }
+}
+
+/// What a connection sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lane {
+    /// The upstream's `/orders`, directly.
+    Upstream,
+    /// `POST /v1/proposals`; `write`: the write with a fresh `Idempotency-Key` per call.
+    Http { write: bool },
+    /// `tools/call` on `POST /mcp`; `write`: the write with a fresh `_meta` key per call.
+    Mcp { write: bool },
+}
+
+/// What one load run sends, and to where.
 struct Target {
     addr: SocketAddr,
-    path: &'static str,
-    authorization: String,
-    body: Bytes,
-    /// A fragment a successful answer contains.
-    expect: Option<&'static str>,
+    lane: Lane,
+    authorization: HeaderValue,
+    /// Fragments every successful answer contains.
+    expect: &'static [&'static str],
+    /// Fragments no successful answer contains.
+    refuse: &'static [&'static str],
+}
+
+impl Target {
+    fn upstream(addr: SocketAddr) -> Target {
+        Target {
+            addr,
+            lane: Lane::Upstream,
+            authorization: HeaderValue::from_str(&format!("Bearer {TOKEN}")).unwrap(),
+            expect: &[r#""status":"paid""#],
+            refuse: &[],
+        }
+    }
+
+    fn gateway(addr: SocketAddr, agent_key: &str, case: Case) -> Target {
+        let (lane, expect, refuse): (Lane, &'static [&'static str], &'static [&'static str]) = match case {
+            Case::HttpRead => (
+                Lane::Http { write: false },
+                &[r#""outcome":"committed""#, r#""status":"paid""#],
+                &[],
+            ),
+            Case::HttpWrite => (
+                Lane::Http { write: true },
+                &[r#""outcome":"committed""#, r#""status":"applied""#],
+                &[r#""replayed":true"#],
+            ),
+            // The tool's committed result: its structured content, marked committed (not
+            // replayed), and no error flag.
+            Case::McpRead => (
+                Lane::Mcp { write: false },
+                &[r#""io.warrant/outcome":"committed""#, r#""status":"paid""#],
+                &[r#""isError":true"#, r#""error":{"#],
+            ),
+            Case::McpWrite => (
+                Lane::Mcp { write: true },
+                &[r#""io.warrant/outcome":"committed""#, r#""status":"applied""#],
+                &[r#""isError":true"#, r#""error":{"#],
+            ),
+        };
+        Target {
+            addr,
+            lane,
+            authorization: HeaderValue::from_str(&format!("Bearer {agent_key}")).unwrap(),
+            expect,
+            refuse,
+        }
+    }
 }
 
 type Sender = http1::SendRequest<Full<Bytes>>;
 
-async fn connect(addr: SocketAddr) -> Result<Sender, String> {
+/// Numbers connections, so every idempotency key of a bench run is new.
+static CONNECTIONS: AtomicU64 = AtomicU64::new(0);
+
+/// One keep-alive connection and, for MCP, what `initialize` gave it.
+struct Conn {
+    sender: Sender,
+    /// `Mcp-Session-Id`, if the server gave one (a stateless server gives none).
+    session: Option<HeaderValue>,
+    /// `MCP-Protocol-Version` for the requests after `initialize`.
+    protocol: HeaderValue,
+    /// The connection's number, a prefix of its idempotency keys.
+    number: u64,
+    /// Calls sent on it: the JSON-RPC id and the suffix of its keys.
+    calls: u64,
+}
+
+async fn handshake(addr: SocketAddr) -> Result<Sender, String> {
     let stream = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(|e| e.to_string())?;
@@ -315,26 +473,145 @@ async fn connect(addr: SocketAddr) -> Result<Sender, String> {
     Ok(sender)
 }
 
-async fn call(sender: &mut Sender, target: &Target) -> Result<(), String> {
-    let request = Request::post(target.path)
-        .header(HOST, "127.0.0.1")
-        .header(CONTENT_TYPE, "application/json")
-        .header(AUTHORIZATION, &target.authorization)
-        .body(Full::new(target.body.clone()))
-        .map_err(|e| e.to_string())?;
+/// Sends one request; answers its status, `Mcp-Session-Id` and body.
+async fn send(
+    sender: &mut Sender,
+    request: Request<Full<Bytes>>,
+) -> Result<(StatusCode, Option<HeaderValue>, Bytes), String> {
     sender.ready().await.map_err(|e| e.to_string())?;
     let response = sender.send_request(request).await.map_err(|e| e.to_string())?;
     let status = response.status();
+    let session = response.headers().get("mcp-session-id").cloned();
     let body = response
         .into_body()
         .collect()
         .await
         .map_err(|e| e.to_string())?
         .to_bytes();
-    let matches = target
-        .expect
-        .is_none_or(|needle| body.windows(needle.len()).any(|w| w == needle.as_bytes()));
-    if status == StatusCode::OK && matches {
+    Ok((status, session, body))
+}
+
+/// A JSON-RPC message from an MCP answer: a JSON body, or the first `data:` event of an SSE one.
+fn mcp_message(body: &[u8]) -> Option<serde_json::Value> {
+    let text = std::str::from_utf8(body).ok()?;
+    if let Ok(value) = serde_json::from_str(text.trim()) {
+        return Some(value);
+    }
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .find_map(|data| serde_json::from_str(data.trim()).ok())
+}
+
+fn mcp_request(
+    target: &Target,
+    conn_session: Option<&HeaderValue>,
+    protocol: Option<&HeaderValue>,
+    body: String,
+) -> Result<Request<Full<Bytes>>, String> {
+    let mut request = Request::post("/mcp")
+        .header(HOST, "127.0.0.1")
+        .header(CONTENT_TYPE, "application/json")
+        .header(ACCEPT, "application/json, text/event-stream")
+        .header(AUTHORIZATION, target.authorization.clone());
+    if let Some(session) = conn_session {
+        request = request.header("mcp-session-id", session.clone());
+    }
+    if let Some(protocol) = protocol {
+        request = request.header("mcp-protocol-version", protocol.clone());
+    }
+    request
+        .body(Full::new(Bytes::from(body)))
+        .map_err(|e| e.to_string())
+}
+
+/// Opens a connection; an MCP one is initialized (its own session, if the server keeps any).
+async fn open(target: &Target) -> Result<Conn, String> {
+    let mut sender = handshake(target.addr).await?;
+    let number = CONNECTIONS.fetch_add(1, Ordering::Relaxed);
+    let mut session = None;
+    let mut protocol = HeaderValue::from_static(MCP_PROTOCOL);
+    if let Lane::Mcp { .. } = target.lane {
+        let init = format!(
+            r#"{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"protocolVersion":"{MCP_PROTOCOL}","capabilities":{{}},"clientInfo":{{"name":"warrant-load","version":"1"}}}}}}"#
+        );
+        let (status, given, body) = send(&mut sender, mcp_request(target, None, None, init)?).await?;
+        let answer = mcp_message(&body);
+        let version = answer
+            .as_ref()
+            .and_then(|m| m.pointer("/result/protocolVersion"))
+            .and_then(serde_json::Value::as_str);
+        let (true, Some(version)) = (status == StatusCode::OK, version) else {
+            return Err(format!(
+                "initialize: {status}: {}",
+                String::from_utf8_lossy(&body)
+            ));
+        };
+        protocol = HeaderValue::from_str(version).map_err(|e| e.to_string())?;
+        session = given;
+        let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_owned();
+        let request = mcp_request(target, session.as_ref(), Some(&protocol), initialized)?;
+        let (status, _, body) = send(&mut sender, request).await?;
+        if !status.is_success() {
+            return Err(format!(
+                "notifications/initialized: {status}: {}",
+                String::from_utf8_lossy(&body)
+            ));
+        }
+    }
+    Ok(Conn {
+        sender,
+        session,
+        protocol,
+        number,
+        calls: 0,
+    })
+}
+
+async fn call(conn: &mut Conn, target: &Target) -> Result<(), String> {
+    conn.calls += 1;
+    let key = format!("load-{}-{}", conn.number, conn.calls);
+    let request = match target.lane {
+        Lane::Upstream => Request::post("/orders")
+            .header(HOST, "127.0.0.1")
+            .header(CONTENT_TYPE, "application/json")
+            .header(AUTHORIZATION, target.authorization.clone())
+            .body(Full::new(Bytes::from_static(ARGUMENTS.as_bytes())))
+            .map_err(|e| e.to_string())?,
+        Lane::Http { write } => {
+            let mut request = Request::post("/v1/proposals")
+                .header(HOST, "127.0.0.1")
+                .header(CONTENT_TYPE, "application/json")
+                .header(AUTHORIZATION, target.authorization.clone());
+            let body = if write {
+                request = request.header("idempotency-key", &key);
+                WRITE_PROPOSAL
+            } else {
+                PROPOSAL
+            };
+            request
+                .body(Full::new(Bytes::from_static(body.as_bytes())))
+                .map_err(|e| e.to_string())?
+        }
+        Lane::Mcp { write } => {
+            let id = conn.calls;
+            let body = if write {
+                format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"create_support_credit","arguments":{WRITE_ARGUMENTS},"_meta":{{"io.warrant/idempotency_key":"{key}"}}}}}}"#
+                )
+            } else {
+                format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"lookup_order","arguments":{ARGUMENTS}}}}}"#
+                )
+            };
+            mcp_request(target, conn.session.as_ref(), Some(&conn.protocol), body)?
+        }
+    };
+    let (status, _, body) = send(&mut conn.sender, request).await?;
+    let contains = |needle: &str| body.windows(needle.len()).any(|w| w == needle.as_bytes());
+    if status == StatusCode::OK
+        && target.expect.iter().all(|n| contains(n))
+        && !target.refuse.iter().any(|n| contains(n))
+    {
         Ok(())
     } else {
         Err(format!("{status}: {}", String::from_utf8_lossy(&body)))
@@ -366,18 +643,30 @@ impl Run {
     }
 }
 
-/// `connections` keep-alive connections, each sending the next call when the last answered,
-/// for `duration` (calls in flight at the deadline finish and count).
+/// `connections` keep-alive connections (opened, and for MCP initialized, before the clock
+/// starts), each sending the next call when the last answered, for `duration` (calls in flight
+/// at the deadline finish and count).
 async fn drive(target: Arc<Target>, connections: usize, duration: Duration) -> Run {
-    let mut senders = Vec::with_capacity(connections);
+    let mut conns = Vec::with_capacity(connections);
     for _ in 0..connections {
-        senders.push(connect(target.addr).await.unwrap());
+        match open(&target).await {
+            Ok(conn) => conns.push(conn),
+            Err(e) => {
+                return Run {
+                    ok: 0,
+                    errors: 1,
+                    first_error: Some(format!("opening a connection: {e}")),
+                    elapsed: Duration::ZERO,
+                    latencies: Vec::new(),
+                };
+            }
+        }
     }
     let start = Instant::now();
     let deadline = start + duration;
-    let tasks: Vec<_> = senders
+    let tasks: Vec<_> = conns
         .into_iter()
-        .map(|mut sender| {
+        .map(|mut conn| {
             let target = target.clone();
             tokio::spawn(async move {
                 let mut latencies = Vec::with_capacity(65_536);
@@ -385,8 +674,7 @@ async fn drive(target: Arc<Target>, connections: usize, duration: Duration) -> R
                 let mut first_error = None;
                 while Instant::now() < deadline {
                     let t0 = Instant::now();
-                    let result = match tokio::time::timeout(REQUEST_TIMEOUT, call(&mut sender, &target)).await
-                    {
+                    let result = match tokio::time::timeout(REQUEST_TIMEOUT, call(&mut conn, &target)).await {
                         Ok(r) => r,
                         Err(_) => Err("timed out".to_owned()),
                     };
@@ -395,9 +683,9 @@ async fn drive(target: Arc<Target>, connections: usize, duration: Duration) -> R
                         Err(e) => {
                             errors += 1;
                             first_error.get_or_insert(e);
-                            if sender.is_closed() || sender.ready().await.is_err() {
-                                match connect(target.addr).await {
-                                    Ok(s) => sender = s,
+                            if conn.sender.is_closed() || conn.sender.ready().await.is_err() {
+                                match open(&target).await {
+                                    Ok(c) => conn = c,
                                     Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
                                 }
                             }
@@ -427,6 +715,14 @@ async fn drive(target: Arc<Target>, connections: usize, duration: Duration) -> R
     run.ok = run.latencies.len() as u64;
     run.latencies.sort_unstable();
     run
+}
+
+/// The 1-minute load average now.
+fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(f64::NAN)
 }
 
 /// Adds `rows` ledger rows (spread over the last 30 days, with arguments like the bench's) to
@@ -467,6 +763,100 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
         .unwrap_or(default)
 }
 
+/// One measured run of a case (or of the upstream directly) at one concurrency.
+struct Measured {
+    round: usize,
+    connections: usize,
+    /// `None`: the upstream directly.
+    case: Option<Case>,
+    run: Run,
+    /// The server's CPU time per successful call (gateway runs only).
+    cpu_per_call: Option<Duration>,
+    peak_rss: Option<u64>,
+    /// The 1-minute load average just before the run.
+    load: f64,
+}
+
+/// A case at one concurrency over the rounds: medians (`max` is the largest, `errors` the sum).
+#[derive(Debug, Clone, Copy)]
+struct Summary {
+    per_sec: f64,
+    p50: f64,
+    p99: f64,
+    max: f64,
+    errors: u64,
+    /// Milliseconds of server CPU per call.
+    cpu_ms: f64,
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+fn summarize(measured: &[Measured], connections: usize, case: Option<Case>) -> Option<Summary> {
+    let runs: Vec<&Measured> = measured
+        .iter()
+        .filter(|m| m.connections == connections && m.case == case)
+        .collect();
+    if runs.is_empty() {
+        return None;
+    }
+    let of = |f: &dyn Fn(&Measured) -> f64| median(runs.iter().map(|m| f(m)).collect());
+    Some(Summary {
+        per_sec: of(&|m| m.run.per_sec()),
+        p50: of(&|m| m.run.percentile_ms(0.5)),
+        p99: of(&|m| m.run.percentile_ms(0.99)),
+        max: runs
+            .iter()
+            .map(|m| m.run.percentile_ms(1.0))
+            .fold(f64::NAN, f64::max),
+        errors: runs.iter().map(|m| m.run.errors).sum(),
+        cpu_ms: of(&|m| m.cpu_per_call.map_or(f64::NAN, |c| c.as_secs_f64() * 1000.0)),
+    })
+}
+
+fn us(ms: f64) -> String {
+    if ms.is_nan() {
+        "—".to_owned()
+    } else {
+        format!("{:.0} µs", ms * 1000.0)
+    }
+}
+
+fn print_header() {
+    println!(
+        "| connections | path | calls/s | p50 | p99 | max | errors | server CPU/call | calls/s vs upstream | p50 vs upstream | server peak RSS | load (1 min) |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+}
+
+fn path_label(case: Option<Case>) -> &'static str {
+    case.map_or("upstream directly", Case::label)
+}
+
+/// Runs the gateway for one case and measures the server meanwhile.
+fn measure(
+    rt: &tokio::runtime::Runtime,
+    target: &Arc<Target>,
+    pid: u32,
+    ticks: u64,
+    connections: usize,
+    duration: Duration,
+) -> (Run, Duration, u64) {
+    let sampler = RssSampler::start(pid);
+    let cpu0 = cpu_time(pid, ticks);
+    let run = rt.block_on(drive(target.clone(), connections, duration));
+    let cpu = cpu_time(pid, ticks).saturating_sub(cpu0);
+    let peak_rss = sampler.finish();
+    let cpu_per_call = cpu / u32::try_from(run.ok.max(1)).unwrap_or(u32::MAX);
+    (run, cpu_per_call, peak_rss)
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; a filter or `--list` from a workspace-wide run is ignored.
     if std::env::args().any(|a| a == "--list") {
@@ -475,11 +865,27 @@ fn main() {
     let secs: u64 = env_or("WARRANT_LOAD_SECS", 10);
     let duration = Duration::from_secs(secs.max(1));
     let levels: Vec<usize> = std::env::var("WARRANT_LOAD_CONNECTIONS")
-        .unwrap_or_else(|_| "16,64".into())
+        .unwrap_or_else(|_| "1,16".into())
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .filter(|&n| n > 0)
         .collect();
+    let cases: Vec<Case> = std::env::var("WARRANT_LOAD_CASES")
+        .unwrap_or_else(|_| "http_read,mcp_read,http_write,mcp_write".into())
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            Case::parse(s).unwrap_or_else(|| {
+                panic!(
+                    "unknown case `{s}` in WARRANT_LOAD_CASES; the cases: {}",
+                    Case::ALL.map(Case::name).join(", ")
+                )
+            })
+        })
+        .collect();
+    let rounds: usize = env_or("WARRANT_LOAD_ROUNDS", 1_usize).max(1);
+    assert!(!levels.is_empty() && !cases.is_empty(), "nothing to measure");
     let ticks = clock_ticks();
     let loadavg = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
 
@@ -494,81 +900,102 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let gateway = Arc::new(Target {
-        addr: server.addr,
-        path: "/v1/proposals",
-        authorization: format!("Bearer {}", server.agent_key),
-        body: Bytes::from_static(PROPOSAL.as_bytes()),
-        expect: Some(r#""outcome":"committed""#),
-    });
-    let direct = Arc::new(Target {
-        addr: upstream,
-        path: "/orders",
-        authorization: format!("Bearer {TOKEN}"),
-        body: Bytes::from_static(ARGUMENTS.as_bytes()),
-        expect: Some(r#""status":"paid""#),
-    });
+    let direct = Arc::new(Target::upstream(upstream));
 
     std::thread::sleep(Duration::from_millis(500));
     let rss_start = rss(pid);
-    // Warm-up: both paths, then let the server settle.
-    let warm = rt.block_on(drive(gateway.clone(), 16, Duration::from_secs(2)));
-    assert!(
-        warm.ok > 0,
-        "no call succeeded during warm-up: {:?}",
-        warm.first_error
-    );
+    // Warm-up: every case (a case nothing succeeds in, e.g. a lane an older binary lacks, is
+    // left out with its first error), then the upstream, then let the server settle.
+    let mut targets = Vec::new();
+    let mut warm_calls = 0;
+    for &case in &cases {
+        let target = Arc::new(Target::gateway(server.addr, &server.agent_key, case));
+        eprintln!("warm-up: {} …", case.name());
+        let warm = rt.block_on(drive(target.clone(), 16, Duration::from_secs(2)));
+        warm_calls += warm.ok;
+        if warm.ok == 0 {
+            eprintln!(
+                "warning: no `{}` call succeeded during warm-up; the case is left out. First error: {}",
+                case.name(),
+                warm.first_error.as_deref().unwrap_or("none")
+            );
+        } else {
+            if let Some(e) = &warm.first_error {
+                eprintln!(
+                    "note: {} errors during the `{}` warm-up, the first: {e}",
+                    warm.errors,
+                    case.name()
+                );
+            }
+            targets.push((case, target));
+        }
+    }
+    assert!(!targets.is_empty(), "no case succeeded during warm-up");
     rt.block_on(drive(direct.clone(), 16, Duration::from_secs(1)));
     std::thread::sleep(Duration::from_secs(2));
     let rss_idle = rss(pid);
     pause_if_asked("idle after warm-up", pid);
 
-    struct Row {
-        connections: usize,
-        direct: Run,
-        gateway: Run,
-        cpu_per_call: Duration,
-        peak_rss: u64,
-    }
-    let mut rows = Vec::new();
-    for &connections in &levels {
-        eprintln!("{connections} connections: upstream directly, {secs} s …");
-        let d = rt.block_on(drive(direct.clone(), connections, duration));
-        eprintln!("{connections} connections: through the gateway, {secs} s …");
-        let sampler = RssSampler::start(pid);
-        let cpu0 = cpu_time(pid, ticks);
-        let g = rt.block_on(drive(gateway.clone(), connections, duration));
-        let cpu = cpu_time(pid, ticks).saturating_sub(cpu0);
-        let peak_rss = sampler.finish();
-        let cpu_per_call = cpu / u32::try_from(g.ok.max(1)).unwrap_or(u32::MAX);
-        rows.push(Row {
-            connections,
-            direct: d,
-            gateway: g,
-            cpu_per_call,
-            peak_rss,
-        });
+    let mut measured: Vec<Measured> = Vec::new();
+    for round in 1..=rounds {
+        for &connections in &levels {
+            eprintln!("round {round}, {connections} connections: upstream directly, {secs} s …");
+            let load = load_average();
+            let run = rt.block_on(drive(direct.clone(), connections, duration));
+            measured.push(Measured {
+                round,
+                connections,
+                case: None,
+                run,
+                cpu_per_call: None,
+                peak_rss: None,
+                load,
+            });
+            for (case, target) in &targets {
+                eprintln!(
+                    "round {round}, {connections} connections: {}, {secs} s …",
+                    case.name()
+                );
+                let load = load_average();
+                let (run, cpu_per_call, peak_rss) = measure(&rt, target, pid, ticks, connections, duration);
+                measured.push(Measured {
+                    round,
+                    connections,
+                    case: Some(*case),
+                    run,
+                    cpu_per_call: Some(cpu_per_call),
+                    peak_rss: Some(peak_rss),
+                    load,
+                });
+            }
+        }
     }
     // Cost per call against the ledger's size (PRODUCT §12: flat from 1k to 1M rows): the
-    // first level again, after adding `WARRANT_LOAD_LEDGER_ROWS` rows.
+    // first case at the highest level again, after adding `WARRANT_LOAD_LEDGER_ROWS` rows.
     let ledger_rows: u64 = env_or("WARRANT_LOAD_LEDGER_ROWS", 1_000_000);
-    let scale = match levels.first() {
-        Some(&connections) if ledger_rows > 0 => {
-            // Rows the server wrote before the preload: the warm-up's and every gateway run's.
-            let written = warm.ok + rows.iter().map(|r| r.gateway.ok).sum::<u64>();
-            eprintln!("adding {ledger_rows} ledger rows …");
-            let started = Instant::now();
-            preload_ledger(&server, ledger_rows);
-            eprintln!("… in {:.1} s", started.elapsed().as_secs_f64());
-            std::thread::sleep(Duration::from_secs(2));
-            eprintln!("{connections} connections: through the gateway with the larger ledger, {secs} s …");
-            let cpu0 = cpu_time(pid, ticks);
-            let g = rt.block_on(drive(gateway.clone(), connections, duration));
-            let cpu = cpu_time(pid, ticks).saturating_sub(cpu0);
-            let cpu_per_call = cpu / u32::try_from(g.ok.max(1)).unwrap_or(u32::MAX);
-            Some((connections, written, g, cpu_per_call))
-        }
-        _ => None,
+    let top = levels.iter().copied().max().unwrap_or(16);
+    let (first_case, first_target) = targets[0].clone();
+    let scale = if ledger_rows > 0 {
+        // Rows the server wrote before the preload: the warm-up's and every gateway run's.
+        let written = warm_calls
+            + measured
+                .iter()
+                .filter(|m| m.case.is_some())
+                .map(|m| m.run.ok)
+                .sum::<u64>();
+        eprintln!("adding {ledger_rows} ledger rows …");
+        let started = Instant::now();
+        preload_ledger(&server, ledger_rows);
+        eprintln!("… in {:.1} s", started.elapsed().as_secs_f64());
+        std::thread::sleep(Duration::from_secs(2));
+        eprintln!(
+            "{top} connections: {} with the larger ledger, {secs} s …",
+            first_case.name()
+        );
+        let (run, cpu_per_call, _) = measure(&rt, &first_target, pid, ticks, top, duration);
+        Some((written, run, cpu_per_call))
+    } else {
+        None
     };
     std::thread::sleep(Duration::from_secs(2));
     let rss_after = rss(pid);
@@ -578,39 +1005,78 @@ fn main() {
 
     println!();
     println!(
-        "`POST /v1/proposals` (read `lookup_order`, SQLite `synchronous=FULL`), {secs} s per run, \
-         load average at start: {}",
+        "Read `lookup_order`, write `create_support_credit` (`approval: none`), SQLite `synchronous=FULL`, \
+         {secs} s per run, {rounds} round(s), load average at start: {}",
         loadavg.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
     );
-    println!();
-    println!(
-        "| connections | path | calls/s | p50 | p99 | max | errors | server CPU/call | server peak RSS |"
-    );
-    println!("|---|---|---|---|---|---|---|---|---|");
-    for r in &rows {
-        for (name, run, cpu, rss) in [
-            ("upstream directly", &r.direct, None, None),
-            ("gateway", &r.gateway, Some(r.cpu_per_call), Some(r.peak_rss)),
-        ] {
-            println!(
-                "| {} | {name} | {:.0} | {:.2} ms | {:.2} ms | {:.2} ms | {} | {} | {} |",
-                r.connections,
-                run.per_sec(),
-                run.percentile_ms(0.50),
-                run.percentile_ms(0.99),
-                run.percentile_ms(1.0),
-                run.errors,
-                cpu.map_or("—".to_owned(), |c| format!("{} µs", c.as_micros())),
-                rss.map_or("—".to_owned(), mib),
-            );
+    for round in 1..=rounds {
+        println!();
+        if rounds > 1 {
+            println!("Round {round}:");
+            println!();
         }
+        print_header();
+        for &connections in &levels {
+            let base = measured
+                .iter()
+                .find(|m| m.round == round && m.connections == connections && m.case.is_none());
+            for m in measured
+                .iter()
+                .filter(|m| m.round == round && m.connections == connections)
+            {
+                let (vs_rate, vs_p50) = match (base, m.case) {
+                    (Some(b), Some(_)) => (
+                        format!("{:.1}× fewer", b.run.per_sec() / m.run.per_sec()),
+                        format!("{:.1}×", m.run.percentile_ms(0.5) / b.run.percentile_ms(0.5)),
+                    ),
+                    _ => (String::new(), String::new()),
+                };
+                println!(
+                    "| {connections} | {} | {:.0} | {:.2} ms | {:.2} ms | {:.2} ms | {} | {} | {vs_rate} | {vs_p50} | {} | {:.2} |",
+                    path_label(m.case),
+                    m.run.per_sec(),
+                    m.run.percentile_ms(0.50),
+                    m.run.percentile_ms(0.99),
+                    m.run.percentile_ms(1.0),
+                    m.run.errors,
+                    m.cpu_per_call
+                        .map_or("—".to_owned(), |c| format!("{} µs", c.as_micros())),
+                    m.peak_rss.map_or("—".to_owned(), mib),
+                    m.load,
+                );
+            }
+        }
+    }
+    if rounds > 1 {
+        println!();
+        println!("Median over the {rounds} rounds (max: the largest; errors: the sum):");
+        println!();
         println!(
-            "| {} | gateway vs upstream | {:.1}× fewer | {:.1}× | {:.1}× | | | | |",
-            r.connections,
-            r.direct.per_sec() / r.gateway.per_sec(),
-            r.gateway.percentile_ms(0.5) / r.direct.percentile_ms(0.5),
-            r.gateway.percentile_ms(0.99) / r.direct.percentile_ms(0.99),
+            "| connections | path | calls/s | p50 | p99 | max | errors | server CPU/call | calls/s vs upstream |"
         );
+        println!("|---|---|---|---|---|---|---|---|---|");
+        for &connections in &levels {
+            let base = summarize(&measured, connections, None);
+            for case in std::iter::once(None).chain(targets.iter().map(|(c, _)| Some(*c))) {
+                let Some(s) = summarize(&measured, connections, case) else {
+                    continue;
+                };
+                let vs = match (base, case) {
+                    (Some(b), Some(_)) => format!("{:.1}× fewer", b.per_sec / s.per_sec),
+                    _ => String::new(),
+                };
+                println!(
+                    "| {connections} | {} | {:.0} | {:.2} ms | {:.2} ms | {:.2} ms | {} | {} | {vs} |",
+                    path_label(case),
+                    s.per_sec,
+                    s.p50,
+                    s.p99,
+                    s.max,
+                    s.errors,
+                    us(s.cpu_ms),
+                );
+            }
+        }
     }
     println!();
     println!("| server RSS | `VmRSS` | anonymous | file-backed |");
@@ -624,9 +1090,15 @@ fn main() {
     }
     println!("| high-water mark (`VmHWM`) | {} | | |", mib(hwm));
     println!();
-    if let (Some((connections, calls_before, after, cpu_after)), Some(first)) = (&scale, rows.first()) {
-        let before = &first.gateway;
-        println!("Ledger size ({connections} connections, gateway):");
+    if let (Some((calls_before, after, cpu_after)), Some(before)) = (
+        &scale,
+        measured
+            .iter()
+            .find(|m| m.round == 1 && m.connections == top && m.case == Some(first_case)),
+    ) {
+        let cpu_before = before.cpu_per_call.unwrap_or_default();
+        let before = &before.run;
+        println!("Ledger size ({top} connections, {}):", first_case.label());
         println!();
         println!("| ledger rows | calls/s | p50 | p99 | server CPU/call |");
         println!("|---|---|---|---|---|");
@@ -636,7 +1108,7 @@ fn main() {
             before.per_sec(),
             before.percentile_ms(0.5),
             before.percentile_ms(0.99),
-            first.cpu_per_call.as_micros()
+            cpu_before.as_micros()
         );
         println!(
             "| + {ledger_rows} | {:.0} | {:.2} ms | {:.2} ms | {} µs |",
@@ -650,16 +1122,19 @@ fn main() {
             after.per_sec() / before.per_sec(),
             after.percentile_ms(0.5) / before.percentile_ms(0.5),
             after.percentile_ms(0.99) / before.percentile_ms(0.99),
-            cpu_after.as_secs_f64() / first.cpu_per_call.as_secs_f64().max(1e-9)
+            cpu_after.as_secs_f64() / cpu_before.as_secs_f64().max(1e-9)
         );
         println!();
     }
-    let best = rows.iter().map(|r| r.gateway.per_sec()).fold(0.0, f64::max);
-    let best_p99 = rows
-        .iter()
-        .map(|r| r.gateway.percentile_ms(0.99))
-        .fold(f64::INFINITY, f64::min);
+
     let verdict = |met: bool| if met { "met" } else { "NOT met" };
+    let at = |connections: usize, case: Case| summarize(&measured, connections, Some(case));
+    let gateway: Vec<Summary> = levels
+        .iter()
+        .flat_map(|&n| targets.iter().filter_map(move |(c, _)| at(n, *c)))
+        .collect();
+    let best = gateway.iter().map(|s| s.per_sec).fold(0.0, f64::max);
+    let best_p99 = gateway.iter().map(|s| s.p99).fold(f64::INFINITY, f64::min);
     println!("Targets (PRODUCT §12):");
     println!(
         "- ≥ 3,000 calls/s: {} (best {best:.0}/s)",
@@ -674,15 +1149,82 @@ fn main() {
         verdict(rss_idle[0] * 1024 <= 30_000_000),
         mib(rss_idle[0])
     );
-    for r in &rows {
-        for (name, run) in [("upstream", &r.direct), ("gateway", &r.gateway)] {
-            if let Some(e) = &run.first_error {
+    println!();
+    println!(
+        "Targets (issue 13){}:",
+        if rounds > 1 { ", on the medians" } else { "" }
+    );
+    let missing = |what: &str| println!("- {what}: not measured");
+    match at(16, Case::McpRead) {
+        Some(s) => {
+            println!(
+                "- MCP read ≤ 0.08 ms server CPU per call at 16 connections: {} ({:.3} ms)",
+                verdict(s.cpu_ms <= 0.08),
+                s.cpu_ms
+            );
+            println!(
+                "- MCP read ≥ 15,000 calls/s at 16 connections: {} ({:.0}/s)",
+                verdict(s.per_sec >= 15_000.0),
+                s.per_sec
+            );
+        }
+        None => missing("MCP read at 16 connections"),
+    }
+    for &connections in &levels {
+        for (mcp, http) in [(Case::McpRead, Case::HttpRead), (Case::McpWrite, Case::HttpWrite)] {
+            if let (Some(m), Some(h)) = (at(connections, mcp), at(connections, http)) {
                 println!(
-                    "first error ({name}, {} connections): {}",
-                    r.connections,
-                    e.chars().take(300).collect::<String>()
+                    "- MCP lane no dearer than HTTP ({}, {connections} connections): {} ({:.3} ms against {:.3} ms of CPU per call, {:.2}×)",
+                    if mcp == Case::McpRead { "read" } else { "write" },
+                    verdict(m.cpu_ms <= h.cpu_ms),
+                    m.cpu_ms,
+                    h.cpu_ms,
+                    m.cpu_ms / h.cpu_ms
                 );
             }
+        }
+    }
+    for case in [Case::HttpWrite, Case::McpWrite] {
+        match at(16, case) {
+            Some(s) => println!(
+                "- write with a key ≤ 0.15 ms server CPU per call ({}, 16 connections): {} ({:.3} ms)",
+                case.name(),
+                verdict(s.cpu_ms <= 0.15),
+                s.cpu_ms
+            ),
+            None => missing(&format!("{} at 16 connections", case.name())),
+        }
+    }
+    for (case, _) in &targets {
+        if let Some(s) = at(16, *case) {
+            println!(
+                "- p99 ≤ 5 ms ({}, 16 connections): {} ({:.2} ms)",
+                case.name(),
+                verdict(s.p99 <= 5.0),
+                s.p99
+            );
+        }
+    }
+    for case in [Case::McpRead, Case::HttpRead] {
+        match at(1, case) {
+            Some(s) => println!(
+                "- p50 ≤ 0.30 ms at one connection ({}): {} ({:.2} ms)",
+                case.name(),
+                verdict(s.p50 <= 0.30),
+                s.p50
+            ),
+            None => missing(&format!("{} at one connection", case.name())),
+        }
+    }
+    for m in &measured {
+        if let Some(e) = &m.run.first_error {
+            println!(
+                "first error (round {}, {}, {} connections): {}",
+                m.round,
+                m.case.map_or("upstream", Case::name),
+                m.connections,
+                e.chars().take(300).collect::<String>()
+            );
         }
     }
 }
