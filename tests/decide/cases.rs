@@ -316,10 +316,13 @@ pub async fn tenants_cannot_reach_each_other(h: &Arc<Harness>) {
     let proposal = credit(2500, "k-tenant");
     let id = approval_id(&h.decide(&a, &proposal).await);
     // B cannot see, approve or consume A's approval.
-    assert_eq!(h.store.get_approval("globex", &id).await.unwrap(), None);
+    assert_eq!(
+        h.store.get_approval("globex", &id, h.env.now()).await.unwrap(),
+        None
+    );
     assert!(
         h.store
-            .list_approvals("globex", None, 100)
+            .list_approvals("globex", None, 100, h.env.now())
             .await
             .unwrap()
             .is_empty()
@@ -553,7 +556,11 @@ pub async fn hostile_proposals_stop_where_they_fail(h: &Arc<Harness>) {
         }
     }
     assert!(
-        h.store.list_approvals("acme", None, 10).await.unwrap().is_empty(),
+        h.store
+            .list_approvals("acme", None, 10, h.env.now())
+            .await
+            .unwrap()
+            .is_empty(),
         "no hostile call reached approval"
     );
 }

@@ -512,7 +512,7 @@ impl Authority {
                 )));
             }
             Some(id) => {
-                let Some(request) = self.store.get_approval(tenant, id).await? else {
+                let Some(request) = self.store.get_approval(tenant, id, now).await? else {
                     p.facts.approval = Some(ApprovalState::Mismatch);
                     return Ok(Err(Rejection::new(
                         RejectCode::ApprovalNotFound,
@@ -665,7 +665,7 @@ impl Authority {
     ) -> Result<Result<ApprovalRequest, ReviewRefusal>, StoreError> {
         let now = self.env.now();
         let tenant = reviewer.tenant();
-        let Some(request) = self.store.get_approval(tenant, approval_id).await? else {
+        let Some(request) = self.store.get_approval(tenant, approval_id, now).await? else {
             return Ok(Err(ReviewRefusal::NotFound));
         };
         match self.review_verdict(reviewer, &request, now).await? {
