@@ -1,5 +1,5 @@
 //! The command line over a running server's API: `approvals`, `ledger`, `keys`, `tenants` and
-//! `contract register|list|retire`. `--server` / `WARRANT_SERVER` names the server,
+//! `contract register|list|retire|export`. `--server` / `WARRANT_SERVER` names the server,
 //! `--key` / `WARRANT_KEY` the caller's key.
 
 use anyhow::{Context, Result, bail};
@@ -100,6 +100,13 @@ pub enum KeysCommand {
         #[arg(long)]
         label: Option<String>,
     },
+    /// The keys of your tenant (admin): id, principal, grants, roles, label, and whether
+    /// revoked. Never a key or its hash.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Revoke a key (admin).
     Revoke {
         /// The key id (the part after `wrn_`, before the second `_`).
@@ -107,7 +114,8 @@ pub enum KeysCommand {
     },
 }
 
-/// The server-side `contract` subcommands.
+/// The server-side `contract` subcommands (each takes `--server` and `--key`; the local ones,
+/// `lint` and `hash`, take neither).
 #[derive(Debug, Subcommand)]
 pub enum RemoteContractCommand {
     /// Register a contract file on the server: in your tenant (admin), or as a platform
@@ -118,9 +126,14 @@ pub enum RemoteContractCommand {
         /// The tenant to register it for (the platform operator only).
         #[arg(long)]
         tenant: Option<String>,
+        #[command(flatten)]
+        server: ServerArgs,
     },
     /// Contracts you can see on the server (the platform's and your tenant's).
-    List,
+    List {
+        #[command(flatten)]
+        server: ServerArgs,
+    },
     /// Retire a contract by content id (admin of its tenant; the platform operator for
     /// platform contracts or `--tenant`).
     Retire {
@@ -129,7 +142,34 @@ pub enum RemoteContractCommand {
         /// The tenant whose contract it is (the platform operator only).
         #[arg(long)]
         tenant: Option<String>,
+        #[command(flatten)]
+        server: ServerArgs,
     },
+    /// Print a registered contract's document as JSON (what its content id covers, without
+    /// the adapter binding): `contract hash` of the output is the registered id, and it
+    /// registers again as is. Your tenant's contract of that name first, then the platform's.
+    Export {
+        /// The contract name.
+        name: String,
+        /// The version.
+        version: u32,
+        /// The tenant whose contract it is (the platform operator only).
+        #[arg(long)]
+        tenant: Option<String>,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+}
+
+impl RemoteContractCommand {
+    fn server(&self) -> &ServerArgs {
+        match self {
+            RemoteContractCommand::Register { server, .. }
+            | RemoteContractCommand::List { server }
+            | RemoteContractCommand::Retire { server, .. }
+            | RemoteContractCommand::Export { server, .. } => server,
+        }
+    }
 }
 
 /// `warrant tenants …` (the platform operator).
@@ -173,13 +213,13 @@ impl Client {
         })
     }
 
-    /// Sends a request; `Ok(Err(message))` for an API refusal.
+    /// Sends a request; `Ok(Err(refusal))` for an API refusal.
     async fn call(
         &self,
         method: Method,
         path: &str,
         body: Option<(Vec<u8>, &str)>,
-    ) -> Result<std::result::Result<Value, String>> {
+    ) -> Result<std::result::Result<Value, Refusal>> {
         let mut req = self
             .http
             .request(method, format!("{}{path}", self.base))
@@ -210,8 +250,41 @@ impl Client {
                 (Some(stage), Some(code), Some(m)) => format!("{status}: {stage} {code}: {m}"),
                 _ => format!("{status}: {value}"),
             };
-            Ok(Err(message))
+            Ok(Err(Refusal { message, body: value }))
         }
+    }
+}
+
+/// An API refusal: the one-line message (status, stage, code, message) and the body it came
+/// in, for the details some refusals carry (a contract's `problems`).
+#[derive(Debug)]
+struct Refusal {
+    message: String,
+    body: Value,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl Refusal {
+    /// The `problems` beside the answer's `error`, each `pointer: message` (a contract refused
+    /// by the registration lint), in the server's order.
+    fn problems(&self) -> Vec<String> {
+        at(&self.body, "problems")
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| {
+                format!(
+                    "{}: {}",
+                    at(p, "pointer").as_str().unwrap_or(""),
+                    at(p, "message").as_str().unwrap_or("")
+                )
+            })
+            .collect()
     }
 }
 
@@ -222,7 +295,7 @@ fn block_on<F: std::future::Future<Output = Result<Exit>>>(f: F) -> Result<Exit>
         .block_on(f)
 }
 
-fn refused(message: &str) -> Exit {
+fn refused(message: &impl std::fmt::Display) -> Exit {
     eprintln!("error: {message}");
     Exit::Problems
 }
@@ -372,6 +445,43 @@ pub fn keys(args: &ServerArgs, command: &KeysCommand) -> Result<Exit> {
                     Err(m) => Ok(refused(&m)),
                 }
             }
+            KeysCommand::List { json } => match client.call(Method::GET, "/v1/keys", None).await? {
+                Ok(v) if *json => {
+                    print(&v);
+                    Ok(Exit::Ok)
+                }
+                Ok(v) => {
+                    for k in at(&v, "keys").as_array().into_iter().flatten() {
+                        let list = |field: &str| {
+                            let items: Vec<&str> = at(k, field)
+                                .as_array()
+                                .into_iter()
+                                .flatten()
+                                .filter_map(Value::as_str)
+                                .collect();
+                            if items.is_empty() {
+                                "-".to_owned()
+                            } else {
+                                items.join(",")
+                            }
+                        };
+                        println!(
+                            "{}  {}  grants={}  roles={}  {}  {}",
+                            at(k, "id").as_str().unwrap_or(""),
+                            at(k, "principal").as_str().unwrap_or(""),
+                            list("grants"),
+                            list("roles"),
+                            match at(k, "revoked_at").as_str() {
+                                Some(at) => format!("revoked {at}"),
+                                None => "active".to_owned(),
+                            },
+                            at(k, "label").as_str().unwrap_or(""),
+                        );
+                    }
+                    Ok(Exit::Ok)
+                }
+                Err(m) => Ok(refused(&m)),
+            },
             KeysCommand::Revoke { id } => match client
                 .call(Method::DELETE, &format!("/v1/keys/{id}"), None)
                 .await?
@@ -386,12 +496,12 @@ pub fn keys(args: &ServerArgs, command: &KeysCommand) -> Result<Exit> {
     })
 }
 
-/// Runs `warrant contract register|list|retire`.
-pub fn contracts(args: &ServerArgs, command: &RemoteContractCommand) -> Result<Exit> {
-    let client = Client::new(args)?;
+/// Runs `warrant contract register|list|retire|export`.
+pub fn contracts(command: &RemoteContractCommand) -> Result<Exit> {
+    let client = Client::new(command.server())?;
     block_on(async move {
         let answer = match command {
-            RemoteContractCommand::Register { file, tenant } => {
+            RemoteContractCommand::Register { file, tenant, .. } => {
                 let bytes = read_input(file)?;
                 let content_type = if file.ends_with(".json") {
                     "application/json"
@@ -403,8 +513,21 @@ pub fn contracts(args: &ServerArgs, command: &RemoteContractCommand) -> Result<E
                     .call(Method::POST, &path, Some((bytes, content_type)))
                     .await?
             }
-            RemoteContractCommand::List => client.call(Method::GET, "/v1/contracts", None).await?,
-            RemoteContractCommand::Retire { id, tenant } => {
+            RemoteContractCommand::List { .. } => client.call(Method::GET, "/v1/contracts", None).await?,
+            RemoteContractCommand::Export {
+                name,
+                version,
+                tenant,
+                ..
+            } => {
+                let path = format!(
+                    "/v1/contracts/{}/{version}{}",
+                    segment(name),
+                    tenant_query(tenant.as_deref())
+                );
+                client.call(Method::GET, &path, None).await?
+            }
+            RemoteContractCommand::Retire { id, tenant, .. } => {
                 let path = format!(
                     "/v1/contracts/{}/retire{}",
                     segment(id),
@@ -414,7 +537,14 @@ pub fn contracts(args: &ServerArgs, command: &RemoteContractCommand) -> Result<E
             }
         };
         match (command, answer) {
-            (RemoteContractCommand::List, Ok(v)) => {
+            (RemoteContractCommand::Export { name, version, .. }, Ok(v)) => match v.get("document") {
+                Some(document) => {
+                    print(document);
+                    Ok(Exit::Ok)
+                }
+                None => bail!("the server's answer for {name}@{version} has no document"),
+            },
+            (RemoteContractCommand::List { .. }, Ok(v)) => {
                 for c in at(&v, "contracts").as_array().into_iter().flatten() {
                     let owner = match at(c, "tenant").as_str() {
                         Some(t) => format!("{t}/"),
@@ -439,12 +569,16 @@ pub fn contracts(args: &ServerArgs, command: &RemoteContractCommand) -> Result<E
                 print(&v);
                 Ok(Exit::Ok)
             }
-            (_, Err(m)) => {
-                if m.contains("CONTRACT_INVALID") {
-                    bail!("{m}");
+            (RemoteContractCommand::Register { file, .. }, Err(m)) => {
+                // Each problem the registration lint found, one line each as `contract lint`
+                // prints them (exit 1, as the lint).
+                let exit = refused(&m);
+                for problem in m.problems() {
+                    eprintln!("{file}: {problem}");
                 }
-                Ok(refused(&m))
+                Ok(exit)
             }
+            (_, Err(m)) => Ok(refused(&m)),
         }
     })
 }

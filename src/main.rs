@@ -1,4 +1,5 @@
-//! The `warrant` command line: the gateway (`serve`), offline audits (`check`), contract tooling (`contract lint|hash`),
+//! The `warrant` command line: the gateway (`serve`), offline audits (`check`), contract tooling
+//! (`contract lint|hash`, and `register|list|retire|export` on a server),
 //! canonical JSON (`canon`), the durable store (`store check`) and reconciliation
 //! (`reconcile`).
 //!
@@ -25,7 +26,7 @@ use clap::{Parser, Subcommand};
 
 /// Typed authority for AI tool calls.
 #[derive(Debug, Parser)]
-#[command(name = "warrant", version, about, propagate_version = true)]
+#[command(name = "warrant", version, about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -39,13 +40,9 @@ enum Command {
     Mcp(mcp::McpArgs),
     /// Audit one proposal offline: parse, resolve, validate, digest, scopes, idempotency, approval.
     Check(check::CheckArgs),
-    /// Tool contracts: lint and hash files; register, list and retire on a running server.
-    Contract {
-        #[command(flatten)]
-        server: client::ServerArgs,
-        #[command(subcommand)]
-        command: contract::ContractCommand,
-    },
+    /// Tool contracts: lint and hash files; register, list, retire and export on a running server.
+    #[command(subcommand)]
+    Contract(contract::ContractCommand),
     /// Print the RFC 8785 canonical form of a JSON document (or, with --digest, its SHA-256).
     Canon(contract::CanonArgs),
     /// Open the durable store (creating and migrating it) and report its state.
@@ -67,7 +64,7 @@ enum Command {
         #[command(subcommand)]
         command: client::LedgerCommand,
     },
-    /// API keys on a running server: create, revoke.
+    /// API keys on a running server: list, create, revoke.
     Keys {
         #[command(flatten)]
         server: client::ServerArgs,
@@ -105,8 +102,8 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(&args),
         Command::Mcp(args) => mcp::run(&args),
         Command::Check(args) => check::run(&args),
-        Command::Contract { server, command } => match command {
-            contract::ContractCommand::Remote(remote) => client::contracts(&server, &remote),
+        Command::Contract(command) => match command {
+            contract::ContractCommand::Remote(remote) => client::contracts(&remote),
             local => contract::run(&local),
         },
         Command::Canon(args) => contract::canon(&args),

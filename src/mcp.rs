@@ -53,6 +53,10 @@ pub fn run(args: &McpArgs) -> Result<Exit> {
             bail!("this store has no API keys yet: run `warrant serve` once to create the first keys");
         }
         let gateway = Gateway::start(loaded.gateway(store, public_url)).await?;
+        // stdout is the protocol's: what `serve` prints in its banner is logged here.
+        for u in &gateway.unusable_bindings {
+            tracing::warn!(contract = u.contract, id = u.id, error = %u.reason, "adapter binding unusable; its calls will fail");
+        }
         let caller = warrant_server::auth::authenticate(&gateway.state, &key)
             .await
             .map_err(|e| anyhow::anyhow!("cannot check the key: {e:?}"))?

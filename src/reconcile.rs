@@ -85,6 +85,7 @@ pub fn run(args: &ReconcileArgs) -> Result<Exit> {
         let cutoff = time::OffsetDateTime::now_utc() - time::Duration::try_from(older_than)?;
         let schedule = ReconcileSchedule {
             overdue_after,
+            ask_all_now: true,
             ..ReconcileSchedule::default()
         };
         let pass = rt.reconcile_pass(cutoff, args.limit, &schedule).await?;

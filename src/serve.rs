@@ -375,10 +375,34 @@ fn allow_hosts_from_env() -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Logs to stderr, filtered by `WARRANT_LOG` (else `default`), as JSON lines if asked.
-pub(crate) fn init_logging(json: bool, default: &str) {
+/// The crates whose events a default filter shows at the gateway's own level; every other
+/// crate (the MCP SDK writes three INFO lines per call, hyper, sqlx, …) shows only WARN and
+/// above unless `WARRANT_LOG` asks for more.
+const OWN_CRATES: [&str; 6] = [
+    "warrant",
+    "warrant_core",
+    "warrant_policy",
+    "warrant_store",
+    "warrant_runtime",
+    "warrant_server",
+];
+
+/// The filter used when `WARRANT_LOG` is not set: `own` (e.g. `info`) for Warrant's crates,
+/// `warn` for every dependency.
+pub(crate) fn default_log_filter(own: &str) -> String {
+    let mut filter = String::from("warn");
+    for krate in OWN_CRATES {
+        filter.push_str(&format!(",{krate}={own}"));
+    }
+    filter
+}
+
+/// Logs to stderr, filtered by `WARRANT_LOG` (a `tracing` filter such as `debug` or
+/// `info,rmcp=info`, which replaces the default) else [`default_log_filter`]`(own)`, as JSON
+/// lines if asked.
+pub(crate) fn init_logging(json: bool, own: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("WARRANT_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_log_filter(own)));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -386,6 +410,50 @@ pub(crate) fn init_logging(json: bool, default: &str) {
         let _ = builder.json().try_init();
     } else {
         let _ = builder.try_init();
+    }
+}
+
+/// Where a server's contracts and policies came from, for its banner.
+struct Sources {
+    contracts_dir: Option<PathBuf>,
+    policy_dir: Option<PathBuf>,
+    policy_files: usize,
+}
+
+impl Sources {
+    /// The banner's lines on contracts, policies and unusable bindings: what was loaded and
+    /// from where, and for what is missing, what to do.
+    fn banner(&self, registered: usize, unusable: &[warrant_server::UnusableBinding]) -> Vec<String> {
+        let mut lines = Vec::new();
+        lines.push(match &self.contracts_dir {
+            Some(dir) => format!("  contracts  {registered} registered (loaded {})", dir.display()),
+            None => format!(
+                "  contracts  {registered} registered (no ./contracts or ./examples/contracts here: \
+                 pass --contracts DIR, or register with `warrant contract register FILE`)"
+            ),
+        });
+        lines.push(match &self.policy_dir {
+            Some(dir) if self.policy_files == 0 => format!(
+                "  policies   none, so every call is denied (no *.cedar file in {})",
+                dir.display()
+            ),
+            Some(dir) => format!(
+                "  policies   {} file{} (loaded {})",
+                self.policy_files,
+                if self.policy_files == 1 { "" } else { "s" },
+                dir.display()
+            ),
+            None => "  policies   none, so every call is denied (no ./policies or ./examples/policies \
+                     here: pass --policy DIR)"
+                .to_owned(),
+        });
+        for u in unusable {
+            lines.push(format!(
+                "  unusable   {}: {} (its calls fail until warrant.toml provides it: docs/operations.md)",
+                u.contract, u.reason
+            ));
+        }
+        lines
     }
 }
 
@@ -420,6 +488,8 @@ pub(crate) struct Loaded {
     pub(crate) store_options: StoreOptions,
     /// The contracts registered at start.
     pub(crate) contracts_dir: Option<PathBuf>,
+    /// Where the policies were read from.
+    pub(crate) policy_dir: Option<PathBuf>,
     /// `--public-url` / `WARRANT_PUBLIC_URL`, else the file's `server.public_url`, without a
     /// trailing `/`.
     pub(crate) public_url: Option<String>,
@@ -582,6 +652,7 @@ pub(crate) fn load(args: &ConfigArgs) -> Result<Loaded> {
         database,
         store_options,
         contracts_dir,
+        policy_dir,
         public_url,
         first_tenant,
         policies,
@@ -605,7 +676,11 @@ pub fn run(args: &ServeArgs) -> Result<Exit> {
         .or_else(|| loaded.listen.clone())
         .unwrap_or_else(|| DEFAULT_LISTEN.into());
     let database = loaded.database.clone();
-    let contracts_dir = loaded.contracts_dir.clone();
+    let sources = Sources {
+        contracts_dir: loaded.contracts_dir.clone(),
+        policy_dir: loaded.policy_dir.clone(),
+        policy_files: loaded.policies.len(),
+    };
     let first_tenant = loaded.first_tenant.clone();
 
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
@@ -630,9 +705,14 @@ pub fn run(args: &ServeArgs) -> Result<Exit> {
         println!("  MCP        {public_url}/mcp");
         println!("  metrics    {public_url}/metrics");
         println!("  store      {}", database.redacted());
-        match &contracts_dir {
-            Some(dir) => println!("  contracts  {contracts} registered (loaded {})", dir.display()),
-            None => println!("  contracts  {contracts} registered"),
+        for line in sources.banner(contracts, &gateway.unusable_bindings) {
+            println!("{line}");
+        }
+        if args.log_json {
+            // Log pipelines get what the banner says is missing.
+            for u in &gateway.unusable_bindings {
+                tracing::warn!(contract = u.contract, id = u.id, error = %u.reason, "adapter binding unusable; its calls will fail");
+            }
         }
         if let Some(keys) = &gateway.first_keys {
             println!(

@@ -7,6 +7,8 @@
     reason = "tests"
 )]
 
+mod common;
+
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
@@ -465,4 +467,116 @@ fn store_check_creates_and_reopens_a_data_directory() {
     assert_eq!(out.status.code(), Some(0));
     let out = warrant(&["store", "check", "--database", "mysql://nope"], None);
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// `contract lint --help` and `contract hash --help` show their own flags, not the server
+/// flags of the remote subcommands (nor a `--version` propagated to every subcommand).
+#[test]
+fn local_contract_subcommands_show_only_their_own_flags() {
+    for (sub, own) in [("lint", None), ("hash", Some("--binding"))] {
+        let out = warrant(&["contract", sub, "--help"], None);
+        assert_eq!(out.status.code(), Some(0));
+        let help = stdout(&out);
+        for foreign in ["--server", "--key", "--version"] {
+            assert!(
+                !help.contains(foreign),
+                "contract {sub} --help shows {foreign}:\n{help}"
+            );
+        }
+        if let Some(flag) = own {
+            assert!(help.contains(flag), "{help}");
+        }
+    }
+    let out = warrant(&["contract", "register", "--help"], None);
+    assert!(stdout(&out).contains("--server"), "{}", stdout(&out));
+    // The server flags still go after the subcommand of the other remote commands.
+    let out = warrant(&["approvals", "list", "--help"], None);
+    assert!(stdout(&out).contains("--server"), "{}", stdout(&out));
+}
+
+/// Against a running server: `keys list` shows the tenant's keys (never a secret), `contract
+/// export` prints a document whose hash is the registered id, and `contract register` of an
+/// invalid contract prints each problem with the file and pointer.
+#[test]
+fn keys_list_contract_export_and_register_problems() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = common::serve::serve(|cmd| {
+        cmd.arg("--data-dir").arg(dir.path().join("store"));
+    });
+    let cli = |key: &str, args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_warrant"))
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args(args)
+            .env("WARRANT_SERVER", &served.url)
+            .env("WARRANT_KEY", key)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let admin = served.keys["admin"].clone();
+    let agent = served.keys["agent"].clone();
+
+    let (code, out, err) = cli(&admin, &["keys", "list"]);
+    assert_eq!(code, Some(0), "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "the tenant's admin and agent keys: {out}");
+    let agent_id = agent.split('_').nth(1).unwrap();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with(agent_id) && l.contains("agent") && l.contains("active")),
+        "{out}"
+    );
+    assert!(
+        !out.contains("wrn_") && !out.contains(agent.split('_').nth(2).unwrap()),
+        "{out}"
+    );
+    let (code, out, _) = cli(&admin, &["keys", "list", "--json"]);
+    assert_eq!(code, Some(0));
+    let listed: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(listed["keys"].as_array().unwrap().len(), 2, "{listed}");
+    assert!(!out.contains("hash"), "{out}");
+    let (code, _, err) = cli(&admin, &["keys", "revoke", agent_id]);
+    assert_eq!(code, Some(0), "{err}");
+    let (_, out, _) = cli(&admin, &["keys", "list"]);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with(agent_id) && l.contains("revoked 20")),
+        "{out}"
+    );
+    // Listing keys is an admin's.
+    let (code, _, err) = cli(&served.keys["operator"], &["keys", "list"]);
+    assert_eq!(code, Some(0), "{err}");
+
+    let (code, exported, err) = cli(&admin, &["contract", "export", "create_support_credit", "1"]);
+    assert_eq!(code, Some(0), "{err}");
+    let file = dir.path().join("exported.json");
+    std::fs::write(&file, &exported).unwrap();
+    let hashed = warrant(&["contract", "hash", file.to_str().unwrap()], None);
+    let registered = stdout(&warrant(&["contract", "hash", CREDIT], None));
+    assert_eq!(stdout(&hashed), registered, "{exported}");
+    let (code, _, err) = cli(&admin, &["contract", "export", "no_such_tool", "1"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("404"), "{err}");
+
+    let bad = dir.path().join("bad.yaml");
+    let text = std::fs::read_to_string(CREDIT)
+        .unwrap()
+        .replace("version: 1", "version: 2")
+        .replace(", maxLength: 500", "");
+    std::fs::write(&bad, text).unwrap();
+    let bad = bad.to_str().unwrap();
+    let (code, out, err) = cli(&admin, &["contract", "register", bad]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(err.contains("CONTRACT_INVALID"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{bad}: /input/properties/reason: string schema must set `maxLength`"
+        )),
+        "{err}"
+    );
 }

@@ -285,3 +285,140 @@ fn mcp_reads_warrant_toml_like_serve() {
     assert!(names.contains(&"lookup_order"), "{tools}");
     assert_eq!(status.code(), Some(0), "{err}");
 }
+
+/// The banner of `serve` in the repository root with an empty store, with the parts that
+/// change per run (address, store path, keys) replaced as the README writes them.
+fn normalized_banner(served: &common::serve::Served) -> Vec<String> {
+    served
+        .banner
+        .iter()
+        .map(|line| {
+            let line = line.replace(&served.url, "http://127.0.0.1:8080");
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match words.as_slice() {
+                ["store", _] => "  store      sqlite://./warrant-data/warrant.db".to_owned(),
+                [name, key] if key.starts_with("wrn_") => format!("  {name:<10} wrn_…"),
+                _ => line,
+            }
+        })
+        .collect()
+}
+
+/// Started in the repository root, `serve` prints exactly the README's sample (what it loaded,
+/// from where, and the example contracts it cannot call) and logs no warning; started
+/// anywhere else, it says that it found no contracts and no policies, and what to pass.
+#[test]
+fn the_banner_says_what_was_loaded_and_what_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut served = common::serve::serve(|cmd| {
+        cmd.arg("--data-dir")
+            .arg(dir.path().join("root"))
+            .env_remove("WARRANT_LOG")
+            .stderr(Stdio::piped());
+    });
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let sample: Vec<String> = readme
+        .split("On first start `serve`")
+        .nth(1)
+        .and_then(|rest| rest.split("```text\n").nth(1))
+        .and_then(|block| block.split("```").next())
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        normalized_banner(&served),
+        sample,
+        "README.md's sample banner is stale"
+    );
+    nix_kill(served.child.id());
+    served.child.wait().unwrap();
+    let mut err = String::new();
+    served
+        .child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(!err.contains("WARN"), "{err}");
+
+    let elsewhere = tempfile::tempdir().unwrap();
+    let served = common::serve::serve(|cmd| {
+        cmd.current_dir(elsewhere.path())
+            .arg("--data-dir")
+            .arg(dir.path().join("elsewhere"));
+    });
+    let banner = served.banner.join("\n");
+    assert!(
+        banner.contains(
+            "  contracts  0 registered (no ./contracts or ./examples/contracts here: pass --contracts DIR"
+        ),
+        "{banner}"
+    );
+    assert!(
+        banner.contains("  policies   none, so every call is denied (no ./policies or ./examples/policies here: pass --policy DIR)"),
+        "{banner}"
+    );
+}
+
+/// A server with the default log filter writes no line per MCP call from the SDK (rmcp logs
+/// three `info` lines per call); `WARRANT_LOG` still brings them back.
+#[test]
+fn mcp_calls_are_not_logged_per_call_by_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |log: Option<&str>, data: &str| {
+        let mut served = common::serve::serve(|cmd| {
+            cmd.arg("--data-dir")
+                .arg(dir.path().join(data))
+                .stderr(Stdio::piped());
+            match log {
+                Some(filter) => cmd.env("WARRANT_LOG", filter),
+                None => cmd.env_remove("WARRANT_LOG"),
+            };
+        });
+        let agent = served.keys["agent"].clone();
+        let addr = served.url.trim_start_matches("http://").to_owned();
+        for (id, body) in [
+            (1, r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#),
+            (
+                2,
+                r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"lookup_order","arguments":{"order_id":"ord_12345678"}}}"#,
+            ),
+        ] {
+            let answer = http(
+                &addr,
+                &format!(
+                    "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {agent}\r\n\
+                     Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+                     Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                ),
+            );
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+            assert!(answer.contains(&format!("\"id\":{id}")), "{answer}");
+        }
+        nix_kill(served.child.id());
+        served.child.wait().unwrap();
+        let mut err = String::new();
+        served
+            .child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        err
+    };
+    let quiet = run(None, "default");
+    assert!(!quiet.contains("rmcp"), "{quiet}");
+    assert!(
+        quiet.contains("shutting down"),
+        "the gateway's own info lines stay: {quiet}"
+    );
+    let loud = run(Some("info"), "asked");
+    assert!(
+        loud.contains("rmcp"),
+        "WARRANT_LOG=info shows the SDK's lines: {loud}"
+    );
+}

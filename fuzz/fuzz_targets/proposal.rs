@@ -429,7 +429,7 @@ fn check(world: &World, data: &[u8], decided: &Decided) {
             let Some(id) = needed.request_id.as_deref() else {
                 panic!("NEEDS_APPROVAL without a stored request: {}", ctx())
             };
-            let request = match block_on(world.store.get_approval(TENANT, id)) {
+            let request = match block_on(world.store.get_approval(TENANT, id, *NOW)) {
                 Ok(Some(r)) => r,
                 other => panic!("approval request {id} not stored ({other:?}): {}", ctx()),
             };
@@ -505,7 +505,7 @@ fn check(world: &World, data: &[u8], decided: &Decided) {
                         "approval bound to another idempotency key: {}",
                         ctx()
                     );
-                    match block_on(world.store.get_approval(TENANT, &record.id)) {
+                    match block_on(world.store.get_approval(TENANT, &record.id, *NOW)) {
                         Ok(Some(r)) => assert_eq!(r.status, ApprovalStatus::Consumed, "{}", ctx()),
                         other => panic!("approval vanished ({other:?}): {}", ctx()),
                     }

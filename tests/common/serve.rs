@@ -11,6 +11,8 @@ pub struct Served {
     pub url: String,
     /// Keys printed on a first start, by name (`admin`, `agent`).
     pub keys: HashMap<String, String>,
+    /// The banner's lines, up to and with the `ready` line.
+    pub banner: Vec<String>,
 }
 
 impl Drop for Served {
@@ -20,8 +22,9 @@ impl Drop for Served {
     }
 }
 
-/// Starts `warrant serve` with `configure` applied to the command, and reads the banner up to
-/// its `ready` line.
+/// Starts `warrant serve` (in the repository root, stderr discarded, unless `configure` says
+/// otherwise) with `configure` applied to the command, and reads the banner up to its `ready`
+/// line.
 pub fn serve(configure: impl FnOnce(&mut Command)) -> Served {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_warrant"));
     cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
@@ -34,8 +37,10 @@ pub fn serve(configure: impl FnOnce(&mut Command)) -> Served {
     let lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut url = String::new();
     let mut keys = HashMap::new();
+    let mut banner = Vec::new();
     for line in lines {
         let line = line.unwrap();
+        banner.push(line.clone());
         if let Some(u) = line.strip_prefix("warrant is listening on ") {
             url = u.to_owned();
         }
@@ -50,5 +55,10 @@ pub fn serve(configure: impl FnOnce(&mut Command)) -> Served {
         }
     }
     assert!(url.starts_with("http://127.0.0.1:"), "no banner: {url}");
-    Served { child, url, keys }
+    Served {
+        child,
+        url,
+        keys,
+        banner,
+    }
 }

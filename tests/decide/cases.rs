@@ -283,14 +283,24 @@ pub async fn approvals_end_to_end(h: &Arc<Harness>) {
         again.decision
     );
     assert_eq!(
-        h.store.get_approval("acme", &id).await.unwrap().unwrap().status,
+        h.store
+            .get_approval("acme", &id, h.env.now())
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
         ApprovalStatus::Approved,
         "deciding does not consume"
     );
     // Once executed, the same call replays without a second approval.
     execute(h, &d, json!({"credit_id": "cr_1", "status": "applied"})).await;
     assert_eq!(
-        h.store.get_approval("acme", &id).await.unwrap().unwrap().status,
+        h.store
+            .get_approval("acme", &id, h.env.now())
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
         ApprovalStatus::Consumed
     );
     assert!(matches!(begin(h, &again).await, AttemptStart::Replay(_)));
@@ -353,10 +363,13 @@ pub async fn tenants_cannot_reach_each_other(h: &Arc<Harness>) {
     let proposal = credit(2500, "k-tenant");
     let id = approval_id(&h.decide(&a, &proposal).await);
     // B cannot see, approve or consume A's approval.
-    assert_eq!(h.store.get_approval("globex", &id).await.unwrap(), None);
+    assert_eq!(
+        h.store.get_approval("globex", &id, h.env.now()).await.unwrap(),
+        None
+    );
     assert!(
         h.store
-            .list_approvals("globex", None, 100)
+            .list_approvals("globex", None, 100, h.env.now())
             .await
             .unwrap()
             .is_empty()
@@ -452,7 +465,7 @@ pub async fn an_approval_is_consumed_once_under_concurrency(h: &Arc<Harness>) {
     assert_eq!(started.len(), 1, "one write-ahead commit consumes the approval");
     assert_eq!(
         h.store
-            .get_approval("acme", &id)
+            .get_approval("acme", &id, h.env.now())
             .await
             .unwrap()
             .unwrap()
@@ -608,7 +621,11 @@ pub async fn hostile_proposals_stop_where_they_fail(h: &Arc<Harness>) {
         }
     }
     assert!(
-        h.store.list_approvals("acme", None, 10).await.unwrap().is_empty(),
+        h.store
+            .list_approvals("acme", None, 10, h.env.now())
+            .await
+            .unwrap()
+            .is_empty(),
         "no hostile call reached approval"
     );
 }

@@ -526,7 +526,7 @@ impl Authority {
                     .map(ApprovalStep::Hold));
             }
             Some(id) => {
-                let Some(request) = self.store.get_approval(tenant, id).await? else {
+                let Some(request) = self.store.get_approval(tenant, id, now).await? else {
                     p.facts.approval = Some(ApprovalState::Mismatch);
                     return Ok(Err(Rejection::new(
                         RejectCode::ApprovalNotFound,
@@ -677,7 +677,7 @@ impl Authority {
     ) -> Result<Result<ApprovalRequest, ReviewRefusal>, StoreError> {
         let now = self.env.now();
         let tenant = reviewer.tenant();
-        let Some(request) = self.store.get_approval(tenant, approval_id).await? else {
+        let Some(request) = self.store.get_approval(tenant, approval_id, now).await? else {
             return Ok(Err(ReviewRefusal::NotFound));
         };
         match self.review_verdict(reviewer, &request, now).await? {

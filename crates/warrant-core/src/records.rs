@@ -416,6 +416,24 @@ impl ApprovalRequest {
             consumed_by: None,
         }
     }
+
+    /// Whether the request has lapsed by `now`: pending or approved, and past its expiry
+    /// (the sweeper writes `expired` for these later; until then the stored row still says
+    /// `pending` or `approved`).
+    pub fn lapsed(&self, now: OffsetDateTime) -> bool {
+        matches!(self.status, ApprovalStatus::Pending | ApprovalStatus::Approved)
+            && self.request.expires_at <= now
+    }
+
+    /// The request with its effective status at `now`: `expired` once it has
+    /// [lapsed](Self::lapsed), else as stored. Every read of an approval answers this.
+    #[must_use]
+    pub fn as_of(mut self, now: OffsetDateTime) -> Self {
+        if self.lapsed(now) {
+            self.status = ApprovalStatus::Expired;
+        }
+        self
+    }
 }
 
 /// A reviewer's verdict.

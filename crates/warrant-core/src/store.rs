@@ -223,8 +223,15 @@ pub trait Store: Send + Sync + 'static {
 
     /// Stores a new pending approval request.
     async fn create_approval(&self, approval: &NewApproval) -> Result<(), StoreError>;
-    /// One approval of `tenant`.
-    async fn get_approval(&self, tenant: &str, id: &str) -> Result<Option<ApprovalRequest>, StoreError>;
+    /// One approval of `tenant`, with its effective status at `now`
+    /// ([`ApprovalRequest::as_of`]: pending or approved past its expiry is `expired`, whether
+    /// or not the sweeper has written that yet).
+    async fn get_approval(
+        &self,
+        tenant: &str,
+        id: &str,
+        now: OffsetDateTime,
+    ) -> Result<Option<ApprovalRequest>, StoreError>;
     /// The oldest pending, unexpired request of `tenant` for exactly this call, if any.
     async fn find_pending_approval(
         &self,
@@ -240,12 +247,15 @@ pub trait Store: Send + Sync + 'static {
         call: &ApprovalLookup,
         since: OffsetDateTime,
     ) -> Result<Option<ApprovalRequest>, StoreError>;
-    /// Approvals of `tenant`, oldest first, optionally by status.
+    /// Approvals of `tenant`, oldest first, optionally by status, each with its effective
+    /// status at `now` (as [`get_approval`](Self::get_approval)); the filter applies to that
+    /// status, so `expired` finds the requests that lapsed before the sweeper ran.
     async fn list_approvals(
         &self,
         tenant: &str,
         status: Option<ApprovalStatus>,
         limit: u32,
+        now: OffsetDateTime,
     ) -> Result<Vec<ApprovalRequest>, StoreError>;
     /// Records a reviewer's verdict on a pending, unexpired approval the reviewer did not
     /// propose; atomically, so two reviewers cannot both decide.

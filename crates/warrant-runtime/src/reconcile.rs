@@ -47,6 +47,10 @@ pub struct ReconcileSchedule {
     /// How long a row may stay unresolved (since its call) before it is marked as needing an
     /// operator.
     pub overdue_after: Duration,
+    /// An operator's manual pass (`warrant reconcile`): every unresolved row older than the
+    /// cutoff is asked now, whatever its next inquiry time (rows it cannot resolve are then
+    /// rescheduled as usual).
+    pub ask_all_now: bool,
 }
 
 impl Default for ReconcileSchedule {
@@ -56,6 +60,7 @@ impl Default for ReconcileSchedule {
             backoff_cap: Duration::from_secs(60 * 60),
             lease: Duration::from_secs(5 * 60),
             overdue_after: Duration::from_secs(60 * 60),
+            ask_all_now: false,
         }
     }
 }
@@ -384,9 +389,16 @@ impl Runtime {
         self.flag_overdue(now, schedule, &mut report).await?;
         // One worker id per pass: the lease is only needed between claim and reschedule.
         let worker = self.env.new_id("rcn");
+        // A manual pass claims as if every scheduled inquiry were due (its claims then hold a
+        // longer lease; each row it cannot resolve is rescheduled from the real time below).
+        let due_by = if schedule.ask_all_now {
+            now + schedule.backoff_cap + schedule.lease
+        } else {
+            now
+        };
         let rows = self
             .store
-            .claim_unresolved(&worker, now, older_than, limit, schedule.lease)
+            .claim_unresolved(&worker, due_by, older_than, limit, schedule.lease)
             .await?;
         for claimed in rows {
             let row = &claimed.entry;

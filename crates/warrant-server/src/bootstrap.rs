@@ -147,6 +147,10 @@ pub struct Gateway {
     pub limits: HttpLimits,
     /// Keys created on this start, if the store had none.
     pub first_keys: Option<FirstKeys>,
+    /// The registered contracts whose adapter binding this node cannot use, found at start
+    /// (not logged here: the caller reports them, as `warrant serve` does in its banner;
+    /// contracts applied later are logged when applied).
+    pub unusable_bindings: Vec<crate::state::UnusableBinding>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -274,7 +278,7 @@ impl Gateway {
             config.settings,
         ));
         let adapters = Arc::new(Adapters::new(config.adapters));
-        crate::state::warn_unusable_bindings(&adapters, &contracts);
+        let unusable_bindings = crate::state::unusable_bindings(&adapters, &contracts);
         let runtime = Runtime::new(
             store.clone(),
             registry.clone(),
@@ -326,6 +330,7 @@ impl Gateway {
             state,
             limits: config.limits,
             first_keys,
+            unusable_bindings,
             tasks,
         })
     }

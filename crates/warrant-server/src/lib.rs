@@ -35,7 +35,7 @@ use tower_http::limit::RequestBodyLimitLayer;
 
 pub use bootstrap::{Gateway, GatewayConfig, HttpLimits, StartError};
 pub use error::ApiError;
-pub use state::{AppState, ContractChanges, ReloadablePolicy};
+pub use state::{AppState, ContractChanges, ReloadablePolicy, UnusableBinding};
 
 /// The whole HTTP application.
 ///

@@ -342,6 +342,34 @@ pub struct CreatedKey {
     label: Option<String>,
 }
 
+/// A stored key, as listed: never the key or its hash.
+#[derive(ToSchema)]
+pub struct KeySummary {
+    /// The key id.
+    id: String,
+    /// Tenant.
+    tenant: String,
+    /// Principal.
+    principal: String,
+    /// Granted scopes.
+    grants: Vec<String>,
+    /// Roles.
+    roles: Vec<String>,
+    /// Label.
+    label: Option<String>,
+    /// Created (RFC 3339).
+    created_at: String,
+    /// Revoked (RFC 3339), if it was.
+    revoked_at: Option<String>,
+}
+
+/// The keys of a tenant.
+#[derive(ToSchema)]
+pub struct KeyList {
+    /// Oldest first.
+    keys: Vec<KeySummary>,
+}
+
 struct BearerKeys;
 
 impl Modify for BearerKeys {
@@ -381,6 +409,7 @@ impl Modify for BearerKeys {
         crate::routes::approvals::reject,
         crate::routes::ledger::list,
         crate::routes::ledger::show,
+        crate::routes::keys::list,
         crate::routes::keys::create,
         crate::routes::keys::revoke,
         crate::routes::tenants::create,
@@ -393,7 +422,7 @@ impl Modify for BearerKeys {
     ),
     components(schemas(
         ErrorBody, ErrorDetail, Proposal, ProposalAnswer, ApprovalHold, ContractSummary, ContractList,
-        Registered, Retired, Approval, ApprovalList, ReviewBody, LedgerRow, LedgerPage, CreateKey, CreatedKey,
+        Registered, Retired, Approval, ApprovalList, ReviewBody, LedgerRow, LedgerPage, CreateKey, CreatedKey, KeySummary, KeyList,
         CreateTenant, CreatedTenant, Tenant, TenantList
     )),
     modifiers(&BearerKeys),

@@ -274,15 +274,39 @@ impl AppState {
     }
 }
 
+/// A registered contract whose adapter binding this node cannot use: its calls fail (with the
+/// binding's error code) until the configuration provides what the binding needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnusableBinding {
+    /// `name@version` (with `tenant/` for a tenant's contract).
+    pub contract: String,
+    /// The content id.
+    pub id: String,
+    /// Why the adapters cannot use it (a missing credential, relay, allowed host, …).
+    pub reason: String,
+}
+
+/// The contracts of `contracts` whose adapter binding the adapters cannot use.
+pub(crate) fn unusable_bindings(adapters: &Adapters, contracts: &[Arc<Contract>]) -> Vec<UnusableBinding> {
+    contracts
+        .iter()
+        .filter(|c| c.adapter().is_some())
+        .filter_map(|c| {
+            adapters.validate(c).err().map(|e| UnusableBinding {
+                contract: format!("{}@{}", c.qualified_name(), c.version()),
+                id: c.id_str().to_owned(),
+                reason: e.to_string(),
+            })
+        })
+        .collect()
+}
+
 /// Logs each contract whose adapter binding the adapters cannot use (its calls will fail):
-/// at start, and for every contract the node applies later.
+/// for every contract the node applies after its start (the start's are in
+/// [`crate::Gateway::unusable_bindings`], which `warrant serve` prints).
 pub(crate) fn warn_unusable_bindings(adapters: &Adapters, contracts: &[Arc<Contract>]) {
-    for c in contracts {
-        if c.adapter().is_some()
-            && let Err(e) = adapters.validate(c)
-        {
-            tracing::warn!(contract = c.id_str(), error = %e, "adapter binding unusable; its calls will fail");
-        }
+    for u in unusable_bindings(adapters, contracts) {
+        tracing::warn!(contract = u.id, error = %u.reason, "adapter binding unusable; its calls will fail");
     }
 }
 

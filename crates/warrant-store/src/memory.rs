@@ -736,12 +736,17 @@ impl Store for MemoryStore {
         })
     }
 
-    async fn get_approval(&self, tenant: &str, id: &str) -> Result<Option<ApprovalRequest>, StoreError> {
+    async fn get_approval(
+        &self,
+        tenant: &str,
+        id: &str,
+        now: OffsetDateTime,
+    ) -> Result<Option<ApprovalRequest>, StoreError> {
         self.with(|s| {
             Ok(s.approvals
                 .get(id)
                 .filter(|a| a.request.tenant == tenant)
-                .cloned())
+                .map(|a| a.clone().as_of(trunc(now))))
         })
     }
 
@@ -804,13 +809,16 @@ impl Store for MemoryStore {
         tenant: &str,
         status: Option<ApprovalStatus>,
         limit: u32,
+        now: OffsetDateTime,
     ) -> Result<Vec<ApprovalRequest>, StoreError> {
+        let now = trunc(now);
         self.with(|s| {
             let mut rows: Vec<ApprovalRequest> = s
                 .approvals
                 .values()
-                .filter(|a| a.request.tenant == tenant && status.is_none_or(|st| a.status == st))
-                .cloned()
+                .filter(|a| a.request.tenant == tenant)
+                .map(|a| a.clone().as_of(now))
+                .filter(|a| status.is_none_or(|st| a.status == st))
                 .collect();
             rows.sort_by(|a, b| {
                 (ms(a.request.created_at), &a.request.id).cmp(&(ms(b.request.created_at), &b.request.id))

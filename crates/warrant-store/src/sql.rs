@@ -1453,10 +1453,15 @@ impl Store for SqlStore {
         })
     }
 
-    async fn get_approval(&self, tenant: &str, id: &str) -> Result<Option<ApprovalRequest>, StoreError> {
+    async fn get_approval(
+        &self,
+        tenant: &str,
+        id: &str,
+        now: OffsetDateTime,
+    ) -> Result<Option<ApprovalRequest>, StoreError> {
         read_op!(self, [tenant = tenant.to_owned(), id = id.to_owned()], |ex| {
             let row = ex.fetch_optional(SELECT_APPROVAL, &args![&tenant, &id]).await?;
-            row.map(|r| approval_of(&r)).transpose()
+            row.map(|r| approval_of(&r).map(|a| a.as_of(now))).transpose()
         })
     }
 
@@ -1518,11 +1523,18 @@ impl Store for SqlStore {
         tenant: &str,
         status: Option<ApprovalStatus>,
         limit: u32,
+        now: OffsetDateTime,
     ) -> Result<Vec<ApprovalRequest>, StoreError> {
+        // The filter is on the effective status (`ApprovalRequest::as_of`): a pending or
+        // approved request past its expiry is `expired` before the sweeper writes it. The
+        // first condition keeps the (tenant, status) index usable.
         let sql = concat!(
             "SELECT ",
             approval_columns!(),
-            " FROM approvals WHERE tenant = $1 AND ($2 = '' OR status = $2) \
+            " FROM approvals WHERE tenant = $1 AND ($2 = '' OR ( \
+               (status = $2 OR ($2 = 'expired' AND status IN ('pending', 'approved'))) \
+               AND (CASE WHEN status IN ('pending', 'approved') AND expires_at <= $4 \
+                    THEN 'expired' ELSE status END) = $2)) \
              ORDER BY created_at, id LIMIT $3"
         );
         read_op!(self, [tenant = tenant.to_owned()], |ex| {
@@ -1530,9 +1542,12 @@ impl Store for SqlStore {
                 &tenant,
                 status.map_or("", ApprovalStatus::as_str),
                 i64::from(limit.clamp(1, 1000)),
+                ms(now),
             ];
             let rows = ex.fetch_all(sql, &params).await?;
-            rows.iter().map(approval_of).collect()
+            rows.iter()
+                .map(|r| approval_of(r).map(|a| a.as_of(now)))
+                .collect()
         })
     }
 

@@ -73,7 +73,13 @@ async fn the_sweeper_purges_what_expired() {
     loop {
         let purged = store.get_idempotency(&scope).await.unwrap().is_none()
             && store.budget_used("acme", "k").await.unwrap() == 0
-            && store.get_approval("acme", "apr_1").await.unwrap().unwrap().status == ApprovalStatus::Expired;
+            && store
+                .get_approval("acme", "apr_1", past)
+                .await
+                .unwrap()
+                .unwrap()
+                .status
+                == ApprovalStatus::Expired;
         if purged {
             break;
         }

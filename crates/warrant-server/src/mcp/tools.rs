@@ -292,7 +292,10 @@ async fn derive_key(
 ) -> Result<Option<String>, StoreError> {
     if let Some(id) = approval_id
         && warrant_core::proposal::is_valid_id(id)
-        && let Some(approval) = state.store.get_approval(principal.tenant(), id).await?
+        && let Some(approval) = state
+            .store
+            .get_approval(principal.tenant(), id, state.env.now())
+            .await?
         && let Some(key) = approval.request.idempotency_key
     {
         return Ok(Some(key));

@@ -82,7 +82,7 @@ pub(crate) async fn list(
     let limit = q.limit.unwrap_or(100).clamp(1, 500);
     let approvals = state
         .store
-        .list_approvals(caller.principal.tenant(), status, LIST_SCAN)
+        .list_approvals(caller.principal.tenant(), status, LIST_SCAN, state.env.now())
         .await?;
     let mut visible = state.authority.reviewable(&caller.principal, approvals).await?;
     visible.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
@@ -103,7 +103,11 @@ pub(crate) async fn show(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let found = match state.store.get_approval(caller.principal.tenant(), &id).await? {
+    let found = match state
+        .store
+        .get_approval(caller.principal.tenant(), &id, state.env.now())
+        .await?
+    {
         Some(request) if state.authority.may_review(&caller.principal, &request).await? => request,
         _ => return Err(ApiError::not_found("approval")),
     };

@@ -1,5 +1,6 @@
-//! API keys of the admin's tenant: create (the key is shown once) and revoke. Keys of another
-//! tenant are the platform operator's to create (`routes::tenants`).
+//! API keys of the admin's tenant: list (ids and what they grant, never a key or its hash),
+//! create (the key is shown once) and revoke. Keys of another tenant are the platform
+//! operator's to create (`routes::tenants`).
 
 use std::sync::Arc;
 
@@ -8,7 +9,7 @@ use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, post};
+use axum::routing::{delete, get};
 use serde::Deserialize;
 use serde_json::json;
 use warrant_core::authority::Principal;
@@ -17,12 +18,13 @@ use warrant_store::keys;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::routes::rfc3339;
 use crate::state::AppState;
 
 /// The routes.
 pub fn router() -> Router<Arc<AppState>> {
     Router::new()
-        .route("/v1/keys", post(create))
+        .route("/v1/keys", get(list).post(create))
         .route("/v1/keys/{id}", delete(revoke))
 }
 
@@ -35,6 +37,36 @@ pub(crate) struct CreateKey {
     #[serde(default)]
     roles: Vec<String>,
     label: Option<String>,
+}
+
+/// The keys of the admin's tenant, oldest first, revoked ones included (with `revoked_at`):
+/// ids, principals, grants, roles and labels; never a key or its hash.
+#[utoipa::path(get, path = "/v1/keys", tag = "keys",
+    responses((status = 200, description = "the tenant's keys", body = crate::openapi::KeyList),
+        (status = 401, description = "no valid key", body = crate::openapi::ErrorBody),
+        (status = 403, description = "not allowed", body = crate::openapi::ErrorBody)))]
+pub(crate) async fn list(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    caller.require_admin()?;
+    let keys = state.store.list_api_keys(caller.principal.tenant()).await?;
+    let keys: Vec<serde_json::Value> = keys
+        .iter()
+        .map(|k| {
+            json!({
+                "id": k.key.id,
+                "tenant": k.key.tenant,
+                "principal": k.key.principal,
+                "grants": k.key.grants,
+                "roles": k.key.roles,
+                "label": k.key.label,
+                "created_at": rfc3339(k.key.created_at),
+                "revoked_at": k.revoked_at.map(rfc3339),
+            })
+        })
+        .collect();
+    Ok(Json(json!({"keys": keys})))
 }
 
 /// Create a key in the admin's tenant; the key is shown once.

@@ -685,7 +685,12 @@ pub async fn approvals_are_visible_only_to_their_reviewers_and_keep_no_sensitive
     assert!(!inbox.to_string().contains("cus_1"), "{inbox}");
 
     // The store holds no clear sensitive value.
-    let stored = h.store.get_approval("acme", &approval).await.unwrap().unwrap();
+    let stored = h
+        .store
+        .get_approval("acme", &approval, time::OffsetDateTime::now_utc())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(stored.request.arguments["customer_id"], token.as_str());
     assert!(!format!("{stored:?}").contains("cus_1"), "{stored:?}");
 

@@ -418,8 +418,8 @@ pub async fn tenants_are_isolated(b: &Backend) {
     );
 
     s.create_approval(&approval("apr_a", "acme", T0)).await.unwrap();
-    assert_eq!(s.get_approval("globex", "apr_a").await.unwrap(), None);
-    assert!(s.list_approvals("globex", None, 10).await.unwrap().is_empty());
+    assert_eq!(s.get_approval("globex", "apr_a", T0).await.unwrap(), None);
+    assert!(s.list_approvals("globex", None, 10, T0).await.unwrap().is_empty());
     let decided = s
         .decide_approval("globex", "apr_a", "boss", Verdict::Approve, None, T0)
         .await
@@ -832,7 +832,7 @@ pub async fn approvals_follow_their_lifecycle(b: &Backend) {
         .await
         .unwrap();
     let pending = s
-        .list_approvals("acme", Some(ApprovalStatus::Pending), 10)
+        .list_approvals("acme", Some(ApprovalStatus::Pending), 10, T0)
         .await
         .unwrap();
     assert_eq!(
@@ -983,11 +983,11 @@ pub async fn approvals_follow_their_lifecycle(b: &Backend) {
     let counts = s.purge_expired(T0 + secs(1000)).await.unwrap();
     assert_eq!(counts.approvals_expired, 2);
     assert_eq!(
-        s.get_approval("acme", "apr_4").await.unwrap().unwrap().status,
+        s.get_approval("acme", "apr_4", T0).await.unwrap().unwrap().status,
         ApprovalStatus::Expired
     );
     assert_eq!(
-        s.get_approval("acme", "apr_1").await.unwrap().unwrap().status,
+        s.get_approval("acme", "apr_1", T0).await.unwrap().unwrap().status,
         ApprovalStatus::Consumed
     );
     assert_eq!(
@@ -996,6 +996,103 @@ pub async fn approvals_follow_their_lifecycle(b: &Backend) {
             .unwrap(),
         Err(DecideRefusal::NotFound)
     );
+}
+
+/// A request past its expiry reads as `expired` at once, before the sweeper writes it: by id,
+/// in a listing, and under the `expired` filter (and no longer under `pending` or
+/// `approved`); a decided or consumed request keeps its status.
+pub async fn lapsed_approvals_read_as_expired(b: &Backend) {
+    let s = b.store();
+    let ids = |rows: Vec<ApprovalRequest>| {
+        rows.into_iter()
+            .map(|a| (a.request.id, a.status))
+            .collect::<Vec<_>>()
+    };
+    // apr_p stays pending, apr_a is approved, apr_r rejected, apr_c consumed; all expire at
+    // T0 + 900 s. apr_n is created later and is still pending at T0 + 900 s. (Listed oldest
+    // first, then by id.)
+    for id in ["apr_p", "apr_a", "apr_r", "apr_c"] {
+        s.create_approval(&approval(id, "acme", T0)).await.unwrap();
+    }
+    s.create_approval(&approval("apr_n", "acme", T0 + secs(1)))
+        .await
+        .unwrap();
+    for (id, verdict) in [
+        ("apr_a", Verdict::Approve),
+        ("apr_r", Verdict::Reject),
+        ("apr_c", Verdict::Approve),
+    ] {
+        s.decide_approval("acme", id, "supervisor-1", verdict, None, T0 + secs(1))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    assert!(matches!(
+        s.consume_approval("acme", &claim_for("apr_c"), T0 + secs(2))
+            .await
+            .unwrap(),
+        ConsumeOutcome::Consumed(_)
+    ));
+    use ApprovalStatus::{Approved, Consumed, Expired, Pending, Rejected};
+    // Just before the expiry: as stored.
+    let before = T0 + secs(900) - time::Duration::milliseconds(1);
+    assert_eq!(
+        ids(s.list_approvals("acme", None, 10, before).await.unwrap()),
+        vec![
+            ("apr_a".into(), Approved),
+            ("apr_c".into(), Consumed),
+            ("apr_p".into(), Pending),
+            ("apr_r".into(), Rejected),
+            ("apr_n".into(), Pending),
+        ]
+    );
+    // At the expiry (the sweeper has not run): lapsed.
+    let at = T0 + secs(900);
+    assert_eq!(
+        ids(s.list_approvals("acme", None, 10, at).await.unwrap()),
+        vec![
+            ("apr_a".into(), Expired),
+            ("apr_c".into(), Consumed),
+            ("apr_p".into(), Expired),
+            ("apr_r".into(), Rejected),
+            ("apr_n".into(), Pending),
+        ]
+    );
+    assert_eq!(
+        ids(s.list_approvals("acme", Some(Expired), 10, at).await.unwrap()),
+        vec![("apr_a".into(), Expired), ("apr_p".into(), Expired)]
+    );
+    assert_eq!(
+        ids(s.list_approvals("acme", Some(Pending), 10, at).await.unwrap()),
+        vec![("apr_n".into(), Pending)]
+    );
+    assert!(
+        s.list_approvals("acme", Some(Approved), 10, at)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        ids(s.list_approvals("acme", Some(Rejected), 10, at).await.unwrap()),
+        vec![("apr_r".into(), Rejected)]
+    );
+    let st = &s;
+    let status = |id: &'static str, now| async move {
+        st.get_approval("acme", id, now).await.unwrap().unwrap().status
+    };
+    assert_eq!(status("apr_p", before).await, Pending);
+    assert_eq!(status("apr_p", at).await, Expired);
+    assert_eq!(status("apr_a", at).await, Expired);
+    assert_eq!(status("apr_c", at).await, Consumed);
+    assert_eq!(status("apr_n", at).await, Pending);
+    // The sweeper writes what the reads already said; the reads do not change.
+    assert_eq!(s.purge_expired(at).await.unwrap().approvals_expired, 2);
+    assert_eq!(
+        ids(s.list_approvals("acme", Some(Expired), 10, at).await.unwrap()),
+        vec![("apr_a".into(), Expired), ("apr_p".into(), Expired)]
+    );
+    // The stored status, read at a time before the expiry, is the sweeper's.
+    assert_eq!(status("apr_p", before).await, Expired);
 }
 
 pub async fn concurrent_consumption_happens_once(b: &Backend) {
@@ -1358,7 +1455,7 @@ pub async fn the_write_ahead_commit_spends_all_or_nothing(b: &Backend) {
             .unwrap(),
         AttemptStart::Started
     );
-    let approval = s.get_approval("acme", "apr_w1").await.unwrap().unwrap();
+    let approval = s.get_approval("acme", "apr_w1", T0).await.unwrap().unwrap();
     assert_eq!(approval.status, ApprovalStatus::Consumed);
     assert_eq!(approval.consumed_by.as_deref(), Some("led_w1"));
     assert_eq!(s.budget_used("acme", DAY_KEY).await.unwrap(), 1);
@@ -1426,7 +1523,7 @@ pub async fn the_write_ahead_commit_spends_all_or_nothing(b: &Backend) {
     let row = s.get_ledger("acme", "led_w4").await.unwrap().unwrap();
     assert_eq!(row.error_code.as_deref(), Some("APPROVAL_CONSUMED"));
     assert_eq!(
-        s.get_approval("acme", "apr_w1")
+        s.get_approval("acme", "apr_w1", T0)
             .await
             .unwrap()
             .unwrap()

@@ -62,6 +62,7 @@ conformance! {
     expired_idempotency_records_are_free_and_purged,
     concurrent_claims_have_one_winner,
     approvals_follow_their_lifecycle,
+    lapsed_approvals_read_as_expired,
     concurrent_consumption_happens_once,
     budgets_are_exact_under_concurrency,
     budgets_are_all_or_nothing,
