@@ -147,8 +147,11 @@ fn end_of(day: Date, period: BudgetPeriod) -> OffsetDateTime {
 /// it forgets everything (the store stays the authority).
 #[derive(Debug, Default)]
 pub struct ExhaustedBudgets {
-    seen: std::sync::Mutex<std::collections::HashMap<(String, String, u64), (u64, OffsetDateTime)>>,
+    seen: std::sync::Mutex<std::collections::HashMap<RefusedCounter, (u64, OffsetDateTime)>>,
 }
+
+/// A counter that refused: tenant, key and limit.
+type RefusedCounter = (String, String, u64);
 
 /// How many refused counters a node remembers at most.
 const EXHAUSTED_CAP: usize = 10_000;

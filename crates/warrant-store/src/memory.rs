@@ -175,19 +175,20 @@ fn trunc_entry(mut e: LedgerEntry) -> LedgerEntry {
 /// retention is not known any more; a day covers any client retry).
 const LATE_RECORD_RETENTION: time::Duration = time::Duration::days(1);
 
-/// Whether `claim` may consume its approval at `now`; the current record (or `None`) when not.
-fn approval_usable(
+/// Why `claim` may not consume its approval at `now`: `Some(current record, or None when it
+/// is gone)`; `None` when it may.
+fn approval_refused(
     s: &State,
     tenant: &str,
     claim: &ApprovalClaim,
     now: OffsetDateTime,
-) -> Result<(), Option<ApprovalRequest>> {
+) -> Option<Option<ApprovalRequest>> {
     let Some(a) = s
         .approvals
         .get(&claim.approval_id)
         .filter(|a| a.request.tenant == tenant)
     else {
-        return Err(None);
+        return Some(None);
     };
     let r = &a.request;
     let bound = a.status == ApprovalStatus::Approved
@@ -196,10 +197,10 @@ fn approval_usable(
         && r.payload_digest == claim.payload_digest
         && r.idempotency_key == claim.idempotency_key
         && r.proposer == claim.principal;
-    if bound { Ok(()) } else { Err(Some(a.clone())) }
+    if bound { None } else { Some(Some(a.clone())) }
 }
 
-/// Consumes an approval [`approval_usable`] admitted.
+/// Consumes an approval [`approval_refused`] admitted.
 fn approval_take(
     s: &mut State,
     claim: &ApprovalClaim,
@@ -251,7 +252,7 @@ fn claims_refusal(
     now: OffsetDateTime,
 ) -> Option<AttemptStart> {
     if let Some(claim) = &claims.approval
-        && let Err(current) = approval_usable(s, tenant, claim, now)
+        && let Some(current) = approval_refused(s, tenant, claim, now)
     {
         return Some(AttemptStart::ApprovalRefused(current));
     }
@@ -863,7 +864,7 @@ impl Store for MemoryStore {
         now: OffsetDateTime,
     ) -> Result<ConsumeOutcome, StoreError> {
         self.with(|s| {
-            if let Err(current) = approval_usable(s, tenant, claim, now) {
+            if let Some(current) = approval_refused(s, tenant, claim, now) {
                 return Ok(ConsumeOutcome::Refused(current));
             }
             Ok(ConsumeOutcome::Consumed(approval_take(s, claim, now)?))
