@@ -17,7 +17,8 @@
 //!   committed call needs neither budget nor a second approval (no new effect happens), while
 //!   a conflicting record (key reused with another payload, or in flight) is reported at the
 //!   idempotency stage before any approval is requested or spent: such a call cannot run.
-//!   Budget reservations of a call that does not end in `allow` are released.
+//!   Nothing is spent here: the approval and the budget are taken by the runtime's
+//!   write-ahead commit, together with the idempotency claim, or not at all.
 
 use std::sync::Arc;
 

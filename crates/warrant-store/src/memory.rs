@@ -130,13 +130,7 @@ fn finish_in(
     if let Some(detail) = &finish.detail {
         row.detail = Some(detail.clone());
     }
-    let tenant_counters = s.budgets.entry(tenant.to_owned()).or_default();
-    for c in &finish.charges {
-        let slot = tenant_counters
-            .entry(c.key.clone())
-            .or_insert((0, trunc(c.expires_at)));
-        slot.0 = slot.0.saturating_add(c.amount);
-    }
+    charge(s, tenant, &finish.charges);
     if let Some(scope) = scope
         && s.idempotency.get(scope).is_some_and(|r| r.ledger_id == ledger_id)
     {
@@ -169,6 +163,18 @@ fn trunc_entry(mut e: LedgerEntry) -> LedgerEntry {
     e.created_at = trunc(e.created_at);
     e.updated_at = trunc(e.updated_at);
     e
+}
+
+/// Adds an outcome's committed spend to `tenant`'s counters (no limit: spend is recorded).
+fn charge(s: &mut State, tenant: &str, charges: &[Charge]) {
+    if charges.is_empty() {
+        return;
+    }
+    let counters = s.budgets.entry(tenant.to_owned()).or_default();
+    for c in charges {
+        let slot = counters.entry(c.key.clone()).or_insert((0, trunc(c.expires_at)));
+        slot.0 = slot.0.saturating_add(c.amount);
+    }
 }
 
 /// How long an idempotency record restored by a late commit is kept (the original
@@ -646,13 +652,7 @@ impl Store for MemoryStore {
             row.cost = finish.cost;
             row.updated_at = trunc(now);
             row.detail = Some(correction_note(ledger_id));
-            let tenant_counters = s.budgets.entry(tenant.to_owned()).or_default();
-            for c in &finish.charges {
-                let slot = tenant_counters
-                    .entry(c.key.clone())
-                    .or_insert((0, trunc(c.expires_at)));
-                slot.0 = slot.0.saturating_add(c.amount);
-            }
+            charge(s, tenant, &finish.charges);
             let mut key_retaken = false;
             if let Some(scope) = scope {
                 match s.idempotency.get_mut(scope) {

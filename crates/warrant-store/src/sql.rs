@@ -630,6 +630,10 @@ impl Finishing {
     }
 }
 
+/// Adds committed spend to a counter (no limit: spend is recorded, not admitted).
+const CHARGE: &str = "INSERT INTO budget_counters (tenant, key, used, expires_at) VALUES ($1, $2, $3, $4) \
+                      ON CONFLICT (tenant, key) DO UPDATE SET used = budget_counters.used + excluded.used";
+
 /// The statements that finish an attempt, in the caller's transaction: the ledger row's
 /// outcome (only a row still `attempting` or `unknown`), the committed spend, and the
 /// idempotency record (kept with its result, or released).
@@ -643,8 +647,6 @@ async fn finish_in<E: Exec>(
     let ledger = "UPDATE ledger SET outcome = $1, attempts = $2, error_code = $3, latency_ms = $4, cost = $5, \
                   updated_at = $6, detail = COALESCE($9, detail) \
                   WHERE tenant = $7 AND id = $8 AND outcome IN ('attempting', 'unknown')";
-    let charge = "INSERT INTO budget_counters (tenant, key, used, expires_at) VALUES ($1, $2, $3, $4) \
-                  ON CONFLICT (tenant, key) DO UPDATE SET used = budget_counters.used + excluded.used";
     let update = "UPDATE idempotency SET status = $1, result = $2, error_code = $3, updated_at = $4 \
                   WHERE tenant = $5 AND principal = $6 AND contract_id = $7 AND key = $8 AND ledger_id = $9";
     let release = "DELETE FROM idempotency \
@@ -666,7 +668,7 @@ async fn finish_in<E: Exec>(
         )));
     }
     for (key, amount, expires) in &f.charges {
-        ex.execute(charge, &args![tenant, key, *amount, *expires]).await?;
+        ex.execute(CHARGE, &args![tenant, key, *amount, *expires]).await?;
     }
     if let Some(scope) = scope {
         match f.status {
@@ -1320,8 +1322,6 @@ impl Store for SqlStore {
         let correct = "UPDATE ledger SET outcome = 'committed', attempts = CASE WHEN attempts > $1 THEN attempts ELSE $1 END, \
                        error_code = NULL, cost = $2, updated_at = $3, detail = $4 \
                        WHERE tenant = $5 AND id = $6 AND outcome = 'reconciled_not_committed'";
-        let charge = "INSERT INTO budget_counters (tenant, key, used, expires_at) VALUES ($1, $2, $3, $4) \
-                      ON CONFLICT (tenant, key) DO UPDATE SET used = budget_counters.used + excluded.used";
         let restore = "INSERT INTO idempotency (tenant, principal, contract_id, key, payload_digest, status, result, \
                        ledger_id, created_at, updated_at, expires_at) \
                        SELECT $1, $2, $3, $4, COALESCE(payload_digest, ''), 'committed', $5, $6, $7, $7, $8 \
@@ -1368,7 +1368,7 @@ impl Store for SqlStore {
                     )));
                 }
                 for (key, amount, expires) in &finishing.charges {
-                    ex.execute(charge, &args![&tenant, key, *amount, *expires])
+                    ex.execute(CHARGE, &args![&tenant, key, *amount, *expires])
                         .await?;
                 }
                 let mut key_retaken = false;
