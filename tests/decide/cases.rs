@@ -593,6 +593,60 @@ pub async fn reloading_reuses_compiled_contracts(h: &Arc<Harness>) {
     );
 }
 
+/// With a complete listing younger than the registry's time-to-live (the contract sync's), a
+/// contract the listing lacks is answered "not found" without reading the store — so the
+/// tenant-namespace miss of every call to a platform contract costs no store round trip. Once
+/// the listing is older than that, a miss is read from the store again (and a contract
+/// registered by another node is found on first use); a new listing finds it at once.
+pub async fn a_fresh_listing_answers_misses_without_the_store(h: &Arc<Harness>) {
+    let registry = h.authority.registry();
+    let now = h.env.now();
+    registry
+        .load(&h.store.list_contracts().await.unwrap(), now)
+        .unwrap();
+    // Registered by another node: in the store, not in this registry's listing.
+    let pong = warrant_core::Contract::from_text(
+        "name: pong\nversion: 1\ndescription: Pong.\nowner: test\neffect: read\nscopes: [ping:read]\n\
+         input: { type: object, additionalProperties: false, properties: {} }\n\
+         output: { type: object, additionalProperties: false, properties: {} }\n",
+        warrant_core::contract::DocumentFormat::Yaml,
+    )
+    .unwrap();
+    h.store.register_contract(&pong.to_stored(now)).await.unwrap();
+    let op = operator("acme");
+    let call = json!({"tool": "pong", "version": 1, "arguments": {}});
+    assert_eq!(
+        rejection(&h.decide(&op, &call).await),
+        (Stage::Contract, RejectCode::ContractNotFound),
+        "answered from the listing, not the store"
+    );
+    // A platform contract is still found past the caller's own (empty) namespace.
+    let lookup = json!({"tool": "lookup_order", "version": 1, "arguments": {"order_id": "ord_AAAAAAAAAA"}});
+    assert!(matches!(
+        h.decide(&op, &lookup).await.decision,
+        Decision::Allow(_)
+    ));
+    // The listing ages out: the miss is read from the store, which has it.
+    h.env.advance(Duration::seconds(6));
+    let decided = h.decide(&op, &call).await;
+    assert!(
+        !matches!(&decided.decision, Decision::Reject(r) if r.stage() == Stage::Contract),
+        "{:?}",
+        decided.decision
+    );
+    // And a new listing that holds it finds it while fresh.
+    let registry_now = h.env.now();
+    registry
+        .load(&h.store.list_contracts().await.unwrap(), registry_now)
+        .unwrap();
+    let decided = h.decide(&op, &call).await;
+    assert!(
+        !matches!(&decided.decision, Decision::Reject(r) if r.stage() == Stage::Contract),
+        "{:?}",
+        decided.decision
+    );
+}
+
 pub async fn hostile_proposals_stop_where_they_fail(h: &Arc<Harness>) {
     let op = operator("acme");
     let cases: Vec<(&[u8], Stage)> = vec![

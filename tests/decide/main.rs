@@ -56,6 +56,7 @@ on_every_backend! {
     budgets_hold_under_concurrency,
     contracts_resolve_exactly,
     reloading_reuses_compiled_contracts,
+    a_fresh_listing_answers_misses_without_the_store,
     the_registry_caches_the_stored_binding,
     hostile_proposals_stop_where_they_fail,
     an_unrequired_approval_id_is_not_echoed,

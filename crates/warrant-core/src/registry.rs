@@ -1,9 +1,17 @@
 //! The contract registry: compiled contracts resolved by exact version or content id, cached
-//! in process and backed by the store, so contracts registered on another node are found on
-//! first use. Cached entries are re-read after a short time-to-live, so a retirement made on
-//! another node takes effect within that time; a server's contract sync, which lists the
-//! stored contracts every second, reloads them when they changed ([`Registry::load`]) or
-//! confirms them fresh ([`Registry::confirm`]), so its requests do not re-read them.
+//! in process and backed by the store. Cached entries are re-read after a short time-to-live,
+//! so a retirement made on another node takes effect within that time; a server's contract
+//! sync, which lists the stored contracts every second, reloads them when they changed
+//! ([`Registry::load`]) or confirms them fresh ([`Registry::confirm`]), so its requests do not
+//! re-read them.
+//!
+//! **Misses.** While the registry holds a complete listing younger than the time-to-live (the
+//! sync's, or the one it started with), a name, version or content id it does not hold is not
+//! stored either (as of that listing): it answers "none" without asking the store. So a call
+//! into a caller's own namespace that only the platform's holds — most calls — costs no store
+//! read. Without a fresh listing (a registry nobody syncs, or a store the sync cannot read),
+//! every miss is read from the store, and a contract registered on another node is found on
+//! first use; with one, within one sync.
 //!
 //! Contracts live in namespaces ([`Namespace`]): a caller of tenant `t` resolves a name or
 //! content id in `t`'s own namespace first, then the platform's, and never sees another
@@ -68,6 +76,9 @@ pub struct Registry {
     by_version: RwLock<Spaces>,
     /// (namespace, content id) → name and version.
     by_id: RwLock<HashMap<(Namespace, String), (String, u32)>>,
+    /// When the registry last held every stored contract (see "Misses" in the module
+    /// documentation).
+    listed_at: RwLock<Option<OffsetDateTime>>,
     ttl: Duration,
 }
 
@@ -84,6 +95,7 @@ impl Registry {
             store,
             by_version: RwLock::default(),
             by_id: RwLock::default(),
+            listed_at: RwLock::default(),
             ttl,
         }
     }
@@ -111,10 +123,11 @@ impl Registry {
         Ok(outcome)
     }
 
-    /// Caches stored contracts the caller has read from the store (with their retirements,
-    /// fresh as of `now`); returns them in the same order (for policy schemas). A contract
-    /// already cached under the same content id is reused, the others are compiled; nothing is
-    /// cached if one fails.
+    /// Caches the stored contracts the caller has just listed — every one of them, with their
+    /// retirements, fresh as of `now` — and returns them in the same order (for policy
+    /// schemas). A contract already cached under the same content id is reused, the others are
+    /// compiled; nothing is cached if one fails. Until the time-to-live passes, a contract not
+    /// in `stored` is taken as not stored (module documentation, "Misses").
     ///
     /// # Errors
     /// [`StoreError::Corrupt`] for a stored contract that no longer lints.
@@ -136,13 +149,15 @@ impl Registry {
                 Ok((contract, s.retired_at))
             })
             .collect::<Result<Vec<_>, StoreError>>()?;
-        Ok(compiled
+        let loaded = compiled
             .into_iter()
             .map(|(contract, retired_at)| {
                 self.insert(contract.clone(), retired_at, now);
                 contract
             })
-            .collect())
+            .collect();
+        self.listed(now);
+        Ok(loaded)
     }
 
     /// Retires a contract of `namespace`: new calls are refused from now on.
@@ -264,6 +279,9 @@ impl Registry {
         if let Some(entry) = self.cached(space, name, version, now) {
             return Ok(Some(entry));
         }
+        if self.miss_is_known(now) && !self.holds(space, name, version) {
+            return Ok(None);
+        }
         match self
             .store
             .get_contract(&namespace_of(space), name, version)
@@ -291,6 +309,9 @@ impl Registry {
         {
             return Ok(Some(entry));
         }
+        if self.miss_is_known(now) && !self.holds_id(&key) {
+            return Ok(None);
+        }
         match self.store.get_contract_by_id(namespace, id).await? {
             Some(stored) => Ok(Some(self.insert(
                 Arc::new(compile(&stored)?),
@@ -314,14 +335,33 @@ impl Registry {
         (!versions.is_empty()).then(|| versions.iter().map(u32::to_string).collect::<Vec<_>>().join(", "))
     }
 
-    /// Marks every cached entry fresh as of `now`: the caller has just read the stored
-    /// contracts and found them as cached (the contract sync).
+    /// Marks every cached entry fresh as of `now`: the caller has just listed the stored
+    /// contracts and found them as last [loaded](Registry::load) (the contract sync), so the
+    /// listing is complete again as of `now`.
     pub fn confirm(&self, now: OffsetDateTime) {
         if let Ok(mut map) = self.by_version.write() {
             for entry in map.entries_mut() {
                 entry.fetched_at = now;
             }
         }
+        self.listed(now);
+    }
+
+    /// Records a complete listing as of `now`.
+    fn listed(&self, now: OffsetDateTime) {
+        if let Ok(mut at) = self.listed_at.write() {
+            *at = Some(now);
+        }
+    }
+
+    /// Whether a miss can be answered without the store: the last complete listing is younger
+    /// than the time-to-live.
+    fn miss_is_known(&self, now: OffsetDateTime) -> bool {
+        self.listed_at
+            .read()
+            .ok()
+            .and_then(|at| *at)
+            .is_some_and(|at| now - at < self.ttl)
     }
 
     /// The compiled contract cached under `content_id` in `namespace`, whatever its age.
@@ -331,6 +371,20 @@ impl Registry {
         let map = self.by_version.read().ok()?;
         let entry = map.names(namespace.tenant())?.get(&name)?.get(&version)?;
         (entry.contract.id_str() == content_id).then(|| entry.contract.clone())
+    }
+
+    /// Whether `name@version` of `space` is held, however old.
+    fn holds(&self, space: Option<&str>, name: &str, version: u32) -> bool {
+        self.by_version
+            .read()
+            .ok()
+            .and_then(|map| Some(map.names(space)?.get(name)?.contains_key(&version)))
+            .unwrap_or(false)
+    }
+
+    /// Whether a content id is held, however old.
+    fn holds_id(&self, key: &(Namespace, String)) -> bool {
+        self.by_id.read().is_ok_and(|map| map.contains_key(key))
     }
 
     fn cached(&self, space: Option<&str>, name: &str, version: u32, now: OffsetDateTime) -> Option<Entry> {

@@ -481,6 +481,37 @@ pub fn withheld_row(mut row: LedgerEntry, key: &str, finish: &AttemptFinish) -> 
     row
 }
 
+/// The ledger row `record_attempt` writes for an attempt recorded whole after it ran: `row`
+/// as `finish` leaves it at `now` — exactly what `finish_attempt` makes of an `attempting`
+/// row (outcome, attempts, error code, latency, cost, update time; a note replaces the row's
+/// only when there is one). Written at once, the row never passes through `attempting`.
+///
+/// # Errors
+/// [`StoreError::Conflict`] when `row` is not awaiting an outcome (as `finish_attempt` refuses
+/// such a row).
+pub fn finished_row(
+    mut row: LedgerEntry,
+    finish: &AttemptFinish,
+    now: OffsetDateTime,
+) -> Result<LedgerEntry, StoreError> {
+    if row.outcome.is_none_or(Outcome::is_final) {
+        return Err(StoreError::Conflict(format!(
+            "ledger row {} is not awaiting an outcome",
+            row.id
+        )));
+    }
+    row.outcome = Some(finish.outcome);
+    row.attempts = finish.attempts;
+    row.error_code.clone_from(&finish.error_code);
+    row.latency_ms = Some(finish.latency_ms);
+    row.cost = finish.cost;
+    row.updated_at = now;
+    if let Some(detail) = &finish.detail {
+        row.detail = Some(detail.clone());
+    }
+    Ok(row)
+}
+
 /// What a late outcome does to a row reconciliation resolved as `resolved` (see
 /// [`Store::record_late_outcome`]): `true` when it must be corrected to `committed`.
 pub fn late_outcome_corrects(resolved: Option<Outcome>, late: Outcome) -> bool {

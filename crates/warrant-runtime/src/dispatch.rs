@@ -2,13 +2,20 @@
 //! untrusted proposal — `decide`, then, on `allow`, `execute`. HTTP, MCP, workflows and
 //! inbound webhooks differ only in how they carry the call and present the answer.
 //!
-//! **Ownership.** A lane hands its call over with [`submit`]: the call then runs in a task
-//! the runtime owns (and tracks, so a graceful shutdown waits for it), from decision to a
-//! terminal, recorded state, whatever happens to the caller. A client that disconnects, or a
-//! timeout that drops the request, only stops the lane from *waiting*: it cannot cut a call
-//! between its write-ahead commit and its outcome.
+//! **Ownership.** A lane hands its call over with [`submit`]: the runtime then owns the call
+//! (and tracks it, so a graceful shutdown waits for it) from decision to a terminal, recorded
+//! state, whatever happens to the caller. A client that disconnects, or a timeout that drops
+//! the request, only stops the lane from *waiting*: it cannot cut a call between its
+//! write-ahead commit and its outcome. While the lane waits, the call runs in the lane's own
+//! task (no hand-off to another task and thread for every call); if the lane stops waiting
+//! first, the unfinished call moves to a task of its own and runs to its end there
+//! ([`Owned`]).
 
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use warrant_core::Rejection;
 use warrant_core::authority::Principal;
@@ -112,12 +119,12 @@ impl OwnedCall {
     }
 }
 
-/// Hands `call` to the runtime and waits for its answer: [`dispatch`] in a task the runtime
-/// owns (see the module documentation). Dropping the returned future stops only the wait.
+/// Hands `call` to the runtime and waits for its answer: [`dispatch`], owned by the runtime
+/// (see the module documentation). Dropping the returned future stops only the wait.
 ///
 /// # Errors
 /// A store failure before anything ran (as [`dispatch`]), or
-/// [`StoreError::Unavailable`] when the call's task ended abnormally (a bug: it is logged).
+/// [`StoreError::Unavailable`] when the call ended abnormally (a panic: a bug, logged).
 pub async fn submit(
     authority: Arc<Authority>,
     runtime: Runtime,
@@ -125,16 +132,173 @@ pub async fn submit(
     call: OwnedCall,
 ) -> Result<Dispatched, StoreError> {
     let owner = runtime.clone();
-    let task = owner.spawn(async move {
+    let work = async move {
         dispatch(&authority, &runtime, &principal, &call.as_call())
             .await
             .map(|(dispatched, _)| dispatched)
-    });
-    match task.await {
+    };
+    match owner.own(work).await {
         Ok(answer) => answer,
-        Err(error) => {
-            tracing::error!(%error, "a call's task ended abnormally");
-            Err(StoreError::Unavailable("the call's task ended abnormally".into()))
+        Err(Panicked) => {
+            tracing::error!("a call ended abnormally (it panicked)");
+            Err(StoreError::Unavailable("the call ended abnormally".into()))
         }
+    }
+}
+
+/// A call's work ended in a panic (caught, so the lane can answer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Panicked;
+
+/// Work the runtime owns (from [`Runtime::own`]): polled in the task that awaits it, and
+/// counted among the runtime's calls in flight. Dropped before it finished, it is not
+/// cancelled: the rest of the work is spawned as a task of the runtime's and runs to its end.
+///
+/// Written by hand: a `JoinHandle` gives this ownership only by spawning every call (a task, a
+/// wake-up and often a hop to another worker thread per call, even when nobody goes away), and
+/// no crate offers "run here, detach on drop".
+#[must_use = "work that is never awaited runs only once it is dropped"]
+pub struct Owned<F>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    work: Option<Pin<Box<tokio_util::task::task_tracker::TrackedFuture<F>>>>,
+}
+
+impl<F> Owned<F>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    /// `work`, counted by `tasks` until it ends.
+    pub(crate) fn new(tasks: &tokio_util::task::TaskTracker, work: F) -> Self {
+        Owned {
+            work: Some(Box::pin(tasks.track_future(work))),
+        }
+    }
+}
+
+impl<F> Future for Owned<F>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    type Output = Result<F::Output, Panicked>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(work) = self.work.as_mut() else {
+            return Poll::Ready(Err(Panicked));
+        };
+        match std::panic::catch_unwind(AssertUnwindSafe(|| work.as_mut().poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(output)) => {
+                self.work = None;
+                Poll::Ready(Ok(output))
+            }
+            Err(_) => {
+                // A panicked future is never polled again.
+                self.work = None;
+                Poll::Ready(Err(Panicked))
+            }
+        }
+    }
+}
+
+impl<F> Drop for Owned<F>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn drop(&mut self) {
+        let Some(work) = self.work.take() else {
+            return;
+        };
+        // Outside a Tokio runtime (it is shutting down), nothing can run the rest: the call
+        // keeps its `attempting` row, which reconciliation resolves.
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => drop(handle.spawn(Detached(work))),
+            Err(_) => tracing::warn!("a call was dropped outside the runtime; reconciliation resolves it"),
+        }
+    }
+}
+
+/// The rest of an [`Owned`] call, in a task of its own: its output is not awaited.
+struct Detached<F: Future>(Pin<Box<tokio_util::task::task_tracker::TrackedFuture<F>>>);
+
+impl<F: Future> Future for Detached<F> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.0.as_mut().poll(cx).map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic, reason = "tests")]
+
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    use super::*;
+
+    fn tracker() -> tokio_util::task::TaskTracker {
+        tokio_util::task::TaskTracker::new()
+    }
+
+    /// Work whose waiter is dropped halfway runs to its end in a task of its own, and the
+    /// tracker counts it until then (so a drain waits for it).
+    #[tokio::test]
+    async fn dropped_work_runs_to_its_end() {
+        let tasks = tracker();
+        let done = Arc::new(AtomicBool::new(false));
+        let (started, running) = tokio::sync::oneshot::channel();
+        let (release, held) = tokio::sync::oneshot::channel::<()>();
+        let owned = Owned::new(&tasks, {
+            let done = done.clone();
+            async move {
+                let _ = started.send(());
+                let _ = held.await;
+                done.store(true, Ordering::SeqCst);
+            }
+        });
+        let waiter = tokio::spawn(owned);
+        running.await.unwrap();
+        waiter.abort();
+        assert!(waiter.await.unwrap_err().is_cancelled());
+        assert_eq!(tasks.len(), 1, "still counted after its waiter went away");
+        assert!(!done.load(Ordering::SeqCst));
+        release.send(()).unwrap();
+        tasks.close();
+        tokio::time::timeout(Duration::from_secs(5), tasks.wait())
+            .await
+            .unwrap();
+        assert!(done.load(Ordering::SeqCst), "the work ran to its end");
+    }
+
+    /// Awaited to the end, the work runs in the awaiting task and answers its output; a panic
+    /// inside it is answered as `Panicked`, not propagated.
+    #[tokio::test]
+    async fn awaited_work_answers_here_and_panics_are_caught() {
+        let tasks = tracker();
+        let here = std::thread::current().id();
+        let ran_on = Owned::new(&tasks, async { std::thread::current().id() })
+            .await
+            .unwrap();
+        assert_eq!(ran_on, here);
+        assert_eq!(tasks.len(), 0);
+        let panicked = Owned::new(&tasks, async {
+            if tasks_never_empty() {
+                panic!("a bug");
+            }
+        })
+        .await;
+        assert_eq!(panicked, Err(Panicked));
+        assert_eq!(tasks.len(), 0);
+    }
+
+    fn tasks_never_empty() -> bool {
+        true
     }
 }

@@ -178,6 +178,17 @@ impl Runtime {
         self.tasks.spawn(work)
     }
 
+    /// Takes `work` into this runtime's ownership: it runs in the task that awaits it, and
+    /// to its end in a task of its own if that one stops awaiting it first
+    /// ([`crate::dispatch::Owned`]); [`Runtime::drain`] waits for it either way.
+    pub fn own<F>(&self, work: F) -> crate::dispatch::Owned<F>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        crate::dispatch::Owned::new(&self.tasks, work)
+    }
+
     /// How many handed-over calls are still running.
     pub fn in_flight(&self) -> usize {
         self.tasks.len()

@@ -36,8 +36,11 @@
 //! `WARRANT_LOAD_ROUNDS` (rounds of every level and case, interleaved; the targets take the
 //! median; default 1), `WARRANT_LOAD_LEDGER_ROWS` (rows added before the last run, default
 //! 1,000,000; 0 skips that run), `WARRANT_BIN` (a `warrant` binary to use instead of building
-//! `target/release/warrant`), `WARRANT_LOAD_PAUSE` (seconds to wait after each idle reading, to
-//! inspect the server's `/proc/<pid>/smaps` from another shell).
+//! `target/release/warrant`), `WARRANT_BASELINE_BIN` (a second `warrant` binary, e.g. an older
+//! release: it runs as a second server beside the first, every case is measured on both in the
+//! same rounds, alternating which goes first, and a before/after table gives the ratios),
+//! `WARRANT_LOAD_PAUSE` (seconds to wait after each idle reading, to inspect the server's
+//! `/proc/<pid>/smaps` from another shell).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -169,7 +172,23 @@ struct Server {
 }
 
 impl Server {
+    /// Starts `bin`; a binary older than the operator's credential map (it refuses the
+    /// `[credentials]` section) is started again without it, and takes the bindings'
+    /// credentials from the same environment variables.
     fn start(bin: &Path, upstream: SocketAddr) -> Server {
+        match Server::try_start(bin, upstream, true) {
+            Ok(server) => server,
+            Err(log) if log.contains("unknown field `credentials`") => {
+                eprintln!("{} predates `[credentials]`: started without it", bin.display());
+                Server::try_start(bin, upstream, false)
+                    .unwrap_or_else(|log| panic!("the server did not print its banner; its log:\n{log}"))
+            }
+            Err(log) => panic!("the server did not print its banner; its log:\n{log}"),
+        }
+    }
+
+    /// Starts `bin` (with the `[credentials]` section or without); `Err` is the server's log.
+    fn try_start(bin: &Path, upstream: SocketAddr, credentials: bool) -> Result<Server, String> {
         let dir = tempfile::tempdir().unwrap();
         let contracts_dir = dir.path().join("contracts");
         let policies = dir.path().join("policies");
@@ -182,16 +201,17 @@ impl Server {
         std::fs::write(policies.join("support.cedar"), SUPPORT).unwrap();
         // The bindings' credentials, each granted to its tool and pinned to the upstream's
         // origin (credentials come only from this map).
-        std::fs::write(
-            dir.path().join("warrant.toml"),
+        let credential_map = if credentials {
             format!(
                 "[credentials.ORDERS_API_TOKEN]\nenv = \"ORDERS_API_TOKEN\"\ntools = [\"lookup_order\"]\n\
                  origins = [\"http://{upstream}\"]\n\n\
                  [credentials.CREDITS_API_TOKEN]\nenv = \"CREDITS_API_TOKEN\"\ntools = [\"create_support_credit\"]\n\
                  origins = [\"http://{upstream}\"]\n"
-            ),
-        )
-        .unwrap();
+            )
+        } else {
+            String::new()
+        };
+        std::fs::write(dir.path().join("warrant.toml"), credential_map).unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -235,20 +255,18 @@ impl Server {
         }
         let (Some(url), Some(agent_key)) = (url, agent_key) else {
             let _ = child.kill();
-            panic!(
-                "the server did not print its banner; its log:\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
+            let _ = child.wait();
+            return Err(std::fs::read_to_string(&log).unwrap_or_default());
         };
         // Keep draining its standard output.
         std::thread::spawn(move || for _ in lines {});
         let addr = url.trim_start_matches("http://").parse().unwrap();
-        Server {
+        Ok(Server {
             child,
             addr,
             agent_key,
             dir,
-        }
+        })
     }
 
     fn pid(&self) -> u32 {
@@ -766,6 +784,8 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 /// One measured run of a case (or of the upstream directly) at one concurrency.
 struct Measured {
     round: usize,
+    /// Which server: 0 the binary measured, 1 the baseline (`WARRANT_BASELINE_BIN`).
+    server: usize,
     connections: usize,
     /// `None`: the upstream directly.
     case: Option<Case>,
@@ -798,10 +818,15 @@ fn median(mut values: Vec<f64>) -> f64 {
     }
 }
 
-fn summarize(measured: &[Measured], connections: usize, case: Option<Case>) -> Option<Summary> {
+fn summarize(
+    measured: &[Measured],
+    server: usize,
+    connections: usize,
+    case: Option<Case>,
+) -> Option<Summary> {
     let runs: Vec<&Measured> = measured
         .iter()
-        .filter(|m| m.connections == connections && m.case == case)
+        .filter(|m| m.connections == connections && m.case == case && (case.is_none() || m.server == server))
         .collect();
     if runs.is_empty() {
         return None;
@@ -835,8 +860,12 @@ fn print_header() {
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
 }
 
-fn path_label(case: Option<Case>) -> &'static str {
-    case.map_or("upstream directly", Case::label)
+fn path_label(case: Option<Case>, server: usize) -> String {
+    match (case, server) {
+        (None, _) => "upstream directly".to_owned(),
+        (Some(case), 0) => case.label().to_owned(),
+        (Some(case), _) => format!("{} (baseline)", case.label()),
+    }
 }
 
 /// Runs the gateway for one case and measures the server meanwhile.
@@ -894,6 +923,20 @@ fn main() {
     let server = Server::start(&bin, upstream);
     let pid = server.pid();
     eprintln!("server pid {pid} on {} ({})", server.addr, bin.display());
+    // The baseline, when asked for: a second server from another binary, measured in the same
+    // rounds as the first.
+    let baseline_bin = std::env::var_os("WARRANT_BASELINE_BIN").map(PathBuf::from);
+    let baseline = baseline_bin.as_ref().map(|bin| {
+        let server = Server::start(bin, upstream);
+        eprintln!(
+            "baseline server pid {} on {} ({})",
+            server.pid(),
+            server.addr,
+            bin.display()
+        );
+        server
+    });
+    let servers: Vec<&Server> = std::iter::once(&server).chain(baseline.as_ref()).collect();
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -906,28 +949,39 @@ fn main() {
     let rss_start = rss(pid);
     // Warm-up: every case (a case nothing succeeds in, e.g. a lane an older binary lacks, is
     // left out with its first error), then the upstream, then let the server settle.
+    // Targets of the baseline server, measured beside `targets` in the same rounds.
     let mut targets = Vec::new();
+    let mut baseline_targets = Vec::new();
     let mut warm_calls = 0;
-    for &case in &cases {
-        let target = Arc::new(Target::gateway(server.addr, &server.agent_key, case));
-        eprintln!("warm-up: {} …", case.name());
-        let warm = rt.block_on(drive(target.clone(), 16, Duration::from_secs(2)));
-        warm_calls += warm.ok;
-        if warm.ok == 0 {
-            eprintln!(
-                "warning: no `{}` call succeeded during warm-up; the case is left out. First error: {}",
-                case.name(),
-                warm.first_error.as_deref().unwrap_or("none")
-            );
-        } else {
+    for (index, gateway) in servers.iter().enumerate() {
+        for &case in &cases {
+            let target = Arc::new(Target::gateway(gateway.addr, &gateway.agent_key, case));
+            let which = if index == 0 { "" } else { " (baseline)" };
+            eprintln!("warm-up: {}{which} …", case.name());
+            let warm = rt.block_on(drive(target.clone(), 16, Duration::from_secs(2)));
+            if index == 0 {
+                warm_calls += warm.ok;
+            }
+            if warm.ok == 0 {
+                eprintln!(
+                    "warning: no `{}`{which} call succeeded during warm-up; the case is left out. First error: {}",
+                    case.name(),
+                    warm.first_error.as_deref().unwrap_or("none")
+                );
+                continue;
+            }
             if let Some(e) = &warm.first_error {
                 eprintln!(
-                    "note: {} errors during the `{}` warm-up, the first: {e}",
+                    "note: {} errors during the `{}`{which} warm-up, the first: {e}",
                     warm.errors,
                     case.name()
                 );
             }
-            targets.push((case, target));
+            if index == 0 {
+                targets.push((case, target));
+            } else {
+                baseline_targets.push((case, target));
+            }
         }
     }
     assert!(!targets.is_empty(), "no case succeeded during warm-up");
@@ -944,6 +998,7 @@ fn main() {
             let run = rt.block_on(drive(direct.clone(), connections, duration));
             measured.push(Measured {
                 round,
+                server: 0,
                 connections,
                 case: None,
                 run,
@@ -952,21 +1007,36 @@ fn main() {
                 load,
             });
             for (case, target) in &targets {
-                eprintln!(
-                    "round {round}, {connections} connections: {}, {secs} s …",
-                    case.name()
-                );
-                let load = load_average();
-                let (run, cpu_per_call, peak_rss) = measure(&rt, target, pid, ticks, connections, duration);
-                measured.push(Measured {
-                    round,
-                    connections,
-                    case: Some(*case),
-                    run,
-                    cpu_per_call: Some(cpu_per_call),
-                    peak_rss: Some(peak_rss),
-                    load,
-                });
+                let mut both = vec![(0, target, pid)];
+                if let (Some((_, other)), Some(b)) = (
+                    baseline_targets.iter().find(|(c, _)| c == case),
+                    baseline.as_ref(),
+                ) {
+                    // Alternate which server goes first, so neither always runs on a machine
+                    // the other just warmed (or heated).
+                    let at = if round % 2 == 1 { 1 } else { 0 };
+                    both.insert(at, (1, other, b.pid()));
+                }
+                for (index, target, pid) in both {
+                    let which = if index == 0 { "" } else { " (baseline)" };
+                    eprintln!(
+                        "round {round}, {connections} connections: {}{which}, {secs} s …",
+                        case.name()
+                    );
+                    let load = load_average();
+                    let (run, cpu_per_call, peak_rss) =
+                        measure(&rt, target, pid, ticks, connections, duration);
+                    measured.push(Measured {
+                        round,
+                        server: index,
+                        connections,
+                        case: Some(*case),
+                        run,
+                        cpu_per_call: Some(cpu_per_call),
+                        peak_rss: Some(peak_rss),
+                        load,
+                    });
+                }
             }
         }
     }
@@ -980,7 +1050,7 @@ fn main() {
         let written = warm_calls
             + measured
                 .iter()
-                .filter(|m| m.case.is_some())
+                .filter(|m| m.case.is_some() && m.server == 0)
                 .map(|m| m.run.ok)
                 .sum::<u64>();
         eprintln!("adding {ledger_rows} ledger rows …");
@@ -1001,6 +1071,7 @@ fn main() {
     let rss_after = rss(pid);
     pause_if_asked("idle after the runs", pid);
     let hwm = status_kb(pid, "VmHWM");
+    drop(baseline);
     drop(server);
 
     println!();
@@ -1009,6 +1080,11 @@ fn main() {
          {secs} s per run, {rounds} round(s), load average at start: {}",
         loadavg.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
     );
+    println!();
+    println!("Binary: {}", bin.display());
+    if let Some(b) = &baseline_bin {
+        println!("Baseline: {}", b.display());
+    }
     for round in 1..=rounds {
         println!();
         if rounds > 1 {
@@ -1033,7 +1109,7 @@ fn main() {
                 };
                 println!(
                     "| {connections} | {} | {:.0} | {:.2} ms | {:.2} ms | {:.2} ms | {} | {} | {vs_rate} | {vs_p50} | {} | {:.2} |",
-                    path_label(m.case),
+                    path_label(m.case, m.server),
                     m.run.per_sec(),
                     m.run.percentile_ms(0.50),
                     m.run.percentile_ms(0.99),
@@ -1056,9 +1132,12 @@ fn main() {
         );
         println!("|---|---|---|---|---|---|---|---|---|");
         for &connections in &levels {
-            let base = summarize(&measured, connections, None);
-            for case in std::iter::once(None).chain(targets.iter().map(|(c, _)| Some(*c))) {
-                let Some(s) = summarize(&measured, connections, case) else {
+            let base = summarize(&measured, 0, connections, None);
+            let rows = std::iter::once((None, 0))
+                .chain(targets.iter().map(|(c, _)| (Some(*c), 0)))
+                .chain(baseline_targets.iter().map(|(c, _)| (Some(*c), 1)));
+            for (case, server) in rows {
+                let Some(s) = summarize(&measured, server, connections, case) else {
                     continue;
                 };
                 let vs = match (base, case) {
@@ -1067,13 +1146,53 @@ fn main() {
                 };
                 println!(
                     "| {connections} | {} | {:.0} | {:.2} ms | {:.2} ms | {:.2} ms | {} | {} | {vs} |",
-                    path_label(case),
+                    path_label(case, server),
                     s.per_sec,
                     s.p50,
                     s.p99,
                     s.max,
                     s.errors,
                     us(s.cpu_ms),
+                );
+            }
+        }
+    }
+    if !baseline_targets.is_empty() {
+        println!();
+        println!(
+            "This binary against the baseline, {} (ratio: this / baseline; below 1 is cheaper or faster for CPU and latency, above 1 is more for calls/s):",
+            if rounds > 1 {
+                "medians over the rounds"
+            } else {
+                "one round"
+            }
+        );
+        println!();
+        println!(
+            "| connections | path | calls/s baseline | calls/s | ratio | CPU/call baseline | CPU/call | ratio | p50 baseline | p50 | p99 baseline | p99 |"
+        );
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+        for &connections in &levels {
+            for (case, _) in &targets {
+                let (Some(a), Some(b)) = (
+                    summarize(&measured, 0, connections, Some(*case)),
+                    summarize(&measured, 1, connections, Some(*case)),
+                ) else {
+                    continue;
+                };
+                println!(
+                    "| {connections} | {} | {:.0} | {:.0} | {:.2}× | {} | {} | {:.2}× | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms |",
+                    case.label(),
+                    b.per_sec,
+                    a.per_sec,
+                    a.per_sec / b.per_sec,
+                    us(b.cpu_ms),
+                    us(a.cpu_ms),
+                    a.cpu_ms / b.cpu_ms,
+                    b.p50,
+                    a.p50,
+                    b.p99,
+                    a.p99,
                 );
             }
         }
@@ -1094,7 +1213,7 @@ fn main() {
         &scale,
         measured
             .iter()
-            .find(|m| m.round == 1 && m.connections == top && m.case == Some(first_case)),
+            .find(|m| m.round == 1 && m.server == 0 && m.connections == top && m.case == Some(first_case)),
     ) {
         let cpu_before = before.cpu_per_call.unwrap_or_default();
         let before = &before.run;
@@ -1128,7 +1247,7 @@ fn main() {
     }
 
     let verdict = |met: bool| if met { "met" } else { "NOT met" };
-    let at = |connections: usize, case: Case| summarize(&measured, connections, Some(case));
+    let at = |connections: usize, case: Case| summarize(&measured, 0, connections, Some(case));
     let gateway: Vec<Summary> = levels
         .iter()
         .flat_map(|&n| targets.iter().filter_map(move |(c, _)| at(n, *c)))

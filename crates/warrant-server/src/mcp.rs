@@ -19,7 +19,11 @@
 //!   JSON-RPC parse error (-32700), not a proposal.
 //! - **DNS-rebinding guard.** The SDK's `Host` check stays on; the allowed hosts are the
 //!   loopback names plus the host of the public URL, or what [`McpConfig`] says.
+//! - **Tool calls answered directly.** A plain `tools/call` over HTTP is answered by the lane
+//!   (`direct`) with the SDK's own message types and the same handler, without the SDK's four
+//!   tasks per request; everything else, and anything unusual about a call, goes to the SDK.
 
+mod direct;
 mod lines;
 mod raw;
 pub(crate) mod tools;
@@ -69,6 +73,10 @@ pub struct McpConfig {
     pub allowed_origins: Vec<String>,
     /// The largest request body.
     pub max_body_bytes: usize,
+    /// Whether plain `tools/call` requests are answered without the SDK's per-request service
+    /// (`direct`; on by default). Off, every request goes through the SDK: the reference the
+    /// direct path is tested against.
+    pub direct_calls: bool,
 }
 
 impl McpConfig {
@@ -95,6 +103,7 @@ impl McpConfig {
             allowed_hosts,
             allowed_origins: Vec::new(),
             max_body_bytes: 1024 * 1024,
+            direct_calls: true,
         }
     }
 }
@@ -112,11 +121,12 @@ pub fn router_with(state: &Arc<AppState>, config: McpConfig) -> Router<Arc<AppSt
         .with_json_response(true)
         .with_sse_keep_alive(None)
         .with_max_request_body_bytes(config.max_body_bytes);
-    sdk = if config.allowed_hosts.is_empty() {
-        sdk.with_allowed_hosts(["localhost", "127.0.0.1", "::1"])
+    let allowed_hosts = if config.allowed_hosts.is_empty() {
+        ["localhost", "127.0.0.1", "::1"].map(str::to_owned).to_vec()
     } else {
-        sdk.with_allowed_hosts(config.allowed_hosts.clone())
+        config.allowed_hosts.clone()
     };
+    sdk = sdk.with_allowed_hosts(allowed_hosts.clone());
     if !config.allowed_origins.is_empty() {
         sdk = sdk.with_allowed_origins(config.allowed_origins.clone());
     }
@@ -129,6 +139,7 @@ pub fn router_with(state: &Arc<AppState>, config: McpConfig) -> Router<Arc<AppSt
     let guard = Guard {
         state: state.clone(),
         max_body_bytes: config.max_body_bytes,
+        direct: config.direct_calls.then(|| Arc::new(allowed_hosts)),
     };
     Router::new()
         .route_service(MCP_PATH, service)
@@ -168,6 +179,8 @@ where
 struct Guard {
     state: Arc<AppState>,
     max_body_bytes: usize,
+    /// The allowed hosts, when plain tool calls are answered directly (`direct`).
+    direct: Option<Arc<Vec<String>>>,
 }
 
 /// Authenticates the request (401 before any MCP processing) and frames its body
@@ -210,6 +223,13 @@ async fn guard_request(State(guard): State<Guard>, request: Request, next: Next)
                 .into_response();
         }
     };
+    // A plain `tools/call`: answered here, as the SDK would answer it (`direct`).
+    if let (Some(raw), Some(hosts)) = (&framed.call, &guard.direct)
+        && direct::headers_allow(&parts, hosts)
+        && let Some(call) = direct::call_of(&framed.message)
+    {
+        return call_directly(&guard.state, &parts, raw, call).await;
+    }
     // The SDK hands the request's parts to the handler: the raw parts of a `tools/call` go
     // with them.
     if let Some(call) = framed.call {
@@ -223,6 +243,57 @@ async fn guard_request(State(guard): State<Guard>, request: Request, next: Next)
         .headers
         .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
     next.run(Request::from_parts(parts, Body::from(body))).await
+}
+
+/// Answers a plain `tools/call` without the SDK's service (see `direct`): the handler's
+/// [`tools::call`] with the caller, trace id and raw arguments it would get from the SDK.
+async fn call_directly(
+    state: &Arc<AppState>,
+    parts: &axum::http::request::Parts,
+    raw: &raw::RawCall,
+    call: direct::DirectCall,
+) -> Response {
+    let Some(caller) = parts.extensions.get::<Caller>() else {
+        return ApiError::internal(&"the request was not authenticated").into_response();
+    };
+    let trace = trace_of(&call.meta, Some(parts));
+    let result = if raw.matches(&call.id, &call.params.name) {
+        tools::call(
+            state,
+            caller.principal.clone(),
+            trace,
+            call.params,
+            raw,
+            &call.meta,
+        )
+        .await
+    } else {
+        tools::unframed(&trace)
+    };
+    match direct::answer(call.id, result) {
+        Ok(body) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, direct::JSON)],
+            Body::from(body),
+        )
+            .into_response(),
+        Err(e) => ApiError::internal(&e).into_response(),
+    }
+}
+
+/// The trace id of a request: a `traceparent` in `_meta` (SEP-414) wins; otherwise the id the
+/// HTTP layer gave the request (from its header or fresh), so the span, the ledger and the
+/// answer agree; over stdio a fresh one.
+fn trace_of(meta: &rmcp::model::JsonObject, parts: Option<&axum::http::request::Parts>) -> String {
+    meta.get("traceparent")
+        .and_then(serde_json::Value::as_str)
+        .and_then(crate::trace::parse_traceparent)
+        .or_else(|| {
+            parts
+                .and_then(|p| p.extensions.get::<crate::trace::TraceId>())
+                .map(|t| t.0.clone())
+        })
+        .unwrap_or_else(|| crate::trace::trace_id(&HeaderMap::new()))
 }
 
 /// The MCP server: one per HTTP request (stateless) or per stdio connection.
@@ -244,18 +315,7 @@ impl Gateway {
     /// span, the ledger and the answer agree; over stdio a fresh one.
     async fn caller(&self, context: &RequestContext<RoleServer>) -> Result<(Principal, String), ErrorData> {
         let parts = context.extensions.get::<axum::http::request::Parts>();
-        let from_meta = context
-            .meta
-            .0
-            .get_traceparent()
-            .and_then(crate::trace::parse_traceparent);
-        let trace = from_meta
-            .or_else(|| {
-                parts
-                    .and_then(|p| p.extensions.get::<crate::trace::TraceId>())
-                    .map(|t| t.0.clone())
-            })
-            .unwrap_or_else(|| crate::trace::trace_id(&HeaderMap::new()));
+        let trace = trace_of(&context.meta.0.0, parts);
         if let Some(key) = &self.key {
             let caller = authenticate(&self.state, key)
                 .await
@@ -442,6 +502,144 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(page.entries.len(), 1, "only the framed call was decided");
+    }
+
+    /// Volatile values (ids minted per call) replaced by placeholders, so two answers to the
+    /// same request compare equal.
+    fn normalized(body: &[u8]) -> String {
+        fn collect(v: &serde_json::Value, found: &mut Vec<String>) {
+            match v {
+                serde_json::Value::Object(map) => {
+                    for (k, v) in map {
+                        if let (true, Some(s)) = (
+                            ["ledger_id", "trace_id", "operation_id", "incident"]
+                                .iter()
+                                .any(|suffix| k.ends_with(suffix)),
+                            v.as_str(),
+                        ) {
+                            found.push(s.to_owned());
+                        }
+                        collect(v, found);
+                    }
+                }
+                serde_json::Value::Array(items) => items.iter().for_each(|v| collect(v, found)),
+                _ => {}
+            }
+        }
+        let mut text = String::from_utf8_lossy(body).into_owned();
+        if let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) {
+            let mut found = Vec::new();
+            collect(&value, &mut found);
+            for (i, s) in found.iter().enumerate().filter(|(_, s)| !s.is_empty()) {
+                text = text.replace(s.as_str(), &format!("<volatile {i}>"));
+            }
+        }
+        text
+    }
+
+    /// The direct path (`direct`) answers every request exactly as the SDK's own service does:
+    /// the same status, content type and body (ids minted per call aside) — for the plain calls
+    /// it takes and for everything it hands over.
+    #[tokio::test]
+    async fn the_direct_path_answers_as_the_sdk_does() {
+        use tower::ServiceExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (gateway, key) = gateway(dir.path()).await;
+        let state = gateway.state.clone();
+        let app = |direct: bool| {
+            let mut config = McpConfig::for_public_url("http://127.0.0.1:1");
+            config.direct_calls = direct;
+            Router::new()
+                .merge(router_with(&state, config))
+                .with_state(state.clone())
+        };
+        let call = |id: &str, args: &str, meta: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"pay","arguments":{args}{meta}}}}}"#
+            )
+        };
+        let plain = [
+            ("host", "127.0.0.1"),
+            ("accept", "application/json, text/event-stream"),
+            ("content-type", "application/json"),
+        ];
+        let cases: Vec<(Vec<(&str, &str)>, String)> = vec![
+            (plain.to_vec(), call("1", r#"{"n":3}"#, "")),
+            (plain.to_vec(), call("\"s-1\"", r#"{"n":7.0}"#, "")),
+            (plain.to_vec(), call("2", r#"{"n":3,"n":4}"#, "")),
+            (
+                plain.to_vec(),
+                call("3", r#"{"m":1}"#, r#","_meta":{"idempotency_key":"k-1"}"#),
+            ),
+            (
+                plain.to_vec(),
+                call("4", "{}", r#","_meta":{"idempotency_key":5}"#),
+            ),
+            (
+                plain.to_vec(),
+                call(
+                    "5",
+                    "{}",
+                    r#","_meta":{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}"#,
+                ),
+            ),
+            (
+                plain.to_vec(),
+                r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"nope","arguments":{}}}"#
+                    .to_owned(),
+            ),
+            (
+                [plain.as_slice(), &[("mcp-protocol-version", "2025-06-18")]].concat(),
+                call("7", r#"{"n":1}"#, ""),
+            ),
+            (
+                [plain.as_slice(), &[("mcp-protocol-version", "2026-07-28")]].concat(),
+                call("8", r#"{"n":1}"#, ""),
+            ),
+            (
+                [plain.as_slice(), &[("mcp-protocol-version", "1999-01-01")]].concat(),
+                call("9", r#"{"n":1}"#, ""),
+            ),
+            (
+                [plain.as_slice(), &[("origin", "http://evil.example")]].concat(),
+                call("10", r#"{"n":1}"#, ""),
+            ),
+            (
+                vec![plain[0], ("accept", "application/json"), plain[2]],
+                call("11", r#"{"n":1}"#, ""),
+            ),
+            (
+                vec![("host", "evil.example"), plain[1], plain[2]],
+                call("12", r#"{"n":1}"#, ""),
+            ),
+            (
+                plain.to_vec(),
+                r#"{"jsonrpc":"2.0","id":13,"method":"tools/list"}"#.to_owned(),
+            ),
+            (
+                plain.to_vec(),
+                r#"{"jsonrpc":"2.0","id":14,"method":"tools/call","params":{}}"#.to_owned(),
+            ),
+        ];
+        for (headers, body) in cases {
+            let mut answers = Vec::new();
+            for direct in [true, false] {
+                let mut request =
+                    axum::http::Request::post(MCP_PATH).header("authorization", format!("Bearer {key}"));
+                for (k, v) in &headers {
+                    request = request.header(*k, *v);
+                }
+                let response = app(direct)
+                    .oneshot(request.body(Body::from(body.clone())).unwrap())
+                    .await
+                    .unwrap();
+                let status = response.status();
+                let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
+                let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+                answers.push((status, content_type, normalized(&bytes)));
+            }
+            assert_eq!(answers[0], answers[1], "{headers:?} {body}");
+        }
     }
 
     #[test]

@@ -34,7 +34,7 @@ use crate::sqlite::{Sqlite, SqliteExec};
 use warrant_core::contract::Namespace;
 use warrant_core::records::*;
 use warrant_core::store::{
-    RegistrationPlan, Store, StoreError, attempt_row, classify_existing, correction_note,
+    RegistrationPlan, Store, StoreError, attempt_row, classify_existing, correction_note, finished_row,
     late_outcome_corrects, ledger_page, parse_ledger_cursor, plan_registration, review_refusal, status_after,
     withheld_row,
 };
@@ -634,6 +634,18 @@ impl Finishing {
 const CHARGE: &str = "INSERT INTO budget_counters (tenant, key, used, expires_at) VALUES ($1, $2, $3, $4) \
                       ON CONFLICT (tenant, key) DO UPDATE SET used = budget_counters.used + excluded.used";
 
+/// Adds committed spend to its counters, in the caller's transaction.
+async fn charge_in<E: Exec>(
+    ex: &mut E,
+    tenant: &str,
+    charges: &[(String, i64, i64)],
+) -> Result<(), StoreError> {
+    for (key, amount, expires) in charges {
+        ex.execute(CHARGE, &args![tenant, key, *amount, *expires]).await?;
+    }
+    Ok(())
+}
+
 /// The statements that finish an attempt, in the caller's transaction: the ledger row's
 /// outcome (only a row still `attempting` or `unknown`), the committed spend, and the
 /// idempotency record (kept with its result, or released).
@@ -667,9 +679,7 @@ async fn finish_in<E: Exec>(
             "ledger row {ledger_id} is not awaiting an outcome"
         )));
     }
-    for (key, amount, expires) in &f.charges {
-        ex.execute(CHARGE, &args![tenant, key, *amount, *expires]).await?;
-    }
+    charge_in(ex, tenant, &f.charges).await?;
     if let Some(scope) = scope {
         match f.status {
             Some(status) => {
@@ -1412,9 +1422,11 @@ impl Store for SqlStore {
                 }
                 ex.execute(CLAIMS_DONE, &[]).await?;
             }
-            ex.execute(INSERT_LEDGER, &ledger_args(&entry, &arguments)?)
-                .await?;
-            finish_in(ex, &entry.tenant, &entry.id, None, &finishing).await?;
+            // The row as it ends, in one insert: never `attempting` (a row that passes through
+            // the unresolved indexes costs two more pages in every commit).
+            let row = finished_row(entry, &finish, now)?;
+            ex.execute(INSERT_LEDGER, &ledger_args(&row, &arguments)?).await?;
+            charge_in(ex, &row.tenant, &finishing.charges).await?;
             Ok(BudgetOutcome::Granted)
         })
     }

@@ -1026,3 +1026,42 @@ pub async fn a_thousand_unresolvable_rows_do_not_hide_one_behind_them(h: &Arc<Ha
         Some("no status endpoint: the `http` binding has no `status_url`, so no one can be asked")
     );
 }
+
+/// The tool committed, but the store went away before the outcome was written (a lost
+/// database, a full disk): the answer is `unknown` and marked unrecorded — never `failed`,
+/// never "nothing ran, retry later" — and the row the write-ahead commit wrote stays
+/// `attempting` for reconciliation.
+pub async fn an_outcome_that_cannot_be_recorded_is_unknown(h: &Arc<Harness>) {
+    let key = "unrecorded-1";
+    let proposal =
+        json!({"tool": "credit", "version": 1, "arguments": {"mode": "slow"}, "idempotency_key": key});
+    let allowed = h.allow(&proposal).await.unwrap();
+    let ledger_id = allowed.ledger_entry().id.clone();
+    let runtime = h.runtime.clone();
+    let running = tokio::spawn(async move { runtime.execute(allowed).await });
+    // `slow` commits, then answers 150 ms later: the store is closed in between.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let effects = || {
+        h.faults
+            .seen
+            .lock()
+            .unwrap()
+            .values()
+            .map(|s| s.effects)
+            .sum::<u32>()
+    };
+    while effects() == 0 {
+        assert!(std::time::Instant::now() < until, "the tool was never called");
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    h.sql.close().await;
+    let execution = running.await.unwrap().unwrap();
+    assert!(execution.unrecorded, "{execution:?}");
+    assert!(
+        matches!(execution.result, Ok(Outcome::Unknown(_))),
+        "{:?}",
+        execution.result
+    );
+    assert_eq!(execution.ledger_id, ledger_id);
+    assert_eq!(effects(), 1);
+}

@@ -44,6 +44,7 @@ macro_rules! on_every_backend {
 
 on_every_backend! {
     commits_once_and_replays,
+    an_outcome_that_cannot_be_recorded_is_unknown,
     an_expired_in_flight_operation_is_reconciled_first,
     a_commit_after_reconciliation_corrects_the_ledger,
     every_status_takes_its_path,

@@ -37,6 +37,8 @@ pub struct Harness {
     pub authority: Authority,
     pub runtime: Runtime,
     pub store: Arc<dyn Store>,
+    /// The same store, as itself (to close it under a running call).
+    pub sql: Arc<SqlStore>,
     pub faults: Arc<Faults>,
     pub faults_addr: SocketAddr,
     pub sink: Arc<Sink>,
@@ -206,7 +208,7 @@ esac
 impl Harness {
     pub async fn new(kind: Kind) -> Option<Harness> {
         let dir = tempfile::tempdir().unwrap();
-        let (store, cleanup): (Arc<dyn Store>, _) = match kind {
+        let (sql, cleanup): (Arc<SqlStore>, _) = match kind {
             Kind::Sqlite => {
                 let store = SqlStore::open(&DatabaseUrl::data_dir(dir.path()), &StoreOptions::default())
                     .await
@@ -218,6 +220,7 @@ impl Harness {
                 (Arc::new(db.open().await.unwrap()), Some(db))
             }
         };
+        let store: Arc<dyn Store> = sql.clone();
         let (addr, faults) = faults::start().await;
         let (smtp_addr, sink) = smtp::start().await;
         let tools = dir.path().join("tools");
@@ -282,6 +285,7 @@ impl Harness {
             authority,
             runtime,
             store,
+            sql,
             faults,
             faults_addr: addr,
             sink,

@@ -1,0 +1,228 @@
+//! `tools/call` over streamable HTTP, answered without the SDK's per-request machinery.
+//!
+//! For every stateless request the SDK builds a service, spawns its serve loop, spawns the
+//! handler, spawns a task that waits for the loop, and passes the request and the answer
+//! through channels between them: four tasks and their wake-ups for one request and one
+//! answer. For the one message that is most of the traffic — a `tools/call` — this module
+//! takes the request after the lane's own framing ([`super::raw`]) and answers it directly:
+//! the same decoding of the message (`serde_json` into the SDK's `ClientJsonRpcMessage`), the
+//! same handler code ([`super::tools::call`]), the same answer (the SDK's
+//! `ServerJsonRpcMessage`, serialized as the SDK does).
+//!
+//! It takes a request only when the SDK would have served it through that same path; every
+//! other request — any other method, a notification, an `Origin` header, a `Host` not plainly
+//! allowed, an `Accept` or `Content-Type` it does not read exactly as the SDK does, a protocol
+//! version that negotiates per request (`2026-07-28` and later, `_meta` protocol fields,
+//! standard headers) — goes to the SDK, which accepts or refuses it as it always has. So this
+//! path can only answer what the SDK would have answered the same way; the test
+//! `the_direct_path_answers_as_the_sdk_does` holds the two to the same answers.
+
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, header};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, ClientJsonRpcMessage, ClientRequest, GetMeta, JsonObject,
+    JsonRpcMessage, RequestId, ServerJsonRpcMessage, ServerResult,
+};
+
+/// Protocol versions whose requests the SDK serves through its one-shot stateless path (the
+/// versions before per-request negotiation), as the `MCP-Protocol-Version` header names them.
+const ONE_SHOT_VERSIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+
+/// The `_meta` keys reserved by the protocol (`io.modelcontextprotocol/…`): a request that
+/// carries any goes to the SDK, which reads them.
+const PROTOCOL_META_PREFIX: &str = "io.modelcontextprotocol/";
+
+/// Whether the headers of a POST to `/mcp` are ones the SDK accepts and serves through its
+/// one-shot path, read the way the SDK reads them; `false` hands the request to the SDK.
+pub(crate) fn headers_allow(parts: &Parts, allowed_hosts: &[String]) -> bool {
+    let headers = &parts.headers;
+    host_is_allowed(headers, allowed_hosts)
+        && !headers.contains_key(header::ORIGIN)
+        && accepts_json_and_sse(headers)
+        && is_json(headers)
+        && one_value(headers, "mcp-protocol-version").is_none_or(|v| ONE_SHOT_VERSIONS.contains(&v))
+        && !headers.contains_key("mcp-method")
+        && !headers.contains_key("mcp-name")
+}
+
+/// A `tools/call` decoded as the SDK decodes it: its id, parameters and `_meta`.
+pub(crate) struct DirectCall {
+    pub(crate) id: RequestId,
+    pub(crate) params: CallToolRequestParams,
+    pub(crate) meta: JsonObject,
+}
+
+/// The framed message (arguments already set aside) as a `tools/call` this path answers, or
+/// `None` for anything the SDK is to handle.
+pub(crate) fn call_of(message: &[u8]) -> Option<DirectCall> {
+    let Ok(JsonRpcMessage::Request(mut request)) = serde_json::from_slice::<ClientJsonRpcMessage>(message)
+    else {
+        return None;
+    };
+    if !matches!(request.request, ClientRequest::CallToolRequest(_)) {
+        return None;
+    }
+    let meta = std::mem::take(request.request.get_meta_mut()).0.0;
+    if meta.keys().any(|k| k.starts_with(PROTOCOL_META_PREFIX)) {
+        return None;
+    }
+    let ClientRequest::CallToolRequest(call) = request.request else {
+        return None;
+    };
+    Some(DirectCall {
+        id: request.id,
+        params: call.params,
+        meta,
+    })
+}
+
+/// The body of the answer: the SDK's JSON-RPC response carrying the tool result, in the
+/// shape the SDK gives a peer of the versions this path takes (before `2026-07-28`: no
+/// `resultType`, object-only structured content).
+pub(crate) fn answer(
+    id: RequestId,
+    result: rmcp::model::CallToolResult,
+) -> Result<Vec<u8>, serde_json::Error> {
+    let mut result = ServerResult::from(CallToolResponse::from(result));
+    result.strip_result_type_for_legacy_peer();
+    result.strip_non_object_output_for_legacy_peer();
+    let message: ServerJsonRpcMessage = JsonRpcMessage::response(result, id);
+    serde_json::to_vec(&message)
+}
+
+/// The header's one value as text; `None` when absent, repeated or not text.
+fn one_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    let mut values = headers.get_all(name).iter();
+    let first = values.next()?;
+    if values.next().is_some() {
+        return None;
+    }
+    first.to_str().ok()
+}
+
+/// The SDK's DNS-rebinding check, positive case only: a `Host` that parses as an authority
+/// whose host (and port, when the allowed entry names one) matches an allowed entry.
+fn host_is_allowed(headers: &HeaderMap, allowed_hosts: &[String]) -> bool {
+    let Some(host) = one_value(headers, header::HOST.as_str()) else {
+        return false;
+    };
+    let Ok(authority) = host.parse::<axum::http::uri::Authority>() else {
+        return false;
+    };
+    let normalized = |h: &str| h.trim_matches(['[', ']']).to_ascii_lowercase();
+    let (name, port) = (normalized(authority.host()), authority.port_u16());
+    allowed_hosts.iter().any(|allowed| {
+        let allowed = allowed.trim();
+        match allowed.parse::<axum::http::uri::Authority>() {
+            Ok(a) => normalized(a.host()) == name && a.port_u16().is_none_or(|p| port == Some(p)),
+            Err(_) => !allowed.is_empty() && normalized(allowed) == name,
+        }
+    })
+}
+
+/// `Accept` lists both `application/json` and `text/event-stream`, each plainly (no
+/// parameters, so no weight that could exclude it), in one header value.
+fn accepts_json_and_sse(headers: &HeaderMap) -> bool {
+    let Some(accept) = one_value(headers, header::ACCEPT.as_str()) else {
+        return false;
+    };
+    if accept.contains(['"', ';']) {
+        return false;
+    }
+    let mut json = false;
+    let mut sse = false;
+    for essence in accept.split(',').map(str::trim) {
+        json |= essence.eq_ignore_ascii_case("application/json");
+        sse |= essence.eq_ignore_ascii_case("text/event-stream");
+    }
+    json && sse
+}
+
+/// `Content-Type` is `application/json` (parameters allowed), as the SDK checks it.
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| {
+            ct.split_once(';')
+                .map_or(ct, |(essence, _)| essence)
+                .trim()
+                .eq_ignore_ascii_case("application/json")
+        })
+}
+
+/// The `Content-Type` of the answer.
+pub(crate) const JSON: HeaderValue = HeaderValue::from_static("application/json");
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+
+    fn parts(headers: &[(&str, &str)]) -> Parts {
+        let mut request = axum::http::Request::post("/mcp");
+        for (k, v) in headers {
+            request = request.header(*k, *v);
+        }
+        request.body(()).unwrap().into_parts().0
+    }
+
+    const PLAIN: [(&str, &str); 3] = [
+        ("host", "127.0.0.1:8080"),
+        ("accept", "application/json, text/event-stream"),
+        ("content-type", "application/json"),
+    ];
+
+    #[test]
+    fn only_plain_requests_are_taken() {
+        let hosts = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+        assert!(headers_allow(&parts(&PLAIN), &hosts));
+        let with = |extra: (&str, &str)| {
+            let mut h = PLAIN.to_vec();
+            h.retain(|(k, _)| *k != extra.0);
+            h.push(extra);
+            headers_allow(&parts(&h), &hosts)
+        };
+        assert!(with(("mcp-protocol-version", "2025-06-18")));
+        assert!(with(("content-type", "application/json; charset=utf-8")));
+        assert!(with(("host", "LOCALHOST")));
+        for handed_over in [
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-protocol-version", "1999-01-01"),
+            ("origin", "http://localhost"),
+            ("host", "evil.example"),
+            ("accept", "application/json"),
+            ("accept", "application/json, text/event-stream;q=0"),
+            ("content-type", "text/plain"),
+            ("mcp-method", "tools/call"),
+        ] {
+            assert!(!with(handed_over), "{handed_over:?}");
+        }
+        let ported = vec!["gw.example:8443".to_owned()];
+        assert!(!headers_allow(&parts(&PLAIN), &ported));
+        let mut h = PLAIN.to_vec();
+        h[0] = ("host", "gw.example:8443");
+        assert!(headers_allow(&parts(&h), &ported));
+        h[0] = ("host", "gw.example:9000");
+        assert!(!headers_allow(&parts(&h), &ported));
+    }
+
+    #[test]
+    fn only_tool_calls_without_protocol_meta_are_taken() {
+        let call = br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"t","arguments":{},"_meta":{"idempotency_key":"k"}}}"#;
+        let taken = call_of(call).unwrap();
+        assert_eq!(taken.id, RequestId::Number(7));
+        assert_eq!(taken.params.name, "t");
+        assert_eq!(taken.meta["idempotency_key"], "k");
+        for other in [
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.as_slice(),
+            br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}"#,
+            b"[]",
+        ] {
+            assert!(call_of(other).is_none(), "{}", String::from_utf8_lossy(other));
+        }
+    }
+}
