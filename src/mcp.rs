@@ -40,7 +40,7 @@ pub fn run(args: &McpArgs) -> Result<Exit> {
         .unwrap_or_else(|| format!("http://{}", loaded.listen.as_deref().unwrap_or(DEFAULT_LISTEN)));
     let key = args.key.trim().to_owned();
 
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = crate::serve::runtime(loaded.workers)?;
     rt.block_on(async move {
         let sql = Arc::new(
             SqlStore::open(&database, &loaded.store_options)

@@ -71,6 +71,9 @@ pub struct RuntimeSettings {
     pub inquiry_timeout: Duration,
     /// Idempotency retention for calls whose contract declares none (reads with a key).
     pub default_retention: Duration,
+    /// How long a row may stay unresolved before the background reconciler marks it as
+    /// needing an operator ([`crate::reconcile::ReconcileSchedule::overdue_after`]).
+    pub overdue_after: Duration,
 }
 
 impl Default for RuntimeSettings {
@@ -81,6 +84,7 @@ impl Default for RuntimeSettings {
             stale_after: retry.deadline + Duration::from_secs(30),
             inquiry_timeout: Duration::from_secs(10),
             default_retention: Duration::from_secs(24 * 3600),
+            overdue_after: Duration::from_secs(60 * 60),
         }
     }
 }

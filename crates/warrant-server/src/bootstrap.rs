@@ -293,9 +293,13 @@ impl Gateway {
                 store.clone(),
                 Duration::from_secs(60),
             ));
-            tasks.push(warrant_runtime::reconcile::spawn_reconciler(
+            tasks.push(warrant_runtime::reconcile::spawn_reconciler_with(
                 runtime.clone(),
                 crate::RECONCILE_EVERY,
+                warrant_runtime::reconcile::ReconcileSchedule {
+                    overdue_after: runtime.settings().overdue_after,
+                    ..Default::default()
+                },
             ));
         }
         let metrics = metrics_handle();

@@ -1054,6 +1054,57 @@ pub async fn a_call_outlives_its_client(h: &Harness) {
     assert_eq!(committed.len(), 1, "{page}");
 }
 
+/// The server's own request timeout cuts only the wait too: the client gets `503 TIMEOUT`,
+/// and the call — its approval already spent — runs to its recorded end, answered from that
+/// record when sent again.
+pub async fn a_call_outlives_its_request_timeout(h: &Harness) {
+    let slow = json!({"tool": "credit", "version": 1, "idempotency_key": "k-timeout",
+        "arguments": {"customer_id": "cus_1", "amount_cents": 13, "reason": "slow"}});
+    let effects = h.upstream.total();
+    let (_, body) = h.propose("agent", &slow).await;
+    let approval = body["approval"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(h.approve_on(0, "reviewer", &approval).await, 200);
+    // Node 0's state behind a router whose request timeout (100 ms) is shorter than the
+    // upstream (500 ms).
+    let gateway = &h.nodes[0].gateway;
+    let limits = warrant_server::HttpLimits {
+        request_timeout: std::time::Duration::from_millis(100),
+        ..gateway.limits
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let short = format!("http://{}", listener.local_addr().unwrap());
+    let app = warrant_server::router(gateway.state.clone(), limits);
+    let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let r = h
+        .http
+        .post(format!("{short}/v1/proposals"))
+        .bearer_auth(&h.keys["agent"])
+        .header("content-type", "application/json")
+        .header("warrant-approval", &approval)
+        .body(slow.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 503);
+    let cut: Value = r.json().await.unwrap();
+    assert_eq!(cut["error"]["code"], "TIMEOUT", "{cut}");
+    server.abort();
+    // The call still runs to its recorded end.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let (status, body) = loop {
+        let (status, body) = h
+            .propose_with(0, "agent", &slow, &[("warrant-approval", &approval)])
+            .await;
+        if status != 409 || std::time::Instant::now() > deadline {
+            break (status, body);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["outcome"], "replayed", "{body}");
+    assert_eq!(h.upstream.total(), effects + 1, "one effect");
+}
+
 /// After a reviewer rejects a call, the identical call is answered with that rejection and
 /// its reason, instead of a new request for the reviewers.
 pub async fn a_rejected_call_is_not_sent_for_review_again(h: &Harness) {

@@ -50,6 +50,7 @@ on_every_backend! {
     approvals_are_visible_only_to_their_reviewers_and_keep_no_sensitive_value,
     a_policy_that_cannot_be_evaluated_denies_the_call,
     a_call_outlives_its_client,
+    a_call_outlives_its_request_timeout,
     a_rejected_call_is_not_sent_for_review_again,
 }
 

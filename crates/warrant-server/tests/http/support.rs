@@ -167,7 +167,7 @@ pub fn redaction_key() -> RedactionKey {
 
 pub struct Node {
     pub base: String,
-    _gateway: Gateway,
+    pub gateway: Gateway,
     _server: tokio::task::JoinHandle<()>,
 }
 
@@ -223,7 +223,7 @@ async fn start_node(store: Arc<dyn Store>, dir: &std::path::Path, upstream: Sock
     });
     Node {
         base,
-        _gateway: gateway,
+        gateway,
         _server: server,
     }
 }
