@@ -1,6 +1,7 @@
-//! Chaos: a few thousand writes through the real `warrant serve`, SIGKILLed and restarted on
-//! the same SQLite data directory at random moments, against an upstream that drops, delays and
-//! answers 500. After reconciliation the ledger must agree with the upstream, intent by intent:
+//! Chaos: a few thousand writes through the real `warrant serve`, SIGKILLed every 2–5 s and
+//! restarted on the same store — an SQLite data directory, then a PostgreSQL schema — against
+//! an upstream that drops, delays and answers 500. The two runs take turns. After
+//! reconciliation the ledger must agree with the upstream, intent by intent:
 //!
 //! - **lost**: the client was told `committed` and the ledger does not say so, or the upstream
 //!   applied an effect the ledger's final outcome says did not happen (or that no row owns);
@@ -443,12 +444,55 @@ origins = ["http://{addr}"]
     config
 }
 
-fn start_server(dir: &Path, config: &Path) -> common::serve::Served {
+/// Where the server keeps its store: embedded SQLite in the run's directory, or a fresh
+/// PostgreSQL schema.
+#[derive(Debug, Clone)]
+enum Backend {
+    Sqlite(PathBuf),
+    Postgres { url: String, schema: String },
+}
+
+impl Backend {
+    /// The store flags of `warrant serve` and `warrant reconcile`.
+    fn flags(&self, cmd: &mut Command) {
+        match self {
+            Backend::Sqlite(dir) => cmd.arg("--data-dir").arg(dir),
+            Backend::Postgres { url, schema } => cmd
+                .args(["--database", url, "--database-schema", schema])
+                // The redaction key a SQLite server keeps in its data directory.
+                .env("WARRANT_REDACTION_KEY", "2a".repeat(32)),
+        };
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Backend::Sqlite(_) => "SQLite",
+            Backend::Postgres { .. } => "PostgreSQL",
+        }
+    }
+
+    async fn open(&self) -> SqlStore {
+        match self {
+            Backend::Sqlite(dir) => {
+                SqlStore::open(&DatabaseUrl::data_dir(dir), &StoreOptions::default()).await
+            }
+            Backend::Postgres { url, schema } => {
+                let options = StoreOptions {
+                    postgres_schema: Some(schema.clone()),
+                    ..StoreOptions::default()
+                };
+                SqlStore::open(&DatabaseUrl::Postgres(url.clone()), &options).await
+            }
+        }
+        .unwrap()
+    }
+}
+
+fn start_server(dir: &Path, config: &Path, backend: &Backend) -> common::serve::Served {
     common::serve::serve(|cmd| {
+        backend.flags(cmd);
         cmd.arg("--config")
             .arg(config)
-            .arg("--data-dir")
-            .arg(dir.join("store"))
             .arg("--contracts")
             .arg(dir.join("contracts"))
             .arg("--policy")
@@ -621,15 +665,15 @@ async fn client(
 
 /// Runs `warrant reconcile --older-than 0s` until a pass resolves nothing more; returns the
 /// output of every pass.
-fn reconcile_until_settled(dir: &Path, config: &Path) -> Vec<String> {
+fn reconcile_until_settled(config: &Path, backend: &Backend) -> Vec<String> {
     let mut passes = Vec::new();
     for _ in 0..10 {
-        let out = Command::new(env!("CARGO_BIN_EXE_warrant"))
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_warrant"));
+        cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
             .args(["reconcile", "--older-than", "0s", "--limit", "100000", "--config"])
-            .arg(config)
-            .arg("--data-dir")
-            .arg(dir.join("store"))
+            .arg(config);
+        backend.flags(&mut cmd);
+        let out = cmd
             .env(TOKEN_VAR, TOKEN)
             .env("WARRANT_LOG", "warn")
             .output()
@@ -656,13 +700,8 @@ fn reconcile_until_settled(dir: &Path, config: &Path) -> Vec<String> {
     passes
 }
 
-async fn ledger(dir: &Path) -> Vec<LedgerEntry> {
-    let store = SqlStore::open(
-        &DatabaseUrl::data_dir(dir.join("store")),
-        &StoreOptions::default(),
-    )
-    .await
-    .unwrap();
+async fn ledger(backend: &Backend) -> Vec<LedgerEntry> {
+    let store = backend.open().await;
     let mut filter = LedgerFilter {
         limit: 500,
         ..LedgerFilter::default()
@@ -795,8 +834,35 @@ fn judge(
     (verdict, totals)
 }
 
+/// One chaos run at a time: two at once on a small machine would measure each other.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_kills_and_a_faulty_upstream_lose_nothing_duplicate_nothing_leave_nothing_open() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    chaos(Backend::Sqlite(dir.path().join("store"))).await;
+}
+
+/// The same on PostgreSQL (a fresh schema; skipped when the server is unreachable, unless
+/// `WARRANT_REQUIRE_POSTGRES=1`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_on_postgresql_loses_nothing_duplicates_nothing_leaves_nothing_open() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let Some(db) = warrant_store::testing::TestDatabase::postgres().await.unwrap() else {
+        return;
+    };
+    // The schema exists before the first server starts (as an operator's would).
+    db.open().await.unwrap().close().await;
+    chaos(Backend::Postgres {
+        url: db.url().to_owned(),
+        schema: db.schema().to_owned(),
+    })
+    .await;
+    db.drop_schema().await;
+}
+
+async fn chaos(backend: Backend) {
     let started = Instant::now();
     let seed = std::env::var("WARRANT_CHAOS_SEED")
         .ok()
@@ -806,7 +872,10 @@ async fn chaos_kills_and_a_faulty_upstream_lose_nothing_duplicate_nothing_leave_
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(1, |d| d.as_nanos() as u64)
         });
-    println!("chaos: seed {seed} (replay with WARRANT_CHAOS_SEED={seed})");
+    println!(
+        "chaos ({}): seed {seed} (replay with WARRANT_CHAOS_SEED={seed})",
+        backend.name()
+    );
     let report_only = std::env::var("WARRANT_CHAOS_REPORT_ONLY").is_ok_and(|v| v == "1");
 
     let dir = tempfile::tempdir().unwrap();
@@ -814,8 +883,8 @@ async fn chaos_kills_and_a_faulty_upstream_lose_nothing_duplicate_nothing_leave_
     let (addr, up) = start_upstream(seed).await;
     let config = write_files(&dir, addr);
     let first = {
-        let (dir, config) = (dir.clone(), config.clone());
-        tokio::task::spawn_blocking(move || start_server(&dir, &config))
+        let (dir, config, backend) = (dir.clone(), config.clone(), backend.clone());
+        tokio::task::spawn_blocking(move || start_server(&dir, &config, &backend))
             .await
             .unwrap()
     };
@@ -827,23 +896,30 @@ async fn chaos_kills_and_a_faulty_upstream_lose_nothing_duplicate_nothing_leave_
 
     // The killer: SIGKILL at random moments, restart on the same data directory at once.
     let killer = {
-        let (server, url, load_done, dir, config) = (
+        let (server, url, load_done, dir, config, backend) = (
             server.clone(),
             url.clone(),
             load_done.clone(),
             dir.clone(),
             config.clone(),
+            backend.clone(),
         );
         tokio::spawn(async move {
             let mut rng = rng_for(seed, "killer", 0);
             let mut kills = 0u32;
             let mut restart_ms = Vec::new();
             loop {
-                tokio::time::sleep(rng.millis(3000, 7000)).await;
+                tokio::time::sleep(rng.millis(2000, 5000)).await;
                 if load_done.load(Ordering::Relaxed) {
                     break;
                 }
-                let (server, url, dir, config) = (server.clone(), url.clone(), dir.clone(), config.clone());
+                let (server, url, dir, config, backend) = (
+                    server.clone(),
+                    url.clone(),
+                    dir.clone(),
+                    config.clone(),
+                    backend.clone(),
+                );
                 let ms = tokio::task::spawn_blocking(move || {
                     let mut slot = server.lock().unwrap();
                     if let Some(mut s) = slot.take() {
@@ -851,7 +927,7 @@ async fn chaos_kills_and_a_faulty_upstream_lose_nothing_duplicate_nothing_leave_
                         s.child.wait().unwrap();
                     }
                     let t0 = Instant::now();
-                    let s = start_server(&dir, &config);
+                    let s = start_server(&dir, &config, &backend);
                     *url.write().unwrap() = s.url.clone();
                     *slot = Some(s);
                     t0.elapsed().as_millis()
@@ -912,13 +988,13 @@ async fn chaos_kills_and_a_faulty_upstream_lose_nothing_duplicate_nothing_leave_
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let passes = {
-        let (dir, config) = (dir.clone(), config.clone());
-        tokio::task::spawn_blocking(move || reconcile_until_settled(&dir, &config))
+        let (config, backend) = (config.clone(), backend.clone());
+        tokio::task::spawn_blocking(move || reconcile_until_settled(&config, &backend))
             .await
             .unwrap()
     };
 
-    let rows = ledger(&dir).await;
+    let rows = ledger(&backend).await;
     let ops = up.ops.lock().unwrap().clone();
     let (verdict, totals) = judge(&rows, &ops, &seen);
 
@@ -1016,7 +1092,8 @@ async fn chaos_kills_and_a_faulty_upstream_lose_nothing_duplicate_nothing_leave_
             && verdict.duplicate.is_empty()
             && verdict.unresolved.is_empty()
             && verdict.phantom.is_empty(),
-        "chaos (seed {seed}): lost={} duplicate={} unresolved={} phantom={}",
+        "chaos on {} (seed {seed}): lost={} duplicate={} unresolved={} phantom={}",
+        backend.name(),
         verdict.lost.len(),
         verdict.duplicate.len(),
         verdict.unresolved.len(),
