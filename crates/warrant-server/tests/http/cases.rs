@@ -1005,6 +1005,23 @@ output: {{ type: object }}
     assert!(names.iter().all(|c| c["tenant"].is_null()), "{list}");
 }
 
+/// Sends `call` again with `approval` until it is no longer in flight (at most 10 s), and
+/// requires the answer to be the replay of its committed outcome.
+async fn assert_replayed_once_finished(h: &Harness, call: &Value, approval: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let (status, body) = loop {
+        let (status, body) = h
+            .propose_with(0, "agent", call, &[("warrant-approval", approval)])
+            .await;
+        if status != 409 || std::time::Instant::now() > deadline {
+            break (status, body);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["outcome"], "replayed", "{body}");
+}
+
 /// A client that gives up while its call runs cannot cut the call in half: the runtime owns
 /// it from decision to outcome, so the approval is spent on an effect that is recorded, and
 /// the same call sent again is answered from that record.
@@ -1025,18 +1042,7 @@ pub async fn a_call_outlives_its_client(h: &Harness) {
         .await;
     assert!(gone.is_err(), "the client was meant to give up: {gone:?}");
     // The call still runs to its recorded end.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let (status, body) = loop {
-        let (status, body) = h
-            .propose_with(0, "agent", &slow, &[("warrant-approval", &approval)])
-            .await;
-        if status != 409 || std::time::Instant::now() > deadline {
-            break (status, body);
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    };
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(body["outcome"], "replayed", "{body}");
+    assert_replayed_once_finished(h, &slow, &approval).await;
     let page = h
         .req(Method::GET, "/v1/ledger?limit=50", "reviewer")
         .send()
@@ -1090,18 +1096,7 @@ pub async fn a_call_outlives_its_request_timeout(h: &Harness) {
     assert_eq!(cut["error"]["code"], "TIMEOUT", "{cut}");
     server.abort();
     // The call still runs to its recorded end.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let (status, body) = loop {
-        let (status, body) = h
-            .propose_with(0, "agent", &slow, &[("warrant-approval", &approval)])
-            .await;
-        if status != 409 || std::time::Instant::now() > deadline {
-            break (status, body);
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    };
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(body["outcome"], "replayed", "{body}");
+    assert_replayed_once_finished(h, &slow, &approval).await;
     assert_eq!(h.upstream.total(), effects + 1, "one effect");
 }
 
