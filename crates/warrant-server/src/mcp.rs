@@ -620,6 +620,22 @@ mod tests {
                 plain.to_vec(),
                 r#"{"jsonrpc":"2.0","id":14,"method":"tools/call","params":{}}"#.to_owned(),
             ),
+            (
+                plain.to_vec(),
+                r#"{"jsonrpc":"2.0","id":15,"method":"tools/call","params":{"name":"pay","arguments":{"n":2}},"extra":1}"#.to_owned(),
+            ),
+            (
+                plain.to_vec(),
+                r#"{"jsonrpc":"1.0","id":16,"method":"tools/call","params":{"name":"pay","arguments":{"n":2}}}"#.to_owned(),
+            ),
+            (
+                plain.to_vec(),
+                r#"{"jsonrpc":"2.0","id":17,"method":"tools/call","params":{"name":"pay","arguments":{"n":2},"_meta":[]}}"#.to_owned(),
+            ),
+            (
+                plain.to_vec(),
+                r#"{"jsonrpc":"2.0","id":18,"method":"tools/call","params":{"name":"pay","arguments":{"n":2},"task":{"ttl":1}}}"#.to_owned(),
+            ),
         ];
         for (headers, body) in cases {
             let mut answers = Vec::new();

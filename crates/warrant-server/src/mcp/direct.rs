@@ -5,9 +5,9 @@
 //! through channels between them: four tasks and their wake-ups for one request and one
 //! answer. For the one message that is most of the traffic — a `tools/call` — this module
 //! takes the request after the lane's own framing ([`super::raw`]) and answers it directly:
-//! the same decoding of the message (`serde_json` into the SDK's `ClientJsonRpcMessage`), the
-//! same handler code ([`super::tools::call`]), the same answer (the SDK's
-//! `ServerJsonRpcMessage`, serialized as the SDK does).
+//! the SDK's own parameter type (`CallToolRequestParams`, decoded by `serde_json`), the same
+//! handler code ([`super::tools::call`]), the same answer (the SDK's `ServerJsonRpcMessage`,
+//! serialized as the SDK does).
 //!
 //! It takes a request only when the SDK would have served it through that same path; every
 //! other request — any other method, a notification, an `Origin` header, a `Host` not plainly
@@ -20,8 +20,8 @@
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, header};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ClientJsonRpcMessage, ClientRequest, GetMeta, JsonObject,
-    JsonRpcMessage, RequestId, ServerJsonRpcMessage, ServerResult,
+    CallToolRequestParams, CallToolResponse, JsonObject, JsonRpcMessage, JsonRpcVersion2_0, RequestId,
+    ServerJsonRpcMessage, ServerResult,
 };
 
 /// Protocol versions whose requests the SDK serves through its one-shot stateless path (the
@@ -52,25 +52,35 @@ pub(crate) struct DirectCall {
     pub(crate) meta: JsonObject,
 }
 
+/// A `tools/call` message, decoded straight into the SDK's own parameter type. The SDK decodes
+/// every message into its `ClientJsonRpcMessage` enum (buffering it and trying each variant);
+/// for the one message this path takes, the parameters are decoded directly, with the same
+/// type, and a message with any other top-level member is left to the SDK.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolCall {
+    #[allow(dead_code, reason = "checked by its type: only \"2.0\" decodes")]
+    jsonrpc: JsonRpcVersion2_0,
+    id: RequestId,
+    method: String,
+    params: CallToolRequestParams,
+}
+
 /// The framed message (arguments already set aside) as a `tools/call` this path answers, or
 /// `None` for anything the SDK is to handle.
 pub(crate) fn call_of(message: &[u8]) -> Option<DirectCall> {
-    let Ok(JsonRpcMessage::Request(mut request)) = serde_json::from_slice::<ClientJsonRpcMessage>(message)
-    else {
+    let Ok(mut call) = serde_json::from_slice::<ToolCall>(message) else {
         return None;
     };
-    if !matches!(request.request, ClientRequest::CallToolRequest(_)) {
+    if call.method != "tools/call" {
         return None;
     }
-    let meta = std::mem::take(request.request.get_meta_mut()).0.0;
+    let meta = call.params.meta.take().map(|m| m.0.0).unwrap_or_default();
     if meta.keys().any(|k| k.starts_with(PROTOCOL_META_PREFIX)) {
         return None;
     }
-    let ClientRequest::CallToolRequest(call) = request.request else {
-        return None;
-    };
     Some(DirectCall {
-        id: request.id,
+        id: call.id,
         params: call.params,
         meta,
     })
