@@ -663,11 +663,13 @@ async fn client(
 
 // ----- reconciliation and the comparison -----
 
-/// Runs `warrant reconcile --older-than 0s` until a pass resolves nothing more; returns the
-/// output of every pass.
+/// Runs `warrant reconcile --older-than 0s` until nothing is left to examine, or five passes
+/// in a row resolved nothing (the upstream's status endpoint itself fails one ask in ten, so a
+/// row may need a few passes, as an operator would run them); returns the output of every pass.
 fn reconcile_until_settled(config: &Path, backend: &Backend) -> Vec<String> {
     let mut passes = Vec::new();
-    for _ in 0..10 {
+    let mut futile = 0;
+    for _ in 0..15 {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_warrant"));
         cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
             .args(["reconcile", "--older-than", "0s", "--limit", "100000", "--config"])
@@ -692,7 +694,8 @@ fn reconcile_until_settled(config: &Path, backend: &Backend) -> Vec<String> {
         };
         let (examined, resolved) = (field("examined"), field("committed") + field("not_committed"));
         passes.push(text.split_whitespace().collect::<Vec<_>>().join(" "));
-        if examined == 0 || (resolved == 0 && passes.len() >= 3) {
+        futile = if resolved == 0 { futile + 1 } else { 0 };
+        if examined == 0 || futile >= 5 {
             break;
         }
         std::thread::sleep(Duration::from_millis(200));
