@@ -105,6 +105,17 @@ impl MemoryStore {
     }
 }
 
+/// Whether `a` is an approval of the call `call` describes, in `tenant`: the same proposer,
+/// contract, payload digest and idempotency key.
+fn of_call(a: &ApprovalRequest, tenant: &str, call: &ApprovalLookup) -> bool {
+    let r = &a.request;
+    r.tenant == tenant
+        && r.proposer == call.proposer
+        && r.contract_id == call.contract_id
+        && r.payload_digest == call.payload_digest
+        && r.idempotency_key == call.idempotency_key
+}
+
 /// Finishes the `attempting` (or `unknown`) row `ledger_id`: its outcome, the charges, and the
 /// idempotency record it holds, if any. Checks the row before changing anything.
 fn finish_in(
@@ -761,14 +772,9 @@ impl Store for MemoryStore {
                 .approvals
                 .values()
                 .filter(|a| {
-                    let r = &a.request;
-                    r.tenant == tenant
+                    of_call(a, tenant, call)
                         && a.status == ApprovalStatus::Pending
-                        && r.proposer == call.proposer
-                        && r.contract_id == call.contract_id
-                        && r.payload_digest == call.payload_digest
-                        && r.idempotency_key == call.idempotency_key
-                        && ms(r.expires_at) > ms(call.now)
+                        && ms(a.request.expires_at) > ms(call.now)
                 })
                 .collect();
             found.sort_by(|a, b| {
@@ -789,14 +795,9 @@ impl Store for MemoryStore {
                 .approvals
                 .values()
                 .filter(|a| {
-                    let r = &a.request;
-                    r.tenant == tenant
+                    of_call(a, tenant, call)
                         && a.status == ApprovalStatus::Rejected
                         && a.decided_at.is_some_and(|at| ms(at) >= ms(since))
-                        && r.proposer == call.proposer
-                        && r.contract_id == call.contract_id
-                        && r.payload_digest == call.payload_digest
-                        && r.idempotency_key == call.idempotency_key
                 })
                 .max_by(|a, b| {
                     (a.decided_at.map(ms), &a.request.id).cmp(&(b.decided_at.map(ms), &b.request.id))

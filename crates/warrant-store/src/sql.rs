@@ -797,6 +797,31 @@ const CLAIMS: &str = "SAVEPOINT warrant_claims";
 const CLAIMS_UNDO: &str = "ROLLBACK TO SAVEPOINT warrant_claims";
 const CLAIMS_DONE: &str = "RELEASE SAVEPOINT warrant_claims";
 
+impl SqlStore {
+    /// The approval of one call (`tenant`, and the proposer, contract, payload digest and
+    /// idempotency key of `call`) that `sql` selects, with `$6` bound to `bound` (a time in ms).
+    async fn approval_of_call(
+        &self,
+        sql: &'static str,
+        tenant: &str,
+        call: &ApprovalLookup,
+        bound: i64,
+    ) -> Result<Option<ApprovalRequest>, StoreError> {
+        read_op!(self, [tenant = tenant.to_owned(), call = call.clone()], |ex| {
+            let params = args![
+                &tenant,
+                &call.proposer,
+                &call.contract_id,
+                &call.payload_digest,
+                &call.idempotency_key,
+                bound,
+            ];
+            let row = ex.fetch_optional(sql, &params).await?;
+            row.map(|r| approval_of(&r)).transpose()
+        })
+    }
+}
+
 #[async_trait]
 impl Store for SqlStore {
     async fn ping(&self) -> Result<(), StoreError> {
@@ -1489,18 +1514,7 @@ impl Store for SqlStore {
             "AND payload_digest = $4 AND idempotency_key IS NOT DISTINCT FROM $5 AND expires_at > $6 ",
             "ORDER BY created_at, id LIMIT 1"
         );
-        read_op!(self, [tenant = tenant.to_owned(), call = call.clone()], |ex| {
-            let params = args![
-                &tenant,
-                &call.proposer,
-                &call.contract_id,
-                &call.payload_digest,
-                &call.idempotency_key,
-                ms(call.now),
-            ];
-            let row = ex.fetch_optional(sql, &params).await?;
-            row.map(|r| approval_of(&r)).transpose()
-        })
+        self.approval_of_call(sql, tenant, call, ms(call.now)).await
     }
 
     async fn find_rejected_approval(
@@ -1516,18 +1530,7 @@ impl Store for SqlStore {
             "AND payload_digest = $4 AND idempotency_key IS NOT DISTINCT FROM $5 AND decided_at >= $6 ",
             "ORDER BY decided_at DESC, id DESC LIMIT 1"
         );
-        read_op!(self, [tenant = tenant.to_owned(), call = call.clone()], |ex| {
-            let params = args![
-                &tenant,
-                &call.proposer,
-                &call.contract_id,
-                &call.payload_digest,
-                &call.idempotency_key,
-                ms(since),
-            ];
-            let row = ex.fetch_optional(sql, &params).await?;
-            row.map(|r| approval_of(&r)).transpose()
-        })
+        self.approval_of_call(sql, tenant, call, ms(since)).await
     }
 
     async fn list_approvals(
