@@ -202,6 +202,17 @@ fn serve_starts_with_no_setup_answers_and_stops_on_sigterm() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("nonexistent.toml"));
 }
 
+/// Stops a server with SIGTERM, waits for it, and answers what it wrote on stderr.
+fn stop_and_read_stderr(served: &mut common::serve::Served) -> String {
+    nix_kill(served.child.id());
+    served.child.wait().unwrap();
+    let mut err = String::new();
+    if let Some(mut stderr) = served.child.stderr.take() {
+        stderr.read_to_string(&mut err).unwrap();
+    }
+    err
+}
+
 fn nix_kill(pid: u32) {
     let status = Command::new("kill")
         .args(["-TERM", &pid.to_string()])
@@ -331,16 +342,7 @@ fn the_banner_says_what_was_loaded_and_what_is_missing() {
         sample,
         "README.md's sample banner is stale"
     );
-    nix_kill(served.child.id());
-    served.child.wait().unwrap();
-    let mut err = String::new();
-    served
-        .child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let err = stop_and_read_stderr(&mut served);
     assert!(!err.contains("WARN"), "{err}");
 
     let elsewhere = tempfile::tempdir().unwrap();
@@ -398,17 +400,7 @@ fn mcp_calls_are_not_logged_per_call_by_default() {
             assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
             assert!(answer.contains(&format!("\"id\":{id}")), "{answer}");
         }
-        nix_kill(served.child.id());
-        served.child.wait().unwrap();
-        let mut err = String::new();
-        served
-            .child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut err)
-            .unwrap();
-        err
+        stop_and_read_stderr(&mut served)
     };
     let quiet = run(None, "default");
     assert!(!quiet.contains("rmcp"), "{quiet}");

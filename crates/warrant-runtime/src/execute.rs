@@ -172,16 +172,6 @@ impl Runtime {
         }
     }
 
-    /// Runs `work` in a task this runtime owns and tracks: it runs to its end whatever
-    /// happens to whoever awaits the handle, and [`Runtime::drain`] waits for it.
-    pub fn spawn<F>(&self, work: F) -> tokio::task::JoinHandle<F::Output>
-    where
-        F: std::future::Future + Send + 'static,
-        F::Output: Send + 'static,
-    {
-        self.tasks.spawn(work)
-    }
-
     /// Takes `work` into this runtime's ownership: it runs in the task that awaits it, and
     /// to its end in a task of its own if that one stops awaiting it first
     /// ([`crate::dispatch::Owned`]); [`Runtime::drain`] waits for it either way.

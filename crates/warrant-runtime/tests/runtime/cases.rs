@@ -696,17 +696,7 @@ pub async fn committed_spend_is_charged(h: &Arc<Harness>) {
 }
 
 pub async fn the_background_reconciler_resolves_on_its_own(h: &Arc<Harness>) {
-    let settings = RuntimeSettings {
-        stale_after: Duration::ZERO,
-        ..*h.runtime.settings()
-    };
-    let rt = Runtime::new(
-        h.store.clone(),
-        h.authority.registry().clone(),
-        h.authority.env().clone(),
-        h.runtime.adapters().clone(),
-        settings,
-    );
+    let rt = eager_reconciler(h);
     let e = h.run("note", json!({"mode": "commit_drop"}), Some("bg")).await;
     unknown(&e);
     let task = warrant_runtime::reconcile::spawn_reconciler(rt, Duration::from_millis(50));
@@ -989,17 +979,7 @@ pub async fn a_thousand_unresolvable_rows_do_not_hide_one_behind_them(h: &Arc<Ha
         .await
         .unwrap();
     let behind = allowed.ledger_entry().id.clone();
-    let settings = RuntimeSettings {
-        stale_after: Duration::ZERO,
-        ..*h.runtime.settings()
-    };
-    let rt = Runtime::new(
-        h.store.clone(),
-        h.authority.registry().clone(),
-        h.authority.env().clone(),
-        h.runtime.adapters().clone(),
-        settings,
-    );
+    let rt = eager_reconciler(h);
     let mut reached = None;
     for pass in 1..=15 {
         rt.reconcile_stale(100).await.unwrap();
@@ -1064,4 +1044,20 @@ pub async fn an_outcome_that_cannot_be_recorded_is_unknown(h: &Arc<Harness>) {
     );
     assert_eq!(execution.ledger_id, ledger_id);
     assert_eq!(effects(), 1);
+}
+
+/// A runtime over the harness's store, registry and adapters that takes every `attempting` row
+/// for abandoned at once (`stale_after` zero), as a reconciler long after a crash would.
+fn eager_reconciler(h: &Harness) -> Runtime {
+    let settings = RuntimeSettings {
+        stale_after: Duration::ZERO,
+        ..*h.runtime.settings()
+    };
+    Runtime::new(
+        h.store.clone(),
+        h.authority.registry().clone(),
+        h.authority.env().clone(),
+        h.runtime.adapters().clone(),
+        settings,
+    )
 }
