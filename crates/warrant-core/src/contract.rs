@@ -70,7 +70,8 @@ impl Effect {
         }
     }
 
-    fn parse(text: &str) -> Option<Self> {
+    /// The effect class a document names (`read`, `write`, `irreversible`, `async`).
+    pub fn parse(text: &str) -> Option<Self> {
         match text {
             "read" => Some(Effect::Read),
             "write" => Some(Effect::Write),
@@ -661,6 +662,22 @@ impl std::fmt::Display for LintProblem {
         };
         write!(f, "{at}: {}", self.message)
     }
+}
+
+/// Lints a schema that closes untrusted input the way a contract's `input` is closed (PRODUCT
+/// §2: `type: object`, every object closed, known keywords only, annotations where the walk
+/// applies them), rooted at `pointer`; used for a workflow's `input`. Returns every problem,
+/// or compiles the schema when there are none.
+///
+/// # Errors
+/// The problems, each with the pointer of the offending node.
+pub fn lint_input_schema(schema: &Value, pointer: &str) -> Result<CompiledSchema, Vec<LintProblem>> {
+    let mut problems = Problems::default();
+    schema::lint_input(schema, pointer, &mut problems);
+    if !problems.is_empty() {
+        return Err(problems.0);
+    }
+    CompiledSchema::compile(schema).map_err(|e| vec![LintProblem::new(pointer, &e)])
 }
 
 #[derive(Default)]

@@ -923,6 +923,10 @@ fn main() {
     let server = Server::start(&bin, upstream);
     let pid = server.pid();
     eprintln!("server pid {pid} on {} ({})", server.addr, bin.display());
+    if env_or("WARRANT_LOAD_PAUSE", 0_u64) > 0 {
+        // For driving the paused servers with another client (the bench's own throwaway key).
+        eprintln!("agent key {} · upstream {upstream}", server.agent_key);
+    }
     // The baseline, when asked for: a second server from another binary, measured in the same
     // rounds as the first.
     let baseline_bin = std::env::var_os("WARRANT_BASELINE_BIN").map(PathBuf::from);
@@ -934,6 +938,9 @@ fn main() {
             server.addr,
             bin.display()
         );
+        if env_or("WARRANT_LOAD_PAUSE", 0_u64) > 0 {
+            eprintln!("baseline agent key {}", server.agent_key);
+        }
         server
     });
     let servers: Vec<&Server> = std::iter::once(&server).chain(baseline.as_ref()).collect();

@@ -427,7 +427,7 @@ impl CompiledSchema {
     /// The walk of its annotations decides `anyOf`/`oneOf` branches and `if` with validators of
     /// the same options, compiled for those subschemas of the same (strict) copy: a branch
     /// applies exactly when the contract's own validator would say it validates.
-    pub(crate) fn compile(schema: &Value) -> Result<Self, String> {
+    pub fn compile(schema: &Value) -> Result<Self, String> {
         let mut copy = schema.clone();
         inject_strict_integer(&mut copy);
         let describe = |e: ValidationError<'_>| {
