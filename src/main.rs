@@ -14,6 +14,7 @@ mod mcp;
 mod reconcile;
 mod serve;
 mod store;
+mod workflow;
 
 use std::process::ExitCode;
 
@@ -71,6 +72,9 @@ enum Command {
         #[command(subcommand)]
         command: client::KeysCommand,
     },
+    /// Workflows: compile a definition offline (grammar, tools, bindings, Gate A).
+    #[command(subcommand)]
+    Workflow(workflow::WorkflowCommand),
     /// Tenants on a running server (the platform operator): create, list.
     Tenants {
         #[command(flatten)]
@@ -113,6 +117,7 @@ fn main() -> ExitCode {
         Command::Ledger { server, command } => client::ledger(&server, &command),
         Command::Keys { server, command } => client::keys(&server, &command),
         Command::Tenants { server, command } => client::tenants(&server, &command),
+        Command::Workflow(command) => workflow::run(&command),
     };
     match result {
         Ok(exit) => ExitCode::from(exit as u8),

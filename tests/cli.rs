@@ -580,3 +580,62 @@ fn keys_list_contract_export_and_register_problems() {
         "{err}"
     );
 }
+
+#[test]
+fn workflow_compile_prints_coverage_or_every_violation_with_its_path() {
+    let ok = warrant(
+        &[
+            "workflow",
+            "compile",
+            "examples/workflows/credit_after_review.yaml",
+            "--contracts",
+            "examples/contracts",
+        ],
+        None,
+    );
+    assert_eq!(
+        ok.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let text = stdout(&ok);
+    assert!(text.starts_with("credit_after_review@1: ok"), "{text}");
+    assert!(
+        text.contains(
+            "credit          create_support_credit@1 (write): review required; reviewed by review_credit"
+        ),
+        "{text}"
+    );
+
+    let refused = warrant(
+        &[
+            "workflow",
+            "compile",
+            "examples/workflows/refused/branch_around_review.yaml",
+            "--format",
+            "json",
+        ],
+        None,
+    );
+    assert_eq!(refused.status.code(), Some(1));
+    let report: serde_json::Value = serde_json::from_slice(&refused.stdout).unwrap();
+    assert_eq!(report["ok"], false);
+    assert_eq!(report["violations"][0]["rule"], "gate_a.unreviewed_path");
+    assert_eq!(
+        report["violations"][0]["path"],
+        "entry → branch(size: else) → credit"
+    );
+
+    // A definition read from standard input, naming a tool without a version.
+    let bare = warrant(
+        &["workflow", "compile", "-"],
+        Some(b"name: w\nversion: 1\ndescription: d\ninput: {type: object, additionalProperties: false}\nsteps:\n  - {id: a, tool: send_email, next: z}\n  - {id: z, end: {status: completed}}\n"),
+    );
+    assert_eq!(bare.status.code(), Some(1));
+    assert!(
+        stdout(&bare).contains("without a version or content id"),
+        "{}",
+        stdout(&bare)
+    );
+}

@@ -889,15 +889,18 @@ impl Checker<'_> {
                 .collect();
             let producers = self.producers(t);
             let why = if contract.approval() == ApprovalMode::PerCall {
-                format!("{} needs a per-call approval", label(&contract))
+                format!("{} requires a per-call approval", label(&contract))
             } else {
-                format!("{} is `{}`", label(&contract), contract.effect().as_str())
+                format!(
+                    "{} is `{}`, which `review_required_for` lists",
+                    label(&contract),
+                    contract.effect().as_str()
+                )
             };
             for v in check_tool(&graph, t, &covering, &producers) {
                 let message = match &v {
                     GateA::Unreviewed(_) => format!(
-                        "tool step `{}` can be reached without a review that covers it ({why}; \
-                         `review_required_for` or the contract requires one)",
+                        "tool step `{}` can be reached without a review that covers it ({why})",
                         step.id
                     ),
                     GateA::Reject { review, .. } => format!(
