@@ -583,6 +583,73 @@ pub fn contracts(command: &RemoteContractCommand) -> Result<Exit> {
     })
 }
 
+/// Runs `warrant workflow publish|list|show`.
+pub fn workflows(command: &crate::workflow::WorkflowCommand) -> Result<Exit> {
+    use crate::workflow::WorkflowCommand;
+    let server = match command {
+        WorkflowCommand::Publish { server, .. }
+        | WorkflowCommand::List { server }
+        | WorkflowCommand::Show { server, .. } => server,
+        WorkflowCommand::Compile { .. } => bail!("`workflow compile` runs offline"),
+    };
+    let client = Client::new(server)?;
+    block_on(async move {
+        let answer = match command {
+            WorkflowCommand::Publish { file, .. } => {
+                let bytes = read_input(file)?;
+                let content_type = if file.ends_with(".json") {
+                    "application/json"
+                } else {
+                    "application/yaml"
+                };
+                client
+                    .call(Method::POST, "/v1/workflows", Some((bytes, content_type)))
+                    .await?
+            }
+            WorkflowCommand::Show { name, version, .. } => {
+                let path = format!("/v1/workflows/{}/{version}", segment(name));
+                client.call(Method::GET, &path, None).await?
+            }
+            _ => client.call(Method::GET, "/v1/workflows", None).await?,
+        };
+        match (command, answer) {
+            (WorkflowCommand::List { .. }, Ok(v)) => {
+                for w in at(&v, "workflows").as_array().into_iter().flatten() {
+                    println!(
+                        "{}@{}  {}  published by {} at {}",
+                        at(w, "name").as_str().unwrap_or(""),
+                        at(w, "version"),
+                        at(w, "digest").as_str().unwrap_or(""),
+                        at(w, "published_by").as_str().unwrap_or(""),
+                        at(w, "published_at").as_str().unwrap_or(""),
+                    );
+                }
+                Ok(Exit::Ok)
+            }
+            (_, Ok(v)) => {
+                print(&v);
+                Ok(Exit::Ok)
+            }
+            (_, Err(m)) => {
+                // Each violation the compiler found, as `workflow compile` prints them.
+                let exit = refused(&m);
+                for v in at(&m.body, "violations").as_array().into_iter().flatten() {
+                    eprintln!(
+                        "[{}] {}: {}",
+                        at(v, "rule").as_str().unwrap_or(""),
+                        at(v, "pointer").as_str().unwrap_or(""),
+                        at(v, "message").as_str().unwrap_or("")
+                    );
+                    if let Some(path) = at(v, "path").as_str() {
+                        eprintln!("    path: {path}");
+                    }
+                }
+                Ok(exit)
+            }
+        }
+    })
+}
+
 /// Runs `warrant tenants …`.
 pub fn tenants(args: &ServerArgs, command: &TenantsCommand) -> Result<Exit> {
     let client = Client::new(args)?;

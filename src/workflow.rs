@@ -32,6 +32,29 @@ pub enum WorkflowCommand {
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
+    /// Publish a definition on a running server (admin of your tenant): compiled there against
+    /// the contracts your tenant's calls resolve to; refused with every violation (exit 1).
+    Publish {
+        /// The definition (YAML or JSON).
+        #[arg(value_name = "FILE|-")]
+        file: String,
+        #[command(flatten)]
+        server: crate::client::ServerArgs,
+    },
+    /// Your tenant's published workflows.
+    List {
+        #[command(flatten)]
+        server: crate::client::ServerArgs,
+    },
+    /// One published workflow: its pins and definition.
+    Show {
+        /// The workflow's name.
+        name: String,
+        /// Its version.
+        version: u32,
+        #[command(flatten)]
+        server: crate::client::ServerArgs,
+    },
 }
 
 /// Output format.
@@ -71,6 +94,7 @@ pub fn run(command: &WorkflowCommand) -> Result<Exit> {
             contracts,
             format,
         } => compile(file, contracts.as_ref(), *format),
+        remote => crate::client::workflows(remote),
     }
 }
 

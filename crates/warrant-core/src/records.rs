@@ -682,6 +682,38 @@ pub enum Registration {
     Bound,
 }
 
+/// A published workflow: its definition as authored (JSON data model), the content id each
+/// tool and model step is pinned to, and who published it. Immutable once published.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkflowRecord {
+    /// The tenant that owns it.
+    pub tenant: String,
+    /// Its name.
+    pub name: String,
+    /// Its version.
+    pub version: u32,
+    /// `sha256:<hex>` of the canonical definition: the same name@version may be published
+    /// again only with the same digest.
+    pub digest: String,
+    /// The definition.
+    pub document: Value,
+    /// Step id → the content id (`tool-contract@sha256:…`) it calls or proposes.
+    pub pinned: std::collections::BTreeMap<String, String>,
+    /// The principal that published it.
+    pub published_by: String,
+    /// When.
+    pub published_at: OffsetDateTime,
+}
+
+/// The result of publishing a workflow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Publication {
+    /// Newly published.
+    Published,
+    /// The same definition was already published under this name@version: nothing changed.
+    Unchanged,
+}
+
 /// What the sweeper removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PurgeCounts {

@@ -68,6 +68,15 @@ struct Entry {
     fetched_at: OffsetDateTime,
 }
 
+/// How an author pins a contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pin<'a> {
+    /// `name@version`.
+    Version(&'a str, u32),
+    /// `tool-contract@sha256:…`.
+    ContentId(&'a str),
+}
+
 /// The registry (see the module documentation).
 pub struct Registry {
     store: Arc<dyn Store>,
@@ -263,6 +272,32 @@ impl Registry {
         for space in [Some(tenant), None] {
             if let Some(entry) = self.by_content_id(&namespace_of(space), content_id, now).await? {
                 return Ok(Some(entry.contract));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The contract a pin names for a caller of `tenant` — `name@version` or a content id, its
+    /// own namespace first, then the platform's — and whether it is retired at `now`. For
+    /// authoring (a workflow pins what it calls), where a retired contract is refused with an
+    /// error of its own rather than a call's rejection.
+    ///
+    /// # Errors
+    /// The store's errors.
+    pub async fn find_pinned(
+        &self,
+        tenant: &str,
+        pin: Pin<'_>,
+        now: OffsetDateTime,
+    ) -> Result<Option<(Arc<Contract>, bool)>, StoreError> {
+        for space in [Some(tenant), None] {
+            let entry = match pin {
+                Pin::Version(name, version) => self.by_version(space, name, version, now).await?,
+                Pin::ContentId(id) => self.by_content_id(&namespace_of(space), id, now).await?,
+            };
+            if let Some(entry) = entry {
+                let retired = entry.retired_at.is_some_and(|at| at <= now);
+                return Ok(Some((entry.contract, retired)));
             }
         }
         Ok(None)

@@ -95,6 +95,20 @@ pub trait Store: Send + Sync + 'static {
 
     /// Records a tenant; `false` if it already exists.
     async fn create_tenant(&self, tenant: &TenantRecord) -> Result<bool, StoreError>;
+
+    /// Publishes a workflow in its tenant. The same name@version again with the same digest is
+    /// a no-op ([`Publication::Unchanged`]); with another digest it is a
+    /// [`StoreError::Conflict`]: a published version never changes.
+    async fn publish_workflow(&self, workflow: &WorkflowRecord) -> Result<Publication, StoreError>;
+    /// One published workflow of `tenant`.
+    async fn get_workflow(
+        &self,
+        tenant: &str,
+        name: &str,
+        version: u32,
+    ) -> Result<Option<WorkflowRecord>, StoreError>;
+    /// Every published workflow of `tenant`, by name then version.
+    async fn list_workflows(&self, tenant: &str) -> Result<Vec<WorkflowRecord>, StoreError>;
     /// Every tenant, by id.
     async fn list_tenants(&self) -> Result<Vec<TenantRecord>, StoreError>;
 

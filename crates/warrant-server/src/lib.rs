@@ -64,6 +64,7 @@ pub fn router(state: Arc<AppState>, limits: HttpLimits) -> Router {
         .merge(routes::ledger::router())
         .merge(routes::keys::router())
         .merge(routes::tenants::router())
+        .merge(routes::workflows::router())
         .merge(routes::health::router())
         .merge(mcp::router(&state))
         .layer(in_flight);

@@ -303,6 +303,54 @@ pub struct Tenant {
     created_at: String,
 }
 
+/// How one tool step of a published workflow is reviewed.
+#[derive(ToSchema)]
+pub struct WorkflowCoverage {
+    /// The tool step.
+    step: String,
+    /// `name@version` of the contract it calls.
+    tool: String,
+    /// The pinned content id.
+    content_id: String,
+    /// The contract's effect class.
+    effect: String,
+    /// Whether Gate A requires a covering review.
+    review_required: bool,
+    /// The reviews that cover it.
+    reviews: Vec<String>,
+}
+
+/// A published workflow.
+#[derive(ToSchema)]
+pub struct PublishedWorkflow {
+    /// Its name.
+    name: String,
+    /// Its version.
+    version: u32,
+    /// `sha256:<hex>` of the canonical definition.
+    digest: String,
+    /// Its description.
+    description: Option<String>,
+    /// Step id → the content id it calls or proposes.
+    pinned: std::collections::BTreeMap<String, String>,
+    /// The principal that published it.
+    published_by: String,
+    /// When (RFC 3339).
+    published_at: String,
+    /// Each tool step's review coverage (on publication).
+    coverage: Option<Vec<WorkflowCoverage>>,
+    /// The definition (on `GET /v1/workflows/{name}/{version}`).
+    #[schema(value_type = Option<Object>)]
+    definition: Option<serde_json::Value>,
+}
+
+/// The tenant's workflows.
+#[derive(ToSchema)]
+pub struct WorkflowList {
+    /// Each published workflow.
+    workflows: Vec<PublishedWorkflow>,
+}
+
 /// A created tenant with its first admin key (shown once).
 #[derive(ToSchema)]
 pub struct CreatedTenant {
@@ -415,6 +463,9 @@ impl Modify for BearerKeys {
         crate::routes::tenants::create,
         crate::routes::tenants::list,
         crate::routes::tenants::create_tenant_key,
+        crate::routes::workflows::publish,
+        crate::routes::workflows::list,
+        crate::routes::workflows::show,
         crate::routes::health::healthz,
         crate::routes::health::ready,
         crate::routes::health::metrics,
@@ -423,7 +474,7 @@ impl Modify for BearerKeys {
     components(schemas(
         ErrorBody, ErrorDetail, Proposal, ProposalAnswer, ApprovalHold, ContractSummary, ContractList,
         Registered, Retired, Approval, ApprovalList, ReviewBody, LedgerRow, LedgerPage, CreateKey, CreatedKey, KeySummary, KeyList,
-        CreateTenant, CreatedTenant, Tenant, TenantList
+        CreateTenant, CreatedTenant, Tenant, TenantList, WorkflowCoverage, PublishedWorkflow, WorkflowList
     )),
     modifiers(&BearerKeys),
     security(("api_key" = []))

@@ -7,6 +7,7 @@ pub mod keys;
 pub mod ledger;
 pub mod proposals;
 pub mod tenants;
+pub mod workflows;
 
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;

@@ -24,6 +24,7 @@ struct State {
     closed: bool,
     contracts: BTreeMap<(Namespace, String, u32), StoredContract>,
     tenants: BTreeMap<String, TenantRecord>,
+    workflows: BTreeMap<(String, String, u32), WorkflowRecord>,
     ledger: HashMap<String, LedgerEntry>,
     idempotency: HashMap<IdempotencyScope, IdempotencyRecord>,
     approvals: HashMap<String, ApprovalRequest>,
@@ -395,6 +396,48 @@ impl Store for MemoryStore {
             t.created_at = trunc(t.created_at);
             s.tenants.insert(t.id.clone(), t);
             Ok(true)
+        })
+    }
+
+    async fn publish_workflow(&self, workflow: &WorkflowRecord) -> Result<Publication, StoreError> {
+        self.with(|s| {
+            let key = (workflow.tenant.clone(), workflow.name.clone(), workflow.version);
+            match s.workflows.get(&key) {
+                Some(existing) if existing.digest == workflow.digest => Ok(Publication::Unchanged),
+                Some(_) => Err(StoreError::Conflict(format!(
+                    "workflow {}@{} is already published with another definition",
+                    workflow.name, workflow.version
+                ))),
+                None => {
+                    let mut w = workflow.clone();
+                    w.published_at = trunc(w.published_at);
+                    s.workflows.insert(key, w);
+                    Ok(Publication::Published)
+                }
+            }
+        })
+    }
+
+    async fn get_workflow(
+        &self,
+        tenant: &str,
+        name: &str,
+        version: u32,
+    ) -> Result<Option<WorkflowRecord>, StoreError> {
+        self.with(|s| {
+            Ok(s.workflows
+                .get(&(tenant.to_owned(), name.to_owned(), version))
+                .cloned())
+        })
+    }
+
+    async fn list_workflows(&self, tenant: &str) -> Result<Vec<WorkflowRecord>, StoreError> {
+        self.with(|s| {
+            Ok(s.workflows
+                .values()
+                .filter(|w| w.tenant == tenant)
+                .cloned()
+                .collect())
         })
     }
 

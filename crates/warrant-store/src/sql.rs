@@ -326,6 +326,25 @@ fn u32_of(v: i64) -> Result<u32, StoreError> {
     u32::try_from(v).map_err(|_| StoreError::Corrupt(format!("{v} out of range")))
 }
 
+const SELECT_WORKFLOW: &str =
+    "SELECT tenant, name, version, digest, document, pinned, published_by, published_at FROM workflows";
+
+fn workflow_of(row: &impl RowExt) -> Result<WorkflowRecord, StoreError> {
+    let pinned = serde_json::from_str(&row.text("pinned")?)
+        .map_err(|e| StoreError::Corrupt(format!("workflow pins: {e}")))?;
+    Ok(WorkflowRecord {
+        tenant: row.text("tenant")?,
+        name: row.text("name")?,
+        version: u32::try_from(row.int("version")?)
+            .map_err(|_| StoreError::Corrupt("workflow version".into()))?,
+        digest: row.text("digest")?,
+        document: json_of(&row.text("document")?)?,
+        pinned,
+        published_by: row.text("published_by")?,
+        published_at: from_ms(row.int("published_at")?)?,
+    })
+}
+
 fn json_text(v: &Value) -> String {
     canonical_string(v)
 }
@@ -986,6 +1005,71 @@ impl Store for SqlStore {
         let sql = "INSERT INTO tenants (id, label, created_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING";
         write_op!(self, [t = t.clone()], |ex| {
             Ok(ex.execute(sql, &args![&t.id, &t.label, ms(t.created_at)]).await? == 1)
+        })
+    }
+
+    async fn publish_workflow(&self, w: &WorkflowRecord) -> Result<Publication, StoreError> {
+        let insert = "INSERT INTO workflows (tenant, name, version, digest, document, pinned, published_by, \
+                      published_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING";
+        let existing = "SELECT digest FROM workflows WHERE tenant = $1 AND name = $2 AND version = $3";
+        let document = json_text(&w.document);
+        let pinned = serde_json::to_string(&w.pinned).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        write_op!(self, [w = w.clone()], |ex| {
+            let version = i64::from(w.version);
+            let args = args![
+                &w.tenant,
+                &w.name,
+                version,
+                &w.digest,
+                &document,
+                &pinned,
+                &w.published_by,
+                ms(w.published_at),
+            ];
+            if ex.execute(insert, &args).await? == 1 {
+                return Ok(Publication::Published);
+            }
+            let row = ex
+                .fetch_optional(existing, &args![&w.tenant, &w.name, version])
+                .await?
+                .ok_or(StoreError::NotFound)?;
+            if row.text("digest")? == w.digest {
+                Ok(Publication::Unchanged)
+            } else {
+                Err(StoreError::Conflict(format!(
+                    "workflow {}@{} is already published with another definition",
+                    w.name, w.version
+                )))
+            }
+        })
+    }
+
+    async fn get_workflow(
+        &self,
+        tenant: &str,
+        name: &str,
+        version: u32,
+    ) -> Result<Option<WorkflowRecord>, StoreError> {
+        read_op!(self, [tenant = tenant.to_owned(), name = name.to_owned()], |ex| {
+            let row = ex
+                .fetch_optional(
+                    &format!("{SELECT_WORKFLOW} WHERE tenant = $1 AND name = $2 AND version = $3"),
+                    &args![&tenant, &name, i64::from(version)],
+                )
+                .await?;
+            row.map(|r| workflow_of(&r)).transpose()
+        })
+    }
+
+    async fn list_workflows(&self, tenant: &str) -> Result<Vec<WorkflowRecord>, StoreError> {
+        read_op!(self, [tenant = tenant.to_owned()], |ex| {
+            let rows = ex
+                .fetch_all(
+                    &format!("{SELECT_WORKFLOW} WHERE tenant = $1 ORDER BY name, version"),
+                    &args![&tenant],
+                )
+                .await?;
+            rows.iter().map(workflow_of).collect()
         })
     }
 

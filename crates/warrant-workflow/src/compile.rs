@@ -83,6 +83,14 @@ impl Catalog for StaticCatalog {
     }
 }
 
+/// A catalogue of answers found beforehand (a server resolves each reference through its
+/// registry, which is asynchronous, then compiles); a reference it lacks is unknown.
+impl Catalog for BTreeMap<ToolRef, Found> {
+    fn find(&self, tool: &ToolRef) -> Found {
+        self.get(tool).cloned().unwrap_or(Found::Unknown)
+    }
+}
+
 /// The rules a definition can break.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Rule {

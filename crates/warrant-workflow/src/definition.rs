@@ -53,6 +53,20 @@ pub struct Definition {
     pub steps: Vec<Step>,
 }
 
+impl Definition {
+    /// Every tool reference the steps make (tools called and tools proposed), once each.
+    pub fn tool_refs(&self) -> BTreeSet<&ToolRef> {
+        self.steps
+            .iter()
+            .filter_map(|s| match &s.kind {
+                StepKind::Tool(t) => Some(&t.tool),
+                StepKind::Model(m) => Some(&m.propose),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
 /// An effect class as `review_required_for` names it (ordered, unlike [`Effect`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum EffectClass {

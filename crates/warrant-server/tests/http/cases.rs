@@ -1144,3 +1144,101 @@ pub async fn a_rejected_call_is_not_sent_for_review_again(h: &Harness) {
     let (status, _) = h.propose("agent", &credit(78, "k-rejected-2")).await;
     assert_eq!(status, 202);
 }
+
+/// A workflow for the harness's contracts: `lookup` (a read) then, after a review, `credit`.
+fn workflow_doc(name: &str, reviewed: bool) -> String {
+    let (first, review) = if reviewed {
+        (
+            "review",
+            "  - id: review\n    review: { covers: [credit], reviewers: { role: supervisor } }\n    on_approve: credit\n    on_reject: done\n",
+        )
+    } else {
+        ("credit", "")
+    };
+    format!(
+        "name: {name}\nversion: 1\ndescription: Credit after a lookup.\ninput:\n  type: object\n  additionalProperties: false\n  \
+         required: [customer_id, order_id]\n  properties:\n    customer_id: {{ type: string, maxLength: 36 }}\n    \
+         order_id: {{ type: string, maxLength: 20 }}\nsteps:\n  - id: look\n    tool: lookup@1\n    \
+         with: {{ order_id: \"${{input.order_id}}\" }}\n    next: {first}\n{review}  - id: credit\n    tool: credit@1\n    \
+         with: {{ customer_id: \"${{input.customer_id}}\", amount_cents: \"${{steps.look.output.total_cents}}\", reason: goodwill }}\n    \
+         next: done\n  - id: done\n    end: {{ status: completed }}\n"
+    )
+}
+
+pub async fn admins_publish_only_workflows_the_compiler_accepts(h: &Harness) {
+    let post = |who: &str, body: String| {
+        h.req(Method::POST, "/v1/workflows", who)
+            .header("content-type", "application/yaml")
+            .body(body)
+    };
+    // An agent only proposes.
+    let r = post("agent", workflow_doc("refund", true)).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 403);
+    // Gate A refuses a credit without a review, naming the path, and nothing is stored.
+    let r = post("admin", workflow_doc("refund", false)).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 422);
+    let body: Value = r.json().await.unwrap();
+    assert_error_shape(&body);
+    assert_eq!(body["error"]["code"], "WORKFLOW_REFUSED");
+    assert_eq!(body["violations"][0]["rule"], "gate_a.unreviewed_path");
+    assert_eq!(body["violations"][0]["path"], "entry → look → credit");
+    // A grammar problem names its pointer.
+    let r = post(
+        "admin",
+        workflow_doc("refund", true).replace("tool: lookup@1", "tool: lookup"),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(r.status().as_u16(), 422);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "WORKFLOW_INVALID");
+    assert_eq!(body["violations"][0]["pointer"], "/steps/0/tool");
+
+    // Accepted: pinned to the content ids the tenant's calls resolve to.
+    let r = post("admin", workflow_doc("refund", true)).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let published: Value = r.json().await.unwrap();
+    assert!(
+        published["pinned"]["credit"]
+            .as_str()
+            .unwrap()
+            .starts_with("tool-contract@sha256:")
+    );
+    assert_eq!(published["coverage"][1]["step"], "credit");
+    assert_eq!(published["coverage"][1]["reviews"], json!(["review"]));
+    assert_eq!(published["published_by"], "root");
+    // The same definition again: unchanged; another under the same version: 409.
+    let r = post("admin", workflow_doc("refund", true)).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let changed = workflow_doc("refund", true).replace("Credit after a lookup.", "Another.");
+    let r = post("admin", changed).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 409);
+
+    // Listed and shown in the tenant; invisible to another tenant.
+    let r = h.req(Method::GET, "/v1/workflows", "agent").send().await.unwrap();
+    let list: Value = r.json().await.unwrap();
+    assert_eq!(list["workflows"].as_array().unwrap().len(), 1);
+    let r = h
+        .req(Method::GET, "/v1/workflows/refund/1", "agent")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let shown: Value = r.json().await.unwrap();
+    assert_eq!(shown["definition"]["steps"][0]["id"], "look");
+    assert_eq!(shown["digest"], published["digest"]);
+    let r = h
+        .req(Method::GET, "/v1/workflows/refund/1", "other_admin")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    let r = h
+        .req(Method::GET, "/v1/workflows", "other_admin")
+        .send()
+        .await
+        .unwrap();
+    let list: Value = r.json().await.unwrap();
+    assert_eq!(list["workflows"], json!([]));
+}

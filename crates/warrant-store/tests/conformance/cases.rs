@@ -2044,3 +2044,65 @@ pub async fn overdue_rows_are_marked_once(b: &Backend) {
     marked.dedup();
     assert_eq!((total, marked.len()), (40, 40));
 }
+
+pub async fn workflows_are_immutable_and_tenant_scoped(b: &Backend) {
+    let s = b.store();
+    let at = time::OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
+    let w = WorkflowRecord {
+        tenant: "acme".into(),
+        name: "credit_after_review".into(),
+        version: 1,
+        digest: "sha256:aa".into(),
+        document: serde_json::json!({"name": "credit_after_review", "version": 1, "steps": [{"id": "done", "end": {"status": "completed"}}]}),
+        pinned: [("credit".to_owned(), "tool-contract@sha256:bb".to_owned())]
+            .into_iter()
+            .collect(),
+        published_by: "admin-1".into(),
+        published_at: at,
+    };
+    assert_eq!(s.publish_workflow(&w).await.unwrap(), Publication::Published);
+    assert_eq!(s.publish_workflow(&w).await.unwrap(), Publication::Unchanged);
+    let changed = WorkflowRecord {
+        digest: "sha256:cc".into(),
+        ..w.clone()
+    };
+    assert!(matches!(
+        s.publish_workflow(&changed).await,
+        Err(StoreError::Conflict(_))
+    ));
+    let v2 = WorkflowRecord {
+        version: 2,
+        digest: "sha256:dd".into(),
+        ..w.clone()
+    };
+    assert_eq!(s.publish_workflow(&v2).await.unwrap(), Publication::Published);
+    // Another tenant may use the same name and version; neither sees the other's.
+    let other = WorkflowRecord {
+        tenant: "globex".into(),
+        digest: "sha256:ee".into(),
+        ..w.clone()
+    };
+    assert_eq!(s.publish_workflow(&other).await.unwrap(), Publication::Published);
+
+    assert_eq!(
+        s.get_workflow("acme", "credit_after_review", 1).await.unwrap(),
+        Some(w.clone())
+    );
+    assert_eq!(
+        s.get_workflow("acme", "credit_after_review", 3).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        s.get_workflow("initech", "credit_after_review", 1).await.unwrap(),
+        None
+    );
+    let listed: Vec<(String, u32)> = s
+        .list_workflows("acme")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|w| (w.digest, w.version))
+        .collect();
+    assert_eq!(listed, vec![("sha256:aa".into(), 1), ("sha256:dd".into(), 2)]);
+    assert_eq!(s.list_workflows("globex").await.unwrap().len(), 1);
+}

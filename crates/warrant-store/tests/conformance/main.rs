@@ -77,4 +77,5 @@ conformance! {
     unresolved_rows_are_claimed_in_due_order_and_rescheduled,
     concurrent_reconcilers_never_claim_the_same_row,
     overdue_rows_are_marked_once,
+    workflows_are_immutable_and_tenant_scoped,
 }

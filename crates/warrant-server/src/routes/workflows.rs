@@ -1,0 +1,252 @@
+//! Workflows (PRODUCT §8): publish (a tenant admin, in its own tenant), list and show. A
+//! definition is published only if the compiler accepts it against the contracts the
+//! tenant's calls resolve to (its own namespace, then the platform's): a refusal is a 422
+//! listing every violation with its rule and the path that proves it. A published version
+//! pins the content id of every contract it calls and never changes.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::{Value, json};
+use warrant_core::contract::{DocumentFormat, read_document};
+use warrant_core::records::{Publication, WorkflowRecord};
+use warrant_core::registry::Pin;
+use warrant_core::store::StoreError;
+use warrant_workflow::compile::{Compiled, Found, Violation};
+use warrant_workflow::definition::{self, ToolRef};
+
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::routes::proposals::header_text;
+use crate::routes::rfc3339;
+use crate::state::AppState;
+
+/// The routes.
+pub fn router() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/v1/workflows", get(list).post(publish))
+        .route("/v1/workflows/{name}/{version}", get(show))
+}
+
+fn violations(list: &[Violation]) -> Value {
+    Value::Array(
+        list.iter()
+            .map(|v| {
+                json!({
+                    "rule": v.rule.code(),
+                    "step": v.step,
+                    "pointer": v.pointer,
+                    "message": v.message,
+                    "path": v.path,
+                })
+            })
+            .collect(),
+    )
+}
+
+fn refused(code: &str, list: &[Violation]) -> ApiError {
+    ApiError::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "workflow",
+        code,
+        format!("the workflow is refused: {} violation(s)", list.len()),
+    )
+    .with("violations", violations(list))
+}
+
+/// Publish a workflow (admin of the tenant): compiled against the tenant's contracts; refused
+/// with every violation, or stored with its pins.
+#[utoipa::path(post, path = "/v1/workflows", tag = "workflows",
+    request_body(content = String, description = "the workflow definition", content_type = "application/yaml"),
+    responses(
+        (status = 201, description = "published", body = crate::openapi::PublishedWorkflow),
+        (status = 200, description = "already published with this definition", body = crate::openapi::PublishedWorkflow),
+        (status = 400, description = "malformed request", body = crate::openapi::ErrorBody),
+        (status = 401, description = "no valid key", body = crate::openapi::ErrorBody),
+        (status = 403, description = "not an admin", body = crate::openapi::ErrorBody),
+        (status = 409, description = "this name@version is published with another definition", body = crate::openapi::ErrorBody),
+        (status = 415, description = "wrong content type", body = crate::openapi::ErrorBody),
+        (status = 422, description = "refused by the compiler, with every violation", body = crate::openapi::ErrorBody)))]
+pub(crate) async fn publish(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    caller.require_admin()?;
+    let tenant = caller.principal.tenant().to_owned();
+    let format = match header_text(&headers, header::CONTENT_TYPE.as_str())
+        .and_then(|ct| ct.split(';').next())
+        .map(str::trim)
+    {
+        Some("application/json") => DocumentFormat::Json,
+        Some("application/yaml" | "application/x-yaml" | "text/yaml") => DocumentFormat::Yaml,
+        _ => {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "request",
+                "UNSUPPORTED_MEDIA_TYPE",
+                "a workflow is application/json or application/yaml",
+            ));
+        }
+    };
+    let text = std::str::from_utf8(&body).map_err(|_| ApiError::bad_request("the workflow is not UTF-8"))?;
+    let document = read_document(text, format).map_err(|e| {
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "workflow",
+            "WORKFLOW_SYNTAX",
+            e.to_string(),
+        )
+    })?;
+    let definition = definition::from_document(&document).map_err(|problems| {
+        let list: Vec<Violation> = problems
+            .into_iter()
+            .map(|p| Violation {
+                rule: warrant_workflow::Rule::Grammar,
+                step: None,
+                pointer: p.pointer,
+                message: p.message,
+                path: None,
+            })
+            .collect();
+        refused("WORKFLOW_INVALID", &list)
+    })?;
+    // The registry is asynchronous and the compiler is not: resolve every reference first.
+    let now = state.env.now();
+    let mut catalog: BTreeMap<ToolRef, Found> = BTreeMap::new();
+    for tool in definition.tool_refs() {
+        let content_id;
+        let pin = match tool {
+            ToolRef::Version { name, version } => Pin::Version(name, *version),
+            ToolRef::Content(id) => {
+                content_id = id.to_string();
+                Pin::ContentId(&content_id)
+            }
+        };
+        let found = match state
+            .registry
+            .find_pinned(&tenant, pin, now)
+            .await
+            .map_err(store_error)?
+        {
+            Some((contract, false)) => Found::Active(contract),
+            Some((contract, true)) => Found::Retired(contract),
+            None => Found::Unknown,
+        };
+        catalog.insert(tool.clone(), found);
+    }
+    let compiled =
+        warrant_workflow::compile(definition, &catalog).map_err(|list| refused("WORKFLOW_REFUSED", &list))?;
+    let record = WorkflowRecord {
+        tenant,
+        name: compiled.definition.name.clone(),
+        version: compiled.definition.version,
+        digest: warrant_core::canon::digest(&document).to_string(),
+        document,
+        pinned: compiled
+            .pinned()
+            .into_iter()
+            .map(|(step, id)| (step, id.to_string()))
+            .collect(),
+        published_by: caller.principal.id().to_owned(),
+        published_at: now,
+    };
+    let status = match state.store.publish_workflow(&record).await {
+        Ok(Publication::Published) => StatusCode::CREATED,
+        Ok(Publication::Unchanged) => StatusCode::OK,
+        Err(StoreError::Conflict(message)) => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "workflow",
+                "WORKFLOW_VERSION_EXISTS",
+                message,
+            ));
+        }
+        Err(e) => return Err(store_error(e)),
+    };
+    let mut body = summary(&record);
+    if let Value::Object(map) = &mut body {
+        map.insert("coverage".into(), coverage(&compiled));
+    }
+    Ok((status, axum::Json(body)).into_response())
+}
+
+fn store_error(e: StoreError) -> ApiError {
+    ApiError::from(e)
+}
+
+fn coverage(compiled: &Compiled) -> Value {
+    Value::Array(
+        compiled
+            .coverage
+            .iter()
+            .map(|c| {
+                json!({
+                    "step": c.step,
+                    "tool": c.tool,
+                    "content_id": c.content_id.to_string(),
+                    "effect": c.effect.as_str(),
+                    "review_required": c.review_required,
+                    "reviews": c.reviews,
+                })
+            })
+            .collect(),
+    )
+}
+
+fn summary(w: &WorkflowRecord) -> Value {
+    json!({
+        "name": w.name,
+        "version": w.version,
+        "digest": w.digest,
+        "description": w.document.get("description"),
+        "pinned": w.pinned,
+        "published_by": w.published_by,
+        "published_at": rfc3339(w.published_at),
+    })
+}
+
+/// The tenant's published workflows.
+#[utoipa::path(get, path = "/v1/workflows", tag = "workflows",
+    responses((status = 200, description = "the tenant's workflows", body = crate::openapi::WorkflowList),
+        (status = 401, description = "no valid key", body = crate::openapi::ErrorBody)))]
+pub(crate) async fn list(State(state): State<Arc<AppState>>, caller: Caller) -> Result<Response, ApiError> {
+    let workflows = state
+        .store
+        .list_workflows(caller.principal.tenant())
+        .await
+        .map_err(store_error)?;
+    let items: Vec<Value> = workflows.iter().map(summary).collect();
+    Ok(axum::Json(json!({ "workflows": items })).into_response())
+}
+
+/// One published workflow, with its definition.
+#[utoipa::path(get, path = "/v1/workflows/{name}/{version}", tag = "workflows",
+    params(("name" = String, Path, description = "the workflow's name"), ("version" = u32, Path, description = "its version")),
+    responses((status = 200, description = "the workflow", body = crate::openapi::PublishedWorkflow),
+        (status = 401, description = "no valid key", body = crate::openapi::ErrorBody),
+        (status = 404, description = "no such workflow in this tenant", body = crate::openapi::ErrorBody)))]
+pub(crate) async fn show(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path((name, version)): Path<(String, u32)>,
+) -> Result<Response, ApiError> {
+    let workflow = state
+        .store
+        .get_workflow(caller.principal.tenant(), &name, version)
+        .await
+        .map_err(store_error)?
+        .ok_or_else(|| ApiError::not_found("workflow"))?;
+    let mut body = summary(&workflow);
+    if let Value::Object(map) = &mut body {
+        map.insert("definition".into(), workflow.document.clone());
+    }
+    Ok(axum::Json(body).into_response())
+}
