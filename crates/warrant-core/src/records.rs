@@ -714,6 +714,131 @@ pub enum Publication {
     Unchanged,
 }
 
+/// Where a workflow run stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunStatus {
+    /// A step is due or running.
+    Running,
+    /// Parked (a review, an outcome being reconciled).
+    Waiting,
+    /// Ended at an `end: completed` step.
+    Completed,
+    /// Ended at an `end: failed` step, or by a step that failed.
+    Failed,
+    /// Cancelled.
+    Cancelled,
+}
+
+impl RunStatus {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Waiting => "waiting",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// Reads a stored name.
+    pub fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "running" => RunStatus::Running,
+            "waiting" => RunStatus::Waiting,
+            "completed" => RunStatus::Completed,
+            "failed" => RunStatus::Failed,
+            "cancelled" => RunStatus::Cancelled,
+            _ => return None,
+        })
+    }
+
+    /// Whether the run has ended.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled
+        )
+    }
+}
+
+/// A workflow run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRecord {
+    /// `run_<ulid>`.
+    pub id: String,
+    /// The tenant it runs in.
+    pub tenant: String,
+    /// The workflow's name.
+    pub workflow: String,
+    /// Its version.
+    pub version: u32,
+    /// The published definition's digest (what runs).
+    pub digest: String,
+    /// Where it stands.
+    pub status: RunStatus,
+    /// The validated input.
+    pub input: Value,
+    /// The principal it acts as: `{id, tenant, grants, roles}` of the key that started it.
+    pub principal: Value,
+    /// The step due next (none once the run ended).
+    pub next_step: Option<String>,
+    /// The sequence number the next step record takes (steps are numbered from 0).
+    pub next_seq: u32,
+    /// The cost of its steps so far.
+    pub cost: u64,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// Started.
+    pub created_at: OffsetDateTime,
+    /// Last changed.
+    pub updated_at: OffsetDateTime,
+}
+
+/// One executed step of a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunStep {
+    /// The run.
+    pub run_id: String,
+    /// Its place in the run (0, 1, …).
+    pub seq: u32,
+    /// The step id.
+    pub step_id: String,
+    /// The step kind (`tool`, `branch`, `end`, …).
+    pub kind: String,
+    /// `completed` or `failed`.
+    pub status: String,
+    /// What it produced (a tool's result; a branch's choice).
+    pub output: Option<Value>,
+    /// The ledger row of its call, for a tool step.
+    pub ledger_id: Option<String>,
+    /// Its cost.
+    pub cost: u64,
+    /// A detail (an error code, the exit taken).
+    pub detail: Option<String>,
+    /// When it finished.
+    pub finished_at: OffsetDateTime,
+}
+
+/// What follows a step: the next step's job, or the end of the run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunAdvance {
+    /// The run goes on at `step`, through `job`.
+    Next {
+        /// The next step's id.
+        step: String,
+        /// Its job.
+        job: NewJob,
+    },
+    /// The run ends.
+    End {
+        /// `Completed`, `Failed` or `Cancelled`.
+        status: RunStatus,
+        /// Why, when it failed.
+        error: Option<String>,
+    },
+}
+
 /// What the sweeper removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PurgeCounts {

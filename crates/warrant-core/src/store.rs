@@ -109,6 +109,25 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Option<WorkflowRecord>, StoreError>;
     /// Every published workflow of `tenant`, by name then version.
     async fn list_workflows(&self, tenant: &str) -> Result<Vec<WorkflowRecord>, StoreError>;
+
+    /// Starts a run: its record and the job of its first step, in one transaction.
+    async fn start_run(&self, run: &RunRecord, job: &NewJob) -> Result<(), StoreError>;
+    /// Records step `step.seq` of a run and what follows it, in one transaction — only while
+    /// the run is running and expects that step (`next_seq == step.seq`); `false` when it does
+    /// not (another worker recorded it, or the run ended).
+    async fn advance_run(
+        &self,
+        tenant: &str,
+        step: &RunStep,
+        advance: &RunAdvance,
+        now: OffsetDateTime,
+    ) -> Result<bool, StoreError>;
+    /// One run of `tenant`.
+    async fn get_run(&self, tenant: &str, id: &str) -> Result<Option<RunRecord>, StoreError>;
+    /// The recorded steps of a run of `tenant`, in order.
+    async fn run_steps(&self, tenant: &str, id: &str) -> Result<Vec<RunStep>, StoreError>;
+    /// The newest runs of `tenant`.
+    async fn list_runs(&self, tenant: &str, limit: u32) -> Result<Vec<RunRecord>, StoreError>;
     /// Every tenant, by id.
     async fn list_tenants(&self) -> Result<Vec<TenantRecord>, StoreError>;
 
@@ -326,11 +345,12 @@ pub trait Store: Send + Sync + 'static {
 
     /// Enqueues a job.
     async fn enqueue_job(&self, job: &NewJob) -> Result<(), StoreError>;
-    /// Claims up to `limit` due jobs (pending, or running with an expired lease) for `worker`
+    /// Claims up to `limit` due jobs of `kind` (pending, or running with an expired lease) for `worker`
     /// until `now + lease`. Two workers never claim the same job.
     async fn claim_jobs(
         &self,
         worker: &str,
+        kind: &str,
         limit: u32,
         lease: std::time::Duration,
         now: OffsetDateTime,

@@ -25,6 +25,8 @@ struct State {
     contracts: BTreeMap<(Namespace, String, u32), StoredContract>,
     tenants: BTreeMap<String, TenantRecord>,
     workflows: BTreeMap<(String, String, u32), WorkflowRecord>,
+    runs: BTreeMap<String, RunRecord>,
+    run_steps: BTreeMap<(String, u32), RunStep>,
     ledger: HashMap<String, LedgerEntry>,
     idempotency: HashMap<IdempotencyScope, IdempotencyRecord>,
     approvals: HashMap<String, ApprovalRequest>,
@@ -34,6 +36,29 @@ struct State {
     jobs: BTreeMap<String, Job>,
     /// ledger id → its reconciliation schedule (the SQL backends' `reconcile_*` columns).
     schedules: HashMap<String, Schedule>,
+}
+
+impl State {
+    fn enqueue(&mut self, j: &NewJob) -> Result<(), StoreError> {
+        if self.jobs.contains_key(&j.id) {
+            return Err(StoreError::Conflict(format!("job {} exists", j.id)));
+        }
+        let mut job = j.clone();
+        job.run_at = trunc(job.run_at);
+        job.max_attempts = job.max_attempts.max(1);
+        self.jobs.insert(
+            j.id.clone(),
+            Job {
+                job,
+                status: JobStatus::Pending,
+                attempts: 0,
+                locked_by: None,
+                locked_until: None,
+                last_error: None,
+            },
+        );
+        Ok(())
+    }
 }
 
 /// A ledger row's reconciliation schedule (see migration 0004).
@@ -438,6 +463,84 @@ impl Store for MemoryStore {
                 .filter(|w| w.tenant == tenant)
                 .cloned()
                 .collect())
+        })
+    }
+
+    async fn start_run(&self, run: &RunRecord, job: &NewJob) -> Result<(), StoreError> {
+        self.with(|s| {
+            if s.runs.contains_key(&run.id) || s.jobs.contains_key(&job.id) {
+                return Err(StoreError::Conflict(format!("run {} exists", run.id)));
+            }
+            let mut r = run.clone();
+            r.created_at = trunc(r.created_at);
+            r.updated_at = trunc(r.updated_at);
+            s.enqueue(job)?;
+            s.runs.insert(r.id.clone(), r);
+            Ok(())
+        })
+    }
+
+    async fn advance_run(
+        &self,
+        tenant: &str,
+        step: &RunStep,
+        advance: &RunAdvance,
+        now: OffsetDateTime,
+    ) -> Result<bool, StoreError> {
+        self.with(|s| {
+            let expected = s.runs.get(&step.run_id).is_some_and(|r| {
+                r.tenant == tenant
+                    && r.next_seq == step.seq
+                    && matches!(r.status, RunStatus::Running | RunStatus::Waiting)
+            });
+            if !expected {
+                return Ok(false);
+            }
+            if let RunAdvance::Next { job, .. } = advance {
+                s.enqueue(job)?;
+            }
+            let Some(run) = s.runs.get_mut(&step.run_id) else {
+                return Ok(false);
+            };
+            let (status, next, error) = match advance {
+                RunAdvance::Next { step, .. } => (RunStatus::Running, Some(step.clone()), None),
+                RunAdvance::End { status, error } => (*status, None, error.clone()),
+            };
+            run.status = status;
+            run.next_step = next;
+            run.next_seq += 1;
+            run.cost = run.cost.saturating_add(step.cost);
+            run.error = error;
+            run.updated_at = trunc(now);
+            let mut recorded = step.clone();
+            recorded.finished_at = trunc(recorded.finished_at);
+            s.run_steps.insert((step.run_id.clone(), step.seq), recorded);
+            Ok(true)
+        })
+    }
+
+    async fn get_run(&self, tenant: &str, id: &str) -> Result<Option<RunRecord>, StoreError> {
+        self.with(|s| Ok(s.runs.get(id).filter(|r| r.tenant == tenant).cloned()))
+    }
+
+    async fn run_steps(&self, tenant: &str, id: &str) -> Result<Vec<RunStep>, StoreError> {
+        self.with(|s| {
+            if !s.runs.get(id).is_some_and(|r| r.tenant == tenant) {
+                return Ok(Vec::new());
+            }
+            Ok(s.run_steps
+                .range((id.to_owned(), 0)..=(id.to_owned(), u32::MAX))
+                .map(|(_, step)| step.clone())
+                .collect())
+        })
+    }
+
+    async fn list_runs(&self, tenant: &str, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
+        self.with(|s| {
+            let mut runs: Vec<RunRecord> = s.runs.values().filter(|r| r.tenant == tenant).cloned().collect();
+            runs.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
+            runs.truncate(limit.clamp(1, 1000) as usize);
+            Ok(runs)
         })
     }
 
@@ -1009,31 +1112,13 @@ impl Store for MemoryStore {
     }
 
     async fn enqueue_job(&self, j: &NewJob) -> Result<(), StoreError> {
-        self.with(|s| {
-            if s.jobs.contains_key(&j.id) {
-                return Err(StoreError::Conflict(format!("job {} exists", j.id)));
-            }
-            let mut job = j.clone();
-            job.run_at = trunc(job.run_at);
-            job.max_attempts = job.max_attempts.max(1);
-            s.jobs.insert(
-                j.id.clone(),
-                Job {
-                    job,
-                    status: JobStatus::Pending,
-                    attempts: 0,
-                    locked_by: None,
-                    locked_until: None,
-                    last_error: None,
-                },
-            );
-            Ok(())
-        })
+        self.with(|s| s.enqueue(j))
     }
 
     async fn claim_jobs(
         &self,
         worker: &str,
+        kind: &str,
         limit: u32,
         lease: Duration,
         now: OffsetDateTime,
@@ -1043,6 +1128,7 @@ impl Store for MemoryStore {
             let mut due: Vec<(i128, String)> = s
                 .jobs
                 .values()
+                .filter(|j| j.job.kind == kind)
                 .filter(|j| match j.status {
                     JobStatus::Pending => ms(j.job.run_at) <= ms(now),
                     JobStatus::Running => j.locked_until.is_some_and(|t| ms(t) <= ms(now)),

@@ -326,6 +326,29 @@ fn u32_of(v: i64) -> Result<u32, StoreError> {
     u32::try_from(v).map_err(|_| StoreError::Corrupt(format!("{v} out of range")))
 }
 
+const SELECT_RUN: &str = "SELECT id, tenant, workflow, version, digest, status, input, principal, next_step, \
+                          next_seq, cost, error, created_at, updated_at FROM runs";
+
+fn run_of(row: &impl RowExt) -> Result<RunRecord, StoreError> {
+    let corrupt = |what: &str| StoreError::Corrupt(format!("run {what}"));
+    Ok(RunRecord {
+        id: row.text("id")?,
+        tenant: row.text("tenant")?,
+        workflow: row.text("workflow")?,
+        version: u32::try_from(row.int("version")?).map_err(|_| corrupt("version"))?,
+        digest: row.text("digest")?,
+        status: RunStatus::parse(&row.text("status")?).ok_or_else(|| corrupt("status"))?,
+        input: json_of(&row.text("input")?)?,
+        principal: json_of(&row.text("principal")?)?,
+        next_step: row.opt_text("next_step")?,
+        next_seq: u32::try_from(row.int("next_seq")?).map_err(|_| corrupt("sequence"))?,
+        cost: u64::try_from(row.int("cost")?).map_err(|_| corrupt("cost"))?,
+        error: row.opt_text("error")?,
+        created_at: from_ms(row.int("created_at")?)?,
+        updated_at: from_ms(row.int("updated_at")?)?,
+    })
+}
+
 const SELECT_WORKFLOW: &str =
     "SELECT tenant, name, version, digest, document, pinned, published_by, published_at FROM workflows";
 
@@ -654,6 +677,24 @@ const CHARGE: &str = "INSERT INTO budget_counters (tenant, key, used, expires_at
                       ON CONFLICT (tenant, key) DO UPDATE SET used = budget_counters.used + excluded.used";
 
 /// Adds committed spend to its counters, in the caller's transaction.
+/// Enqueues a job in the caller's transaction (the outbox: the job commits with the record
+/// that causes it).
+async fn enqueue_in<E: Exec>(ex: &mut E, j: &NewJob) -> Result<(), StoreError> {
+    let sql = "INSERT INTO jobs (id, tenant, kind, payload, status, attempts, max_attempts, run_at, created_at, \
+               updated_at) VALUES ($1, $2, $3, $4, 'pending', 0, $5, $6, $6, $6)";
+    let payload = json_text(&j.payload);
+    let params = args![
+        &j.id,
+        &j.tenant,
+        &j.kind,
+        &payload,
+        i64::from(j.max_attempts.max(1)),
+        ms(j.run_at),
+    ];
+    ex.execute(sql, &params).await?;
+    Ok(())
+}
+
 async fn charge_in<E: Exec>(
     ex: &mut E,
     tenant: &str,
@@ -1070,6 +1111,144 @@ impl Store for SqlStore {
                 )
                 .await?;
             rows.iter().map(workflow_of).collect()
+        })
+    }
+
+    async fn start_run(&self, run: &RunRecord, job: &NewJob) -> Result<(), StoreError> {
+        let sql = "INSERT INTO runs (id, tenant, workflow, version, digest, status, input, principal, next_step, \
+                   next_seq, cost, error, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
+                   $11, $12, $13, $14)";
+        let input = json_text(&run.input);
+        let principal = json_text(&run.principal);
+        write_op!(self, [r = run.clone(), job = job.clone()], |ex| {
+            let params = args![
+                &r.id,
+                &r.tenant,
+                &r.workflow,
+                i64::from(r.version),
+                &r.digest,
+                r.status.as_str(),
+                &input,
+                &principal,
+                &r.next_step,
+                i64::from(r.next_seq),
+                i64::try_from(r.cost).unwrap_or(i64::MAX),
+                &r.error,
+                ms(r.created_at),
+                ms(r.updated_at),
+            ];
+            ex.execute(sql, &params).await?;
+            enqueue_in(ex, &job).await
+        })
+    }
+
+    async fn advance_run(
+        &self,
+        tenant: &str,
+        step: &RunStep,
+        advance: &RunAdvance,
+        now: OffsetDateTime,
+    ) -> Result<bool, StoreError> {
+        let update = "UPDATE runs SET status = $1, next_step = $2, next_seq = next_seq + 1, cost = cost + $3, \
+                      error = $4, updated_at = $5 WHERE tenant = $6 AND id = $7 AND next_seq = $8 \
+                      AND status IN ('running', 'waiting')";
+        let insert = "INSERT INTO run_steps (run_id, seq, step_id, kind, status, output, ledger_id, cost, detail, \
+                      finished_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+        let output = step.output.as_ref().map(json_text);
+        write_op!(
+            self,
+            [
+                tenant = tenant.to_owned(),
+                step = step.clone(),
+                advance = advance.clone()
+            ],
+            |ex| {
+                let (status, next, error) = match &advance {
+                    RunAdvance::Next { step, .. } => (RunStatus::Running, Some(step.clone()), None),
+                    RunAdvance::End { status, error } => (*status, None, error.clone()),
+                };
+                let cost = i64::try_from(step.cost).unwrap_or(i64::MAX);
+                let params = args![
+                    status.as_str(),
+                    &next,
+                    cost,
+                    &error,
+                    ms(now),
+                    &tenant,
+                    &step.run_id,
+                    i64::from(step.seq),
+                ];
+                if ex.execute(update, &params).await? != 1 {
+                    return Ok(false);
+                }
+                let params = args![
+                    &step.run_id,
+                    i64::from(step.seq),
+                    &step.step_id,
+                    &step.kind,
+                    &step.status,
+                    &output,
+                    &step.ledger_id,
+                    cost,
+                    &step.detail,
+                    ms(step.finished_at),
+                ];
+                ex.execute(insert, &params).await?;
+                if let RunAdvance::Next { job, .. } = &advance {
+                    enqueue_in(ex, job).await?;
+                }
+                Ok(true)
+            }
+        )
+    }
+
+    async fn get_run(&self, tenant: &str, id: &str) -> Result<Option<RunRecord>, StoreError> {
+        read_op!(self, [tenant = tenant.to_owned(), id = id.to_owned()], |ex| {
+            let row = ex
+                .fetch_optional(
+                    &format!("{SELECT_RUN} WHERE tenant = $1 AND id = $2"),
+                    &args![&tenant, &id],
+                )
+                .await?;
+            row.map(|r| run_of(&r)).transpose()
+        })
+    }
+
+    async fn run_steps(&self, tenant: &str, id: &str) -> Result<Vec<RunStep>, StoreError> {
+        let sql = "SELECT s.run_id, s.seq, s.step_id, s.kind, s.status, s.output, s.ledger_id, s.cost, s.detail, \
+                   s.finished_at FROM run_steps s JOIN runs r ON r.id = s.run_id \
+                   WHERE r.tenant = $1 AND s.run_id = $2 ORDER BY s.seq";
+        read_op!(self, [tenant = tenant.to_owned(), id = id.to_owned()], |ex| {
+            let rows = ex.fetch_all(sql, &args![&tenant, &id]).await?;
+            rows.iter()
+                .map(|row| {
+                    Ok(RunStep {
+                        run_id: row.text("run_id")?,
+                        seq: u32::try_from(row.int("seq")?)
+                            .map_err(|_| StoreError::Corrupt("step seq".into()))?,
+                        step_id: row.text("step_id")?,
+                        kind: row.text("kind")?,
+                        status: row.text("status")?,
+                        output: row.opt_text("output")?.as_deref().map(json_of).transpose()?,
+                        ledger_id: row.opt_text("ledger_id")?,
+                        cost: u64::try_from(row.int("cost")?).unwrap_or_default(),
+                        detail: row.opt_text("detail")?,
+                        finished_at: from_ms(row.int("finished_at")?)?,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    async fn list_runs(&self, tenant: &str, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
+        read_op!(self, [tenant = tenant.to_owned()], |ex| {
+            let rows = ex
+                .fetch_all(
+                    &format!("{SELECT_RUN} WHERE tenant = $1 ORDER BY created_at DESC, id DESC LIMIT $2"),
+                    &args![&tenant, i64::from(limit.clamp(1, 1000))],
+                )
+                .await?;
+            rows.iter().map(run_of).collect()
         })
     }
 
@@ -1811,26 +1990,13 @@ impl Store for SqlStore {
     }
 
     async fn enqueue_job(&self, j: &NewJob) -> Result<(), StoreError> {
-        let sql = "INSERT INTO jobs (id, tenant, kind, payload, status, attempts, max_attempts, run_at, created_at, \
-                   updated_at) VALUES ($1, $2, $3, $4, 'pending', 0, $5, $6, $6, $6)";
-        let payload = json_text(&j.payload);
-        write_op!(self, [j = j.clone()], |ex| {
-            let params = args![
-                &j.id,
-                &j.tenant,
-                &j.kind,
-                &payload,
-                i64::from(j.max_attempts.max(1)),
-                ms(j.run_at),
-            ];
-            ex.execute(sql, &params).await?;
-            Ok(())
-        })
+        write_op!(self, [j = j.clone()], |ex| enqueue_in(ex, &j).await)
     }
 
     async fn claim_jobs(
         &self,
         worker: &str,
+        kind: &str,
         limit: u32,
         lease: Duration,
         now: OffsetDateTime,
@@ -1842,7 +2008,7 @@ impl Store for SqlStore {
                 concat!(
                     "UPDATE jobs SET status = 'running', locked_by = $1, locked_until = $2, ",
                     "attempts = attempts + 1, updated_at = $3 WHERE id IN (SELECT id FROM jobs ",
-                    "WHERE (status = 'pending' AND run_at <= $3) OR (status = 'running' AND locked_until <= $3) ",
+                    "WHERE kind = $5 AND ((status = 'pending' AND run_at <= $3) OR (status = 'running' AND locked_until <= $3)) ",
                     "ORDER BY run_at, id LIMIT $4",
                     $lock,
                     ") RETURNING ",
@@ -1855,8 +2021,14 @@ impl Store for SqlStore {
             Backend::Postgres(_) => claim!(" FOR UPDATE SKIP LOCKED"),
         };
         let until = now + lease;
-        write_op!(self, [worker = worker.to_owned()], |ex| {
-            let params = args![&worker, ms(until), ms(now), i64::from(limit.clamp(1, 1000))];
+        write_op!(self, [worker = worker.to_owned(), kind = kind.to_owned()], |ex| {
+            let params = args![
+                &worker,
+                ms(until),
+                ms(now),
+                i64::from(limit.clamp(1, 1000)),
+                &kind
+            ];
             let rows = ex.fetch_all(sql, &params).await?;
             let mut jobs = rows.iter().map(job_of).collect::<Result<Vec<_>, _>>()?;
             jobs.sort_by(|a, b| (a.job.run_at, &a.job.id).cmp(&(b.job.run_at, &b.job.id)));

@@ -1259,7 +1259,15 @@ pub async fn jobs_are_claimed_once_retried_and_dead_lettered(b: &Backend) {
     s.enqueue_job(&job("job_1", T0, 2)).await.unwrap();
     s.enqueue_job(&job("job_2", T0 + secs(30), 2)).await.unwrap();
     let lease = Duration::from_secs(10);
-    let claimed = s.claim_jobs("w1", 10, lease, T0).await.unwrap();
+    let other = NewJob {
+        kind: "workflow.step".into(),
+        ..job("job_other", T0, 2)
+    };
+    s.enqueue_job(&other).await.unwrap();
+    let claimed = s
+        .claim_jobs("w1", "webhook.deliver", 10, lease, T0)
+        .await
+        .unwrap();
     assert_eq!(
         claimed.iter().map(|j| j.job.id.as_str()).collect::<Vec<_>>(),
         vec!["job_1"],
@@ -1267,7 +1275,7 @@ pub async fn jobs_are_claimed_once_retried_and_dead_lettered(b: &Backend) {
     );
     assert_eq!((claimed[0].attempts, claimed[0].status), (1, JobStatus::Running));
     assert!(
-        s.claim_jobs("w2", 10, lease, T0 + secs(1))
+        s.claim_jobs("w2", "webhook.deliver", 10, lease, T0 + secs(1))
             .await
             .unwrap()
             .is_empty(),
@@ -1286,9 +1294,15 @@ pub async fn jobs_are_claimed_once_retried_and_dead_lettered(b: &Backend) {
         "no longer held"
     );
     // The lease of a crashed worker expires and another worker takes the job over.
-    let again = s.claim_jobs("w2", 10, lease, T0 + secs(5)).await.unwrap();
+    let again = s
+        .claim_jobs("w2", "webhook.deliver", 10, lease, T0 + secs(5))
+        .await
+        .unwrap();
     assert_eq!(again[0].attempts, 2);
-    let reclaimed = s.claim_jobs("w3", 10, lease, T0 + secs(16)).await.unwrap();
+    let reclaimed = s
+        .claim_jobs("w3", "webhook.deliver", 10, lease, T0 + secs(16))
+        .await
+        .unwrap();
     assert_eq!(reclaimed.len(), 1, "w2's lease expired");
     assert!(
         !s.complete_job("job_1", "w2", &JobCompletion::Done, T0 + secs(17))
@@ -1308,7 +1322,10 @@ pub async fn jobs_are_claimed_once_retried_and_dead_lettered(b: &Backend) {
         vec!["job_1"]
     );
     assert_eq!(dead[0].last_error.as_deref(), Some("503"));
-    let due = s.claim_jobs("w1", 10, lease, T0 + secs(30)).await.unwrap();
+    let due = s
+        .claim_jobs("w1", "webhook.deliver", 10, lease, T0 + secs(30))
+        .await
+        .unwrap();
     assert_eq!(due.len(), 1);
     assert!(
         s.complete_job("job_2", "w1", &JobCompletion::Done, T0 + secs(31))
@@ -1316,7 +1333,7 @@ pub async fn jobs_are_claimed_once_retried_and_dead_lettered(b: &Backend) {
             .unwrap()
     );
     assert!(
-        s.claim_jobs("w1", 10, lease, T0 + secs(1000))
+        s.claim_jobs("w1", "webhook.deliver", 10, lease, T0 + secs(1000))
             .await
             .unwrap()
             .is_empty()
@@ -1336,7 +1353,13 @@ pub async fn concurrent_workers_never_share_a_job(b: &Backend) {
             let mut mine = Vec::new();
             loop {
                 let jobs = node
-                    .claim_jobs(&format!("w{w}"), 7, Duration::from_secs(60), T0)
+                    .claim_jobs(
+                        &format!("w{w}"),
+                        "webhook.deliver",
+                        7,
+                        Duration::from_secs(60),
+                        T0,
+                    )
                     .await
                     .unwrap();
                 if jobs.is_empty() {
@@ -2105,4 +2128,110 @@ pub async fn workflows_are_immutable_and_tenant_scoped(b: &Backend) {
         .collect();
     assert_eq!(listed, vec![("sha256:aa".into(), 1), ("sha256:dd".into(), 2)]);
     assert_eq!(s.list_workflows("globex").await.unwrap().len(), 1);
+}
+
+pub async fn runs_advance_one_step_at_a_time(b: &Backend) {
+    let s = b.store();
+    let step_job = |id: &str, seq: u32| NewJob {
+        id: id.into(),
+        tenant: "acme".into(),
+        kind: "workflow.step".into(),
+        payload: json!({"run_id": "run_1", "seq": seq}),
+        run_at: T0,
+        max_attempts: 5,
+    };
+    let run = RunRecord {
+        id: "run_1".into(),
+        tenant: "acme".into(),
+        workflow: "refund".into(),
+        version: 1,
+        digest: "sha256:aa".into(),
+        status: RunStatus::Running,
+        input: json!({"order_id": "ord_1"}),
+        principal: json!({"id": "agent-7", "tenant": "acme", "grants": [], "roles": []}),
+        next_step: Some("look".into()),
+        next_seq: 0,
+        cost: 0,
+        error: None,
+        created_at: T0,
+        updated_at: T0,
+    };
+    s.start_run(&run, &step_job("job_r1_0", 0)).await.unwrap();
+    assert_eq!(s.get_run("acme", "run_1").await.unwrap(), Some(run.clone()));
+    assert_eq!(s.get_run("globex", "run_1").await.unwrap(), None);
+    // The first step's job was enqueued with the run.
+    let claimed = s
+        .claim_jobs("w1", "workflow.step", 10, Duration::from_secs(30), T0)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].job.payload, json!({"run_id": "run_1", "seq": 0}));
+
+    let step = RunStep {
+        run_id: "run_1".into(),
+        seq: 0,
+        step_id: "look".into(),
+        kind: "tool".into(),
+        status: "completed".into(),
+        output: Some(json!({"status": "paid"})),
+        ledger_id: Some("led_1".into()),
+        cost: 3,
+        detail: None,
+        finished_at: T0 + secs(1),
+    };
+    let next = RunAdvance::Next {
+        step: "done".into(),
+        job: step_job("job_r1_1", 1),
+    };
+    assert!(s.advance_run("acme", &step, &next, T0 + secs(1)).await.unwrap());
+    // The same step again (a second worker): refused, nothing recorded twice.
+    assert!(!s.advance_run("acme", &step, &next, T0 + secs(2)).await.unwrap());
+    // Another tenant cannot advance it.
+    let end_step = RunStep {
+        seq: 1,
+        step_id: "done".into(),
+        kind: "end".into(),
+        output: None,
+        ledger_id: None,
+        cost: 0,
+        ..step.clone()
+    };
+    let end = RunAdvance::End {
+        status: RunStatus::Completed,
+        error: None,
+    };
+    assert!(
+        !s.advance_run("globex", &end_step, &end, T0 + secs(2))
+            .await
+            .unwrap()
+    );
+    assert!(
+        s.advance_run("acme", &end_step, &end, T0 + secs(2))
+            .await
+            .unwrap()
+    );
+    // An ended run takes no further step.
+    let late = RunStep {
+        seq: 2,
+        ..end_step.clone()
+    };
+    assert!(!s.advance_run("acme", &late, &end, T0 + secs(3)).await.unwrap());
+
+    let done = s.get_run("acme", "run_1").await.unwrap().unwrap();
+    assert_eq!(done.status, RunStatus::Completed);
+    assert_eq!((done.next_seq, done.next_step, done.cost), (2, None, 3));
+    let steps = s.run_steps("acme", "run_1").await.unwrap();
+    assert_eq!(steps, vec![step, end_step]);
+    assert!(s.run_steps("globex", "run_1").await.unwrap().is_empty());
+    // Exactly one job per step was enqueued.
+    let jobs = s
+        .claim_jobs("w2", "workflow.step", 10, Duration::from_secs(30), T0 + secs(5))
+        .await
+        .unwrap();
+    assert_eq!(
+        jobs.iter().map(|j| j.job.id.as_str()).collect::<Vec<_>>(),
+        vec!["job_r1_1"]
+    );
+    assert_eq!(s.list_runs("acme", 10).await.unwrap().len(), 1);
+    assert!(s.list_runs("globex", 10).await.unwrap().is_empty());
 }

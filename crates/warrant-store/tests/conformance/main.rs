@@ -78,4 +78,5 @@ conformance! {
     concurrent_reconcilers_never_claim_the_same_row,
     overdue_rows_are_marked_once,
     workflows_are_immutable_and_tenant_scoped,
+    runs_advance_one_step_at_a_time,
 }
