@@ -525,7 +525,7 @@ impl Store for MemoryStore {
 
     async fn run_steps(&self, tenant: &str, id: &str) -> Result<Vec<RunStep>, StoreError> {
         self.with(|s| {
-            if !s.runs.get(id).is_some_and(|r| r.tenant == tenant) {
+            if s.runs.get(id).is_none_or(|r| r.tenant != tenant) {
                 return Ok(Vec::new());
             }
             Ok(s.run_steps
