@@ -330,6 +330,9 @@ impl Gateway {
                 config.contract_sync_every,
             ));
         }
+        if config.background {
+            tasks.push(crate::runs::spawn_runner(state.clone()));
+        }
         Ok(Gateway {
             state,
             limits: config.limits,

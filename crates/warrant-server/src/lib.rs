@@ -11,6 +11,7 @@ pub mod error;
 pub mod mcp;
 pub mod openapi;
 pub mod routes;
+pub mod runs;
 pub mod state;
 pub mod trace;
 

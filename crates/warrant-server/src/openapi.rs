@@ -344,6 +344,64 @@ pub struct PublishedWorkflow {
     definition: Option<serde_json::Value>,
 }
 
+/// One executed step of a run.
+#[derive(ToSchema)]
+pub struct RunStepView {
+    /// Its place in the run.
+    seq: u32,
+    /// The step id.
+    step: String,
+    /// The step kind.
+    kind: String,
+    /// `completed` or `failed`.
+    status: String,
+    /// What it produced.
+    #[schema(value_type = Option<Object>)]
+    output: Option<serde_json::Value>,
+    /// The ledger row of its call.
+    ledger_id: Option<String>,
+    /// Its cost.
+    cost: u64,
+    /// A detail (an error code, the exit taken).
+    detail: Option<String>,
+    /// When it finished (RFC 3339).
+    finished_at: String,
+}
+
+/// A workflow run.
+#[derive(ToSchema)]
+pub struct RunView {
+    /// `run_…`
+    id: String,
+    /// The workflow's name.
+    workflow: String,
+    /// Its version.
+    version: u32,
+    /// `running`, `waiting`, `completed`, `failed` or `cancelled`.
+    status: String,
+    /// The step due next.
+    next_step: Option<String>,
+    /// The cost of its steps so far.
+    cost: u64,
+    /// Why it failed.
+    error: Option<String>,
+    /// The principal it acts as.
+    started_by: String,
+    /// Started (RFC 3339).
+    created_at: String,
+    /// Last changed (RFC 3339).
+    updated_at: String,
+    /// The executed steps, in order (empty in lists).
+    steps: Vec<RunStepView>,
+}
+
+/// Runs.
+#[derive(ToSchema)]
+pub struct RunList {
+    /// The newest runs.
+    runs: Vec<RunView>,
+}
+
 /// The tenant's workflows.
 #[derive(ToSchema)]
 pub struct WorkflowList {
@@ -466,6 +524,9 @@ impl Modify for BearerKeys {
         crate::routes::workflows::publish,
         crate::routes::workflows::list,
         crate::routes::workflows::show,
+        crate::routes::workflows::start_run,
+        crate::routes::workflows::list_runs,
+        crate::routes::workflows::show_run,
         crate::routes::health::healthz,
         crate::routes::health::ready,
         crate::routes::health::metrics,
@@ -474,7 +535,7 @@ impl Modify for BearerKeys {
     components(schemas(
         ErrorBody, ErrorDetail, Proposal, ProposalAnswer, ApprovalHold, ContractSummary, ContractList,
         Registered, Retired, Approval, ApprovalList, ReviewBody, LedgerRow, LedgerPage, CreateKey, CreatedKey, KeySummary, KeyList,
-        CreateTenant, CreatedTenant, Tenant, TenantList, WorkflowCoverage, PublishedWorkflow, WorkflowList
+        CreateTenant, CreatedTenant, Tenant, TenantList, WorkflowCoverage, PublishedWorkflow, WorkflowList, RunStepView, RunView, RunList
     )),
     modifiers(&BearerKeys),
     security(("api_key" = []))

@@ -16,6 +16,7 @@
 pub mod compile;
 pub mod definition;
 pub mod graph;
+pub mod run;
 pub mod template;
 pub mod types;
 

@@ -32,6 +32,12 @@ pub fn router() -> Router<Arc<AppState>> {
     Router::new()
         .route("/v1/workflows", get(list).post(publish))
         .route("/v1/workflows/{name}/{version}", get(show))
+        .route(
+            "/v1/workflows/{name}/{version}/runs",
+            axum::routing::post(start_run),
+        )
+        .route("/v1/runs", get(list_runs))
+        .route("/v1/runs/{id}", get(show_run))
 }
 
 fn violations(list: &[Violation]) -> Value {
@@ -249,4 +255,141 @@ pub(crate) async fn show(
         map.insert("definition".into(), workflow.document.clone());
     }
     Ok(axum::Json(body).into_response())
+}
+
+/// Start a run of a published workflow with an input (any key of the tenant; every tool step
+/// is then a call as this principal, through the same pipeline as its own calls).
+#[utoipa::path(post, path = "/v1/workflows/{name}/{version}/runs", tag = "workflows",
+    params(("name" = String, Path, description = "the workflow's name"), ("version" = u32, Path, description = "its version")),
+    request_body(content = Object, description = "the run's input (validated against the workflow's input schema)", content_type = "application/json"),
+    responses((status = 201, description = "started", body = crate::openapi::RunView),
+        (status = 400, description = "malformed input", body = crate::openapi::ErrorBody),
+        (status = 401, description = "no valid key", body = crate::openapi::ErrorBody),
+        (status = 404, description = "no such workflow in this tenant", body = crate::openapi::ErrorBody),
+        (status = 409, description = "the workflow has steps this server does not run yet", body = crate::openapi::ErrorBody),
+        (status = 422, description = "the input fails the workflow's input schema", body = crate::openapi::ErrorBody)))]
+pub(crate) async fn start_run(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path((name, version)): Path<(String, u32)>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let tenant = caller.principal.tenant().to_owned();
+    let workflow = state
+        .store
+        .get_workflow(&tenant, &name, version)
+        .await
+        .map_err(store_error)?
+        .ok_or_else(|| ApiError::not_found("workflow"))?;
+    let compiled = crate::runs::compiled_for(&state, &workflow)
+        .await
+        .map_err(|why| ApiError::new(StatusCode::CONFLICT, "workflow", "WORKFLOW_NOT_RUNNABLE", why))?;
+    if let Some(step) = compiled
+        .definition
+        .steps
+        .iter()
+        .find(|s| !warrant_workflow::run::runnable(&s.kind))
+    {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "workflow",
+            "WORKFLOW_NOT_RUNNABLE",
+            format!(
+                "step `{}` is a `{}` step, which this server does not execute yet",
+                step.id,
+                step.kind.name()
+            ),
+        ));
+    }
+    let input = warrant_core::json::parse(&body, warrant_core::json::Limits::PROPOSAL)
+        .map_err(|e| ApiError::bad_request(format!("the input is not strict JSON: {e}")))?;
+    if let Err(rejection) = compiled.input.check(&input) {
+        return Err(ApiError::rejection(&rejection));
+    }
+    let now = state.env.now();
+    let first = compiled.definition.steps.first().map(|s| s.id.clone());
+    let run = warrant_core::records::RunRecord {
+        id: state.env.new_id("run"),
+        tenant,
+        workflow: workflow.name.clone(),
+        version: workflow.version,
+        digest: workflow.digest.clone(),
+        status: warrant_core::records::RunStatus::Running,
+        input,
+        principal: crate::runs::principal_snapshot(&caller.principal),
+        next_step: first,
+        next_seq: 0,
+        cost: 0,
+        error: None,
+        created_at: now,
+        updated_at: now,
+    };
+    let job = crate::runs::step_job(&state, &run, 0, now);
+    state.store.start_run(&run, &job).await.map_err(store_error)?;
+    Ok((StatusCode::CREATED, axum::Json(run_view(&run, &[]))).into_response())
+}
+
+fn run_view(run: &warrant_core::records::RunRecord, steps: &[warrant_core::records::RunStep]) -> Value {
+    json!({
+        "id": run.id,
+        "workflow": run.workflow,
+        "version": run.version,
+        "status": run.status.as_str(),
+        "next_step": run.next_step,
+        "cost": run.cost,
+        "error": run.error,
+        "started_by": run.principal.get("id"),
+        "created_at": rfc3339(run.created_at),
+        "updated_at": rfc3339(run.updated_at),
+        "steps": steps.iter().map(|s| json!({
+            "seq": s.seq,
+            "step": s.step_id,
+            "kind": s.kind,
+            "status": s.status,
+            "output": s.output,
+            "ledger_id": s.ledger_id,
+            "cost": s.cost,
+            "detail": s.detail,
+            "finished_at": rfc3339(s.finished_at),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The tenant's newest runs.
+#[utoipa::path(get, path = "/v1/runs", tag = "workflows",
+    responses((status = 200, description = "the newest runs", body = crate::openapi::RunList),
+        (status = 401, description = "no valid key", body = crate::openapi::ErrorBody)))]
+pub(crate) async fn list_runs(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+) -> Result<Response, ApiError> {
+    let runs = state
+        .store
+        .list_runs(caller.principal.tenant(), 100)
+        .await
+        .map_err(store_error)?;
+    let items: Vec<Value> = runs.iter().map(|r| run_view(r, &[])).collect();
+    Ok(axum::Json(json!({ "runs": items })).into_response())
+}
+
+/// One run: its state, each executed step with its ledger row, and its cost.
+#[utoipa::path(get, path = "/v1/runs/{id}", tag = "workflows",
+    params(("id" = String, Path, description = "the run id")),
+    responses((status = 200, description = "the run", body = crate::openapi::RunView),
+        (status = 401, description = "no valid key", body = crate::openapi::ErrorBody),
+        (status = 404, description = "no such run in this tenant", body = crate::openapi::ErrorBody)))]
+pub(crate) async fn show_run(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let tenant = caller.principal.tenant();
+    let run = state
+        .store
+        .get_run(tenant, &id)
+        .await
+        .map_err(store_error)?
+        .ok_or_else(|| ApiError::not_found("run"))?;
+    let steps = state.store.run_steps(tenant, &id).await.map_err(store_error)?;
+    Ok(axum::Json(run_view(&run, &steps)).into_response())
 }

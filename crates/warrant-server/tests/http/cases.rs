@@ -1242,3 +1242,125 @@ pub async fn admins_publish_only_workflows_the_compiler_accepts(h: &Harness) {
     let list: Value = r.json().await.unwrap();
     assert_eq!(list["workflows"], json!([]));
 }
+
+/// Polls a run until it has ended (or 20 s pass).
+async fn finished_run(h: &Harness, id: &str) -> Value {
+    for _ in 0..200 {
+        let r = h
+            .req(Method::GET, &format!("/v1/runs/{id}"), "agent")
+            .send()
+            .await
+            .unwrap();
+        let run: Value = r.json().await.unwrap();
+        if !matches!(run["status"].as_str(), Some("running" | "waiting")) {
+            return run;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("run {id} did not end");
+}
+
+pub async fn runs_execute_tool_and_branch_steps_through_the_pipeline(h: &Harness) {
+    let runner = warrant_server::runs::spawn_runner(h.nodes[0].gateway.state.clone());
+    let doc = "name: triage\nversion: 1\ndescription: Look an order up and branch on its status.\ninput:\n  type: object\n  \
+               additionalProperties: false\n  required: [order_id]\n  properties:\n    order_id: { type: string, maxLength: 20 }\n\
+               steps:\n  - id: look\n    tool: lookup@1\n    with: { order_id: \"${input.order_id}\" }\n    next: paid\n  \
+               - id: paid\n    branch:\n      cases: [{ when: \"steps.look.output.status == 'paid' && steps.look.output.total_cents > 1000\", next: again }]\n      else: unpaid\n  \
+               - id: again\n    tool: lookup@1\n    with: { order_id: \"${steps.look.output.order_id}\" }\n    next: done\n  \
+               - id: unpaid\n    end: { status: failed }\n  - id: done\n    end: { status: completed }\n";
+    let r = h
+        .req(Method::POST, "/v1/workflows", "admin")
+        .header("content-type", "application/yaml")
+        .body(doc)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201, "{}", r.text().await.unwrap());
+    let start = |input: Value| {
+        h.req(Method::POST, "/v1/workflows/triage/1/runs", "agent")
+            .header("content-type", "application/json")
+            .body(input.to_string())
+    };
+    // The input is held to the workflow's input schema.
+    let r = start(json!({"order_id": "ord_1234", "extra": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 422);
+    let r = start(json!({"order_id": "ord_1234"})).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let started: Value = r.json().await.unwrap();
+    assert_eq!(started["status"], "running");
+    let run = finished_run(h, started["id"].as_str().unwrap()).await;
+    assert_eq!(run["status"], "completed", "{run:#}");
+    let steps: Vec<(&str, &str)> = run["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["step"].as_str().unwrap(), s["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        steps,
+        vec![
+            ("look", "completed"),
+            ("paid", "completed"),
+            ("again", "completed"),
+            ("done", "completed")
+        ]
+    );
+    assert_eq!(run["steps"][1]["detail"], "case 1");
+    assert_eq!(run["steps"][2]["output"]["order_id"], "ord_1234");
+    // Each tool step is a call through the pipeline: its ledger row names the run and step.
+    let ledger_id = run["steps"][0]["ledger_id"].as_str().unwrap();
+    let r = h
+        .req(Method::GET, &format!("/v1/ledger/{ledger_id}"), "admin")
+        .send()
+        .await
+        .unwrap();
+    let row: Value = r.json().await.unwrap();
+    assert_eq!(row["run_id"], run["id"]);
+    assert_eq!(row["step_id"], "look");
+    assert_eq!(row["outcome"], "committed");
+    // Listed in the tenant, invisible to another.
+    let r = h.req(Method::GET, "/v1/runs", "agent").send().await.unwrap();
+    let list: Value = r.json().await.unwrap();
+    assert!(
+        list["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["id"] == run["id"])
+    );
+    let r = h
+        .req(
+            Method::GET,
+            &format!("/v1/runs/{}", run["id"].as_str().unwrap()),
+            "other_admin",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+
+    // A workflow with a review step is published but not yet run by this server: refused at
+    // the start, with a typed error, never half-run.
+    let r = h
+        .req(Method::POST, "/v1/workflows", "admin")
+        .header("content-type", "application/yaml")
+        .body(workflow_doc("refund", true))
+        .send()
+        .await
+        .unwrap();
+    assert!(matches!(r.status().as_u16(), 200 | 201));
+    let r = h
+        .req(Method::POST, "/v1/workflows/refund/1/runs", "agent")
+        .header("content-type", "application/json")
+        .body(json!({"customer_id": "cus_1", "order_id": "ord_1"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 409);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "WORKFLOW_NOT_RUNNABLE");
+    runner.abort();
+}

@@ -1,0 +1,492 @@
+//! Workflow runs: starting one, and the runner that executes their steps as jobs.
+//!
+//! A run's next step is a job of kind [`STEP_JOB`] in the store, claimed by any node under a
+//! lease; a node that dies mid-step loses its lease and another claims the job again. Each step
+//! commits with what follows it (`Store::advance_run`: the step's row, the run's next step and
+//! that step's job, in one transaction, only while the run expects that step), so a step is
+//! recorded once however many nodes try it.
+//!
+//! **A tool step is a call through `dispatch`** — the pipeline every lane uses — as the
+//! principal that started the run, with the run and step ids on its ledger row and an
+//! idempotency key derived from the run and the step's place in it (`<run id>.<seq>`): a step
+//! tried again after a crash replays the stored outcome, or reconciles an unknown one, and
+//! never repeats an effect.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+use warrant_core::authority::Principal;
+use warrant_core::decision::{Outcome, RejectCode};
+use warrant_core::records::{
+    Job, JobCompletion, NewJob, RunAdvance, RunRecord, RunStatus, RunStep, WorkflowRecord,
+};
+use warrant_core::store::StoreError;
+use warrant_runtime::{Dispatched, OwnedCall, submit};
+use warrant_workflow::compile::{Compiled, Found};
+use warrant_workflow::definition::{self, EndStatus, StepKind, ToolRef};
+use warrant_workflow::run::{Action, action};
+
+use crate::state::AppState;
+
+/// The job kind of a run's next step.
+pub const STEP_JOB: &str = "workflow.step";
+/// How long a claimed step is a node's before another may take it.
+const LEASE: Duration = Duration::from_secs(60);
+/// A job is dead after this many attempts (its run is then failed by the dead-letter sweep).
+const MAX_ATTEMPTS: u32 = 20;
+/// How often an idle runner looks for due steps.
+const IDLE_POLL: Duration = Duration::from_millis(200);
+
+/// A published workflow compiled for running: its steps resolved to the contracts it pinned.
+///
+/// # Errors
+/// Why it cannot be compiled (a pinned contract no longer readable; never for a definition
+/// that was published by this version of the compiler).
+pub async fn compiled_for(state: &AppState, record: &WorkflowRecord) -> Result<Compiled, String> {
+    let definition = definition::from_document(&record.document)
+        .map_err(|p| p.first().map_or_else(String::new, ToString::to_string))?;
+    let now = state.env.now();
+    let mut catalog: std::collections::BTreeMap<ToolRef, Found> = std::collections::BTreeMap::new();
+    for step in &definition.steps {
+        let tool = match &step.kind {
+            StepKind::Tool(t) => &t.tool,
+            StepKind::Model(m) => &m.propose,
+            _ => continue,
+        };
+        let Some(pinned) = record.pinned.get(&step.id) else {
+            return Err(format!("step `{}` has no pinned contract", step.id));
+        };
+        let contract = state
+            .registry
+            .by_id(&record.tenant, pinned, now)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| {
+                format!(
+                    "the pinned contract {pinned} of step `{}` is not registered",
+                    step.id
+                )
+            })?;
+        catalog.insert(tool.clone(), Found::Active(contract));
+    }
+    warrant_workflow::compile(definition, &catalog)
+        .map_err(|v| v.first().map_or_else(String::new, ToString::to_string))
+}
+
+/// The principal a run acts as, as it was recorded when the run started.
+fn principal_of(run: &RunRecord) -> Option<Principal> {
+    let p = &run.principal;
+    let strings = |key: &str| -> Vec<String> {
+        p.get(key)
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+            .unwrap_or_default()
+    };
+    let principal = Principal::new(
+        p.get("id")?.as_str()?,
+        p.get("tenant")?.as_str()?,
+        strings("grants"),
+    )
+    .ok()?;
+    principal.with_roles(strings("roles")).ok()
+}
+
+/// The principal snapshot a run records.
+pub fn principal_snapshot(principal: &Principal) -> Value {
+    json!({
+        "id": principal.id(),
+        "tenant": principal.tenant(),
+        "grants": principal.grants(),
+        "roles": principal.roles(),
+    })
+}
+
+/// The job of step `seq` of `run`.
+pub fn step_job(state: &AppState, run: &RunRecord, seq: u32, at: time::OffsetDateTime) -> NewJob {
+    NewJob {
+        id: state.env.new_id("job"),
+        tenant: run.tenant.clone(),
+        kind: STEP_JOB.to_owned(),
+        payload: json!({"run_id": run.id, "seq": seq}),
+        run_at: at,
+        max_attempts: MAX_ATTEMPTS,
+    }
+}
+
+/// Runs due steps until the task is dropped.
+pub fn spawn_runner(state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let worker = state.env.new_id("runner");
+        let cache: Mutex<HashMap<String, Arc<Compiled>>> = Mutex::new(HashMap::new());
+        loop {
+            let now = state.env.now();
+            let jobs = match state.store.claim_jobs(&worker, STEP_JOB, 8, LEASE, now).await {
+                Ok(jobs) => jobs,
+                Err(error) => {
+                    tracing::warn!(%error, "the workflow runner cannot claim steps");
+                    tokio::time::sleep(IDLE_POLL * 5).await;
+                    continue;
+                }
+            };
+            if jobs.is_empty() {
+                tokio::time::sleep(IDLE_POLL).await;
+                continue;
+            }
+            for job in jobs {
+                let completion = match run_job(&state, &cache, &job).await {
+                    Ok(()) => JobCompletion::Done,
+                    Err(Retry(error)) => {
+                        let wait = Duration::from_secs(2_u64.saturating_pow(job.attempts.min(10)).min(300));
+                        JobCompletion::Retry {
+                            run_at: state.env.now() + wait,
+                            error,
+                        }
+                    }
+                };
+                if let Err(error) = state
+                    .store
+                    .complete_job(&job.job.id, &worker, &completion, state.env.now())
+                    .await
+                {
+                    tracing::warn!(%error, job = %job.job.id, "a workflow step's job could not be completed");
+                }
+            }
+        }
+    })
+}
+
+/// A step that could not finish now and is tried again later.
+struct Retry(String);
+
+impl From<StoreError> for Retry {
+    fn from(e: StoreError) -> Self {
+        Retry(e.to_string())
+    }
+}
+
+async fn run_job(
+    state: &AppState,
+    cache: &Mutex<HashMap<String, Arc<Compiled>>>,
+    job: &Job,
+) -> Result<(), Retry> {
+    let run_id = job
+        .job
+        .payload
+        .get("run_id")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let seq = job
+        .job
+        .payload
+        .get("seq")
+        .and_then(Value::as_u64)
+        .and_then(|s| u32::try_from(s).ok())
+        .unwrap_or(u32::MAX);
+    let Some(run) = state.store.get_run(&job.job.tenant, run_id).await? else {
+        return Ok(());
+    };
+    // A job for a step already recorded (another node finished it), or of an ended run.
+    if run.next_seq != seq || run.status.is_final() {
+        return Ok(());
+    }
+    let Some(step_id) = run.next_step.clone() else {
+        return Ok(());
+    };
+    let compiled = {
+        let cached = cache.lock().ok().and_then(|c| c.get(&run.digest).cloned());
+        match cached {
+            Some(c) => c,
+            None => {
+                let record = state
+                    .store
+                    .get_workflow(&run.tenant, &run.workflow, run.version)
+                    .await?
+                    .ok_or_else(|| {
+                        Retry(format!("workflow {}@{} is not stored", run.workflow, run.version))
+                    })?;
+                let compiled = match compiled_for(state, &record).await {
+                    Ok(c) => Arc::new(c),
+                    Err(why) => return fail(state, &run, seq, &step_id, "definition", why).await,
+                };
+                if let Ok(mut c) = cache.lock() {
+                    c.insert(run.digest.clone(), compiled.clone());
+                }
+                compiled
+            }
+        }
+    };
+    let steps = state.store.run_steps(&run.tenant, &run.id).await?;
+    if let Some(max) = compiled
+        .definition
+        .steps
+        .iter()
+        .find(|s| s.id == step_id)
+        .and_then(|s| s.max_visits)
+    {
+        let visits = steps.iter().filter(|s| s.step_id == step_id).count();
+        if visits >= max as usize {
+            let why = format!("step `{step_id}` would be entered more than its max_visits ({max})");
+            return fail(state, &run, seq, &step_id, "max_visits", why).await;
+        }
+    }
+    let scope = scope_of(&run, &steps);
+    let now = state.env.now();
+    match action(&compiled, &step_id, &scope) {
+        Err(error) => fail(state, &run, seq, &step_id, "step", error.to_string()).await,
+        Ok(Action::End(status)) => {
+            let (status, error) = match status {
+                EndStatus::Completed => (RunStatus::Completed, None),
+                EndStatus::Failed => (RunStatus::Failed, Some(format!("ended at `{step_id}`"))),
+            };
+            let record = step_record(&run, seq, &step_id, "end", "completed", None, None, 0, None, now);
+            state
+                .store
+                .advance_run(&run.tenant, &record, &RunAdvance::End { status, error }, now)
+                .await?;
+            Ok(())
+        }
+        Ok(Action::Goto { next, exit }) => {
+            let record = step_record(
+                &run,
+                seq,
+                &step_id,
+                "branch",
+                "completed",
+                Some(json!({"exit": exit})),
+                None,
+                0,
+                Some(exit),
+                now,
+            );
+            let advance = RunAdvance::Next {
+                step: next,
+                job: step_job(state, &run, seq + 1, now),
+            };
+            state
+                .store
+                .advance_run(&run.tenant, &record, &advance, now)
+                .await?;
+            Ok(())
+        }
+        Ok(Action::Call { arguments, next }) => {
+            let contract = compiled
+                .contracts
+                .get(&step_id)
+                .cloned()
+                .ok_or_else(|| Retry(format!("step `{step_id}` has no contract")))?;
+            call(state, &run, seq, &step_id, &contract, arguments, next).await
+        }
+    }
+}
+
+/// The run's values: its input and each recorded step's output (the latest visit).
+fn scope_of(run: &RunRecord, steps: &[RunStep]) -> Value {
+    let mut by_step = Map::new();
+    for step in steps {
+        if let Some(output) = &step.output
+            && step.kind == "tool"
+        {
+            by_step.insert(step.step_id.clone(), json!({ "output": output }));
+        }
+    }
+    json!({"input": run.input, "steps": by_step})
+}
+
+#[allow(clippy::too_many_arguments, reason = "one record's fields")]
+fn step_record(
+    run: &RunRecord,
+    seq: u32,
+    step_id: &str,
+    kind: &str,
+    status: &str,
+    output: Option<Value>,
+    ledger_id: Option<String>,
+    cost: u64,
+    detail: Option<String>,
+    now: time::OffsetDateTime,
+) -> RunStep {
+    RunStep {
+        run_id: run.id.clone(),
+        seq,
+        step_id: step_id.to_owned(),
+        kind: kind.to_owned(),
+        status: status.to_owned(),
+        output,
+        ledger_id,
+        cost,
+        detail,
+        finished_at: now,
+    }
+}
+
+/// Ends the run as failed at this step, with the reason.
+async fn fail(
+    state: &AppState,
+    run: &RunRecord,
+    seq: u32,
+    step_id: &str,
+    kind: &str,
+    why: String,
+) -> Result<(), Retry> {
+    let now = state.env.now();
+    tracing::info!(run = %run.id, step = step_id, reason = %why, "a workflow run failed");
+    let record = step_record(
+        run,
+        seq,
+        step_id,
+        kind,
+        "failed",
+        None,
+        None,
+        0,
+        Some(why.clone()),
+        now,
+    );
+    let advance = RunAdvance::End {
+        status: RunStatus::Failed,
+        error: Some(why),
+    };
+    state
+        .store
+        .advance_run(&run.tenant, &record, &advance, now)
+        .await?;
+    Ok(())
+}
+
+/// A tool step: the call through `dispatch`, then the step's record and what follows.
+async fn call(
+    state: &AppState,
+    run: &RunRecord,
+    seq: u32,
+    step_id: &str,
+    contract: &warrant_core::Contract,
+    arguments: Map<String, Value>,
+    next: String,
+) -> Result<(), Retry> {
+    let Some(principal) = principal_of(run) else {
+        return fail(
+            state,
+            run,
+            seq,
+            step_id,
+            "tool",
+            "the run's principal is not readable".into(),
+        )
+        .await;
+    };
+    let proposal = json!({
+        "tool": contract.qualified_name(),
+        "contract": contract.id().to_string(),
+        "arguments": arguments,
+    });
+    let owned = OwnedCall {
+        bytes: proposal.to_string().into_bytes().into(),
+        idempotency_key: Some(format!("{}.{seq}", run.id)),
+        approval_id: None,
+        trace_id: state.env.new_id("trace"),
+        run_id: Some(run.id.clone()),
+        step_id: Some(step_id.to_owned()),
+    };
+    let dispatched = submit(state.authority.clone(), state.runtime.clone(), principal, owned).await?;
+    let now = state.env.now();
+    let failed = |code: String, ledger_id: String| {
+        step_record(
+            run,
+            seq,
+            step_id,
+            "tool",
+            "failed",
+            None,
+            Some(ledger_id),
+            0,
+            Some(code),
+            now,
+        )
+    };
+    let (record, advance) = match dispatched {
+        Dispatched::Executed(e) => match e.result {
+            Ok(Outcome::Committed(result)) => {
+                let record = step_record(
+                    run,
+                    seq,
+                    step_id,
+                    "tool",
+                    "completed",
+                    Some(result),
+                    Some(e.ledger_id),
+                    contract.cost_per_call(),
+                    None,
+                    now,
+                );
+                let advance = RunAdvance::Next {
+                    step: next,
+                    job: step_job(state, run, seq + 1, now),
+                };
+                (record, advance)
+            }
+            // The effect may have happened: try again later with the same key, which replays
+            // the outcome once reconciliation knows it.
+            Ok(Outcome::Unknown(_)) => {
+                return Err(Retry(format!("the outcome of {} is unknown", e.ledger_id)));
+            }
+            Ok(Outcome::Failed(code)) => {
+                let why = format!("{} failed: {}", step_id, code.as_str());
+                (
+                    failed(code.as_str().to_owned(), e.ledger_id),
+                    RunAdvance::End {
+                        status: RunStatus::Failed,
+                        error: Some(why),
+                    },
+                )
+            }
+            Err(rejection) if rejection.code() == RejectCode::IdempotencyInFlight => {
+                return Err(Retry(rejection.detail().to_owned()));
+            }
+            Err(rejection) => {
+                let why = format!(
+                    "{step_id} refused: {} ({})",
+                    rejection.code().as_str(),
+                    rejection.detail()
+                );
+                (
+                    failed(rejection.code().as_str().to_owned(), e.ledger_id),
+                    RunAdvance::End {
+                        status: RunStatus::Failed,
+                        error: Some(why),
+                    },
+                )
+            }
+        },
+        Dispatched::Rejected { ledger_id, rejection } => {
+            let why = format!(
+                "{step_id} refused: {} ({})",
+                rejection.code().as_str(),
+                rejection.detail()
+            );
+            (
+                failed(rejection.code().as_str().to_owned(), ledger_id),
+                RunAdvance::End {
+                    status: RunStatus::Failed,
+                    error: Some(why),
+                },
+            )
+        }
+        Dispatched::NeedsApproval { ledger_id, .. } => {
+            let why = format!("{step_id} needs an approval, which only a review step gives a run");
+            (
+                failed("APPROVAL_REQUIRED".into(), ledger_id),
+                RunAdvance::End {
+                    status: RunStatus::Failed,
+                    error: Some(why),
+                },
+            )
+        }
+    };
+    state
+        .store
+        .advance_run(&run.tenant, &record, &advance, now)
+        .await?;
+    Ok(())
+}
