@@ -8,9 +8,9 @@
 //!
 //! **A tool step is a call through `dispatch`** — the pipeline every lane uses — as the
 //! principal that started the run, with the run and step ids on its ledger row and an
-//! idempotency key derived from the run and the step's place in it (`<run id>.<seq>`): a step
-//! tried again after a crash replays the stored outcome, or reconciles an unknown one, and
-//! never repeats an effect.
+//! idempotency key derived from the run, the step and its visit (`<run id>.<step id>.<visit>`):
+//! a step tried again after a crash replays the stored outcome, or reconciles an unknown one,
+//! and never repeats an effect; a bounded loop's next visit is a new operation.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -137,6 +137,11 @@ pub fn spawn_runner(state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
             for job in jobs {
                 let completion = match run_job(&state, &cache, &job).await {
                     Ok(()) => JobCompletion::Done,
+                    // The last attempt: the run fails with the reason rather than wait forever.
+                    Err(Retry(error)) if job.attempts >= MAX_ATTEMPTS => {
+                        abandon(&state, &job, &error).await;
+                        JobCompletion::Dead { error }
+                    }
                     Err(Retry(error)) => {
                         let wait = Duration::from_secs(2_u64.saturating_pow(job.attempts.min(10)).min(300));
                         JobCompletion::Retry {
@@ -157,6 +162,63 @@ pub fn spawn_runner(state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
     })
 }
 
+/// Metric names of the authored lane.
+pub mod metric {
+    /// Runs by event (`started`, `completed`, `failed`).
+    pub const RUNS: &str = "warrant_workflow_runs_total";
+    /// Seconds from a step's start to its record, by step kind.
+    pub const STEP_SECONDS: &str = "warrant_workflow_step_seconds";
+}
+
+/// Records a step and what follows it (see `Store::advance_run`), and counts it: the step's
+/// time from its claim to its record, by kind, and the run's end.
+async fn record_step(
+    state: &AppState,
+    tenant: &str,
+    started: std::time::Instant,
+    record: &RunStep,
+    next: &RunAdvance,
+    now: time::OffsetDateTime,
+) -> Result<bool, StoreError> {
+    let recorded = state.store.advance_run(tenant, record, next, now).await?;
+    if recorded {
+        metrics::histogram!(metric::STEP_SECONDS, "kind" => record.kind.clone())
+            .record(started.elapsed().as_secs_f64());
+        if let RunAdvance::End { status, .. } = next {
+            metrics::counter!(metric::RUNS, "event" => status.as_str()).increment(1);
+        }
+    }
+    Ok(recorded)
+}
+
+/// Fails the run of a step job that used its last attempt.
+async fn abandon(state: &AppState, job: &Job, error: &str) {
+    let Some(run_id) = job.job.payload.get("run_id").and_then(Value::as_str) else {
+        return;
+    };
+    let Ok(Some(run)) = state.store.get_run(&job.job.tenant, run_id).await else {
+        return;
+    };
+    if run.status.is_final() {
+        return;
+    }
+    let step = run.next_step.clone().unwrap_or_default();
+    let why = format!("step `{step}` could not finish after {MAX_ATTEMPTS} attempts: {error}");
+    if let Err(e) = fail(
+        state,
+        std::time::Instant::now(),
+        &run,
+        run.next_seq,
+        &step,
+        "abandoned",
+        why,
+    )
+    .await
+    {
+        tracing::warn!(error = %e.0, run = %run.id, "an abandoned run could not be marked failed");
+    }
+}
+
 /// A step that could not finish now and is tried again later.
 struct Retry(String);
 
@@ -171,6 +233,7 @@ async fn run_job(
     cache: &Mutex<HashMap<String, Arc<Compiled>>>,
     job: &Job,
 ) -> Result<(), Retry> {
+    let started = std::time::Instant::now();
     let run_id = job
         .job
         .payload
@@ -208,7 +271,7 @@ async fn run_job(
                     })?;
                 let compiled = match compiled_for(state, &record).await {
                     Ok(c) => Arc::new(c),
-                    Err(why) => return fail(state, &run, seq, &step_id, "definition", why).await,
+                    Err(why) => return fail(state, started, &run, seq, &step_id, "definition", why).await,
                 };
                 if let Ok(mut c) = cache.lock() {
                     c.insert(run.digest.clone(), compiled.clone());
@@ -228,23 +291,28 @@ async fn run_job(
         let visits = steps.iter().filter(|s| s.step_id == step_id).count();
         if visits >= max as usize {
             let why = format!("step `{step_id}` would be entered more than its max_visits ({max})");
-            return fail(state, &run, seq, &step_id, "max_visits", why).await;
+            return fail(state, started, &run, seq, &step_id, "max_visits", why).await;
         }
     }
     let scope = scope_of(&run, &steps);
     let now = state.env.now();
     match action(&compiled, &step_id, &scope) {
-        Err(error) => fail(state, &run, seq, &step_id, "step", error.to_string()).await,
+        Err(error) => fail(state, started, &run, seq, &step_id, "step", error.to_string()).await,
         Ok(Action::End(status)) => {
             let (status, error) = match status {
                 EndStatus::Completed => (RunStatus::Completed, None),
                 EndStatus::Failed => (RunStatus::Failed, Some(format!("ended at `{step_id}`"))),
             };
             let record = step_record(&run, seq, &step_id, "end", "completed", None, None, 0, None, now);
-            state
-                .store
-                .advance_run(&run.tenant, &record, &RunAdvance::End { status, error }, now)
-                .await?;
+            record_step(
+                state,
+                &run.tenant,
+                started,
+                &record,
+                &RunAdvance::End { status, error },
+                now,
+            )
+            .await?;
             Ok(())
         }
         Ok(Action::Goto { next, exit }) => {
@@ -264,10 +332,7 @@ async fn run_job(
                 step: next,
                 job: step_job(state, &run, seq + 1, now),
             };
-            state
-                .store
-                .advance_run(&run.tenant, &record, &advance, now)
-                .await?;
+            record_step(state, &run.tenant, started, &record, &advance, now).await?;
             Ok(())
         }
         Ok(Action::Call { arguments, next }) => {
@@ -276,7 +341,12 @@ async fn run_job(
                 .get(&step_id)
                 .cloned()
                 .ok_or_else(|| Retry(format!("step `{step_id}` has no contract")))?;
-            call(state, &run, seq, &step_id, &contract, arguments, next).await
+            let visit = steps.iter().filter(|s| s.step_id == step_id).count() + 1;
+            let key = format!("{}.{step_id}.{visit}", run.id);
+            call(
+                state, started, &run, seq, &step_id, &contract, arguments, next, key,
+            )
+            .await
         }
     }
 }
@@ -324,6 +394,7 @@ fn step_record(
 /// Ends the run as failed at this step, with the reason.
 async fn fail(
     state: &AppState,
+    started: std::time::Instant,
     run: &RunRecord,
     seq: u32,
     step_id: &str,
@@ -348,26 +419,27 @@ async fn fail(
         status: RunStatus::Failed,
         error: Some(why),
     };
-    state
-        .store
-        .advance_run(&run.tenant, &record, &advance, now)
-        .await?;
+    record_step(state, &run.tenant, started, &record, &advance, now).await?;
     Ok(())
 }
 
 /// A tool step: the call through `dispatch`, then the step's record and what follows.
+#[allow(clippy::too_many_arguments, reason = "the step's place and its call")]
 async fn call(
     state: &AppState,
+    started: std::time::Instant,
     run: &RunRecord,
     seq: u32,
     step_id: &str,
     contract: &warrant_core::Contract,
     arguments: Map<String, Value>,
     next: String,
+    key: String,
 ) -> Result<(), Retry> {
     let Some(principal) = principal_of(run) else {
         return fail(
             state,
+            started,
             run,
             seq,
             step_id,
@@ -383,7 +455,7 @@ async fn call(
     });
     let owned = OwnedCall {
         bytes: proposal.to_string().into_bytes().into(),
-        idempotency_key: Some(format!("{}.{seq}", run.id)),
+        idempotency_key: Some(key),
         approval_id: None,
         trace_id: state.env.new_id("trace"),
         run_id: Some(run.id.clone()),
@@ -484,9 +556,6 @@ async fn call(
             )
         }
     };
-    state
-        .store
-        .advance_run(&run.tenant, &record, &advance, now)
-        .await?;
+    record_step(state, &run.tenant, started, &record, &advance, now).await?;
     Ok(())
 }

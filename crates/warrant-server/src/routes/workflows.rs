@@ -326,6 +326,7 @@ pub(crate) async fn start_run(
     };
     let job = crate::runs::step_job(&state, &run, 0, now);
     state.store.start_run(&run, &job).await.map_err(store_error)?;
+    metrics::counter!(crate::runs::metric::RUNS, "event" => "started").increment(1);
     Ok((StatusCode::CREATED, axum::Json(run_view(&run, &[]))).into_response())
 }
 
