@@ -583,12 +583,13 @@ pub fn contracts(command: &RemoteContractCommand) -> Result<Exit> {
     })
 }
 
-/// Runs `warrant workflow publish|list|show`.
+/// Runs `warrant workflow publish|list|show|run`.
 pub fn workflows(command: &crate::workflow::WorkflowCommand) -> Result<Exit> {
     use crate::workflow::WorkflowCommand;
     let server = match command {
         WorkflowCommand::Publish { server, .. }
         | WorkflowCommand::List { server }
+        | WorkflowCommand::Run { server, .. }
         | WorkflowCommand::Show { server, .. } => server,
         WorkflowCommand::Compile { .. } => bail!("`workflow compile` runs offline"),
     };
@@ -609,6 +610,16 @@ pub fn workflows(command: &crate::workflow::WorkflowCommand) -> Result<Exit> {
             WorkflowCommand::Show { name, version, .. } => {
                 let path = format!("/v1/workflows/{}/{version}", segment(name));
                 client.call(Method::GET, &path, None).await?
+            }
+            WorkflowCommand::Run { workflow, input, .. } => {
+                let Some((name, version)) = workflow.rsplit_once('@') else {
+                    bail!("name the workflow as NAME@VERSION");
+                };
+                let bytes = read_input(input)?;
+                let path = format!("/v1/workflows/{}/{}/runs", segment(name), segment(version));
+                client
+                    .call(Method::POST, &path, Some((bytes, "application/json")))
+                    .await?
             }
             _ => client.call(Method::GET, "/v1/workflows", None).await?,
         };
@@ -646,6 +657,46 @@ pub fn workflows(command: &crate::workflow::WorkflowCommand) -> Result<Exit> {
                 }
                 Ok(exit)
             }
+        }
+    })
+}
+
+/// Runs `warrant runs list|show`.
+pub fn runs(command: &crate::workflow::RunsCommand) -> Result<Exit> {
+    use crate::workflow::RunsCommand;
+    let server = match command {
+        RunsCommand::List { server } | RunsCommand::Show { server, .. } => server,
+    };
+    let client = Client::new(server)?;
+    block_on(async move {
+        let answer = match command {
+            RunsCommand::List { .. } => client.call(Method::GET, "/v1/runs", None).await?,
+            RunsCommand::Show { id, .. } => {
+                client
+                    .call(Method::GET, &format!("/v1/runs/{}", segment(id)), None)
+                    .await?
+            }
+        };
+        match (command, answer) {
+            (RunsCommand::List { .. }, Ok(v)) => {
+                for r in at(&v, "runs").as_array().into_iter().flatten() {
+                    println!(
+                        "{}  {}@{}  {}  cost {}  started {}",
+                        at(r, "id").as_str().unwrap_or(""),
+                        at(r, "workflow").as_str().unwrap_or(""),
+                        at(r, "version"),
+                        at(r, "status").as_str().unwrap_or(""),
+                        at(r, "cost"),
+                        at(r, "created_at").as_str().unwrap_or(""),
+                    );
+                }
+                Ok(Exit::Ok)
+            }
+            (_, Ok(v)) => {
+                print(&v);
+                Ok(Exit::Ok)
+            }
+            (_, Err(m)) => Ok(refused(&m)),
         }
     })
 }

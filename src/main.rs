@@ -72,9 +72,13 @@ enum Command {
         #[command(subcommand)]
         command: client::KeysCommand,
     },
-    /// Workflows: compile a definition offline (grammar, tools, bindings, Gate A).
+    /// Workflows: compile a definition offline (grammar, tools, bindings, Gate A); publish,
+    /// list, show and run them on a running server.
     #[command(subcommand)]
     Workflow(workflow::WorkflowCommand),
+    /// Workflow runs on a running server: list, show.
+    #[command(subcommand)]
+    Runs(workflow::RunsCommand),
     /// Tenants on a running server (the platform operator): create, list.
     Tenants {
         #[command(flatten)]
@@ -118,6 +122,7 @@ fn main() -> ExitCode {
         Command::Keys { server, command } => client::keys(&server, &command),
         Command::Tenants { server, command } => client::tenants(&server, &command),
         Command::Workflow(command) => workflow::run(&command),
+        Command::Runs(command) => client::runs(&command),
     };
     match result {
         Ok(exit) => ExitCode::from(exit as u8),

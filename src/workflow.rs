@@ -46,12 +46,40 @@ pub enum WorkflowCommand {
         #[command(flatten)]
         server: crate::client::ServerArgs,
     },
+    /// Start a run of a published workflow (`NAME@VERSION`) with an input document.
+    Run {
+        /// `name@version`.
+        #[arg(value_name = "NAME@VERSION")]
+        workflow: String,
+        /// The run's input (JSON), or `-` for standard input.
+        #[arg(long, value_name = "FILE|-")]
+        input: String,
+        #[command(flatten)]
+        server: crate::client::ServerArgs,
+    },
     /// One published workflow: its pins and definition.
     Show {
         /// The workflow's name.
         name: String,
         /// Its version.
         version: u32,
+        #[command(flatten)]
+        server: crate::client::ServerArgs,
+    },
+}
+
+/// `warrant runs …`
+#[derive(Debug, Subcommand)]
+pub enum RunsCommand {
+    /// Your tenant's newest runs.
+    List {
+        #[command(flatten)]
+        server: crate::client::ServerArgs,
+    },
+    /// One run: its status, each executed step with its ledger row, and its cost.
+    Show {
+        /// The run id.
+        id: String,
         #[command(flatten)]
         server: crate::client::ServerArgs,
     },

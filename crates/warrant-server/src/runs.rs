@@ -504,7 +504,10 @@ async fn call(
                 return Err(Retry(format!("the outcome of {} is unknown", e.ledger_id)));
             }
             Ok(Outcome::Failed(code)) => {
-                let why = format!("{} failed: {}", step_id, code.as_str());
+                let why = match &e.detail {
+                    Some(detail) => format!("{step_id} failed: {} ({detail})", code.as_str()),
+                    None => format!("{step_id} failed: {}", code.as_str()),
+                };
                 (
                     failed(code.as_str().to_owned(), e.ledger_id),
                     RunAdvance::End {
