@@ -102,6 +102,21 @@ pub struct Call<'a> {
     pub run_id: Option<&'a str>,
     /// The workflow step.
     pub step_id: Option<&'a str>,
+    /// Held for a human approval whatever the contract's approval mode: a workflow step whose
+    /// workflow requires review of this call (its review step asks for the approval, and the
+    /// tool step presents it), through the same approval records and binding as a per-call
+    /// contract.
+    pub review: bool,
+}
+
+/// How a call is approved: per call when its contract says so, or when a workflow's review
+/// requires it ([`Call::review`]).
+fn approval_mode(contract: &Contract, call: &Call<'_>) -> ApprovalMode {
+    if call.review {
+        ApprovalMode::PerCall
+    } else {
+        contract.approval()
+    }
 }
 
 /// What the stages established, for reports (`warrant check`) and responses.
@@ -434,7 +449,7 @@ impl Authority {
         if let Some(record) = existing.filter(|_| conflict.is_none()) {
             // A replay of a call that already ran (or whose outcome is being reconciled): the
             // same operation, so no new budget or approval.
-            p.facts.approval = Some(match contract.approval() {
+            p.facts.approval = Some(match approval_mode(&contract, call) {
                 ApprovalMode::None => ApprovalState::NotRequired,
                 ApprovalMode::PerCall => ApprovalState::BoundToCall,
             });
@@ -458,7 +473,7 @@ impl Authority {
         if let Some(key) = self.exhausted.refuses(principal.tenant(), &reservations, now) {
             reject!(crate::budget::exhausted(&key))
         }
-        let approval = match contract.approval() {
+        let approval = match approval_mode(&contract, call) {
             ApprovalMode::None => {
                 p.facts.approval = Some(ApprovalState::NotRequired);
                 if let Some(rejection) = conflict {

@@ -830,6 +830,13 @@ pub enum RunAdvance {
         /// Its job.
         job: NewJob,
     },
+    /// The run waits (a review's decision) and looks again at `step` through `job`.
+    Wait {
+        /// The step that looks again.
+        step: String,
+        /// Its job (due when it next looks).
+        job: NewJob,
+    },
     /// The run ends.
     End {
         /// `Completed`, `Failed` or `Cancelled`.

@@ -103,6 +103,8 @@ pub struct OwnedCall {
     pub run_id: Option<String>,
     /// The workflow step.
     pub step_id: Option<String>,
+    /// Held for approval whatever the contract says (a workflow's review: [`Call::review`]).
+    pub review: bool,
 }
 
 impl OwnedCall {
@@ -115,6 +117,7 @@ impl OwnedCall {
             trace_id: &self.trace_id,
             run_id: self.run_id.as_deref(),
             step_id: self.step_id.as_deref(),
+            review: self.review,
         }
     }
 }

@@ -288,7 +288,11 @@ async fn run_job(
         .find(|s| s.id == step_id)
         .and_then(|s| s.max_visits)
     {
-        let visits = steps.iter().filter(|s| s.step_id == step_id).count();
+        // A review's wait is not a visit of its own.
+        let visits = steps
+            .iter()
+            .filter(|s| s.step_id == step_id && s.status != "waiting")
+            .count();
         if visits >= max as usize {
             let why = format!("step `{step_id}` would be entered more than its max_visits ({max})");
             return fail(state, started, &run, seq, &step_id, "max_visits", why).await;
@@ -296,6 +300,13 @@ async fn run_job(
     }
     let scope = scope_of(&run, &steps);
     let now = state.env.now();
+    // A review that asked already: look at the decision.
+    if let Some(asked) = steps
+        .last()
+        .filter(|last| last.step_id == step_id && last.kind == "review" && last.status == "waiting")
+    {
+        return decision(state, started, &compiled, &run, seq, &step_id, asked).await;
+    }
     match action(&compiled, &step_id, &scope) {
         Err(error) => fail(state, started, &run, seq, &step_id, "step", error.to_string()).await,
         Ok(Action::End(status)) => {
@@ -335,6 +346,9 @@ async fn run_job(
             record_step(state, &run.tenant, started, &record, &advance, now).await?;
             Ok(())
         }
+        Ok(Action::Review { covers, .. }) => {
+            ask(state, started, &compiled, &run, seq, &step_id, &steps, covers).await
+        }
         Ok(Action::Call { arguments, next }) => {
             let contract = compiled
                 .contracts
@@ -342,9 +356,32 @@ async fn run_job(
                 .cloned()
                 .ok_or_else(|| Retry(format!("step `{step_id}` has no contract")))?;
             let visit = steps.iter().filter(|s| s.step_id == step_id).count() + 1;
-            let key = format!("{}.{step_id}.{visit}", run.id);
+            let mut key = format!("{}.{step_id}.{visit}", run.id);
+            // The approval of the last review that covered this step, bound to this exact call.
+            let approved = steps.iter().rev().find_map(|s| {
+                (s.kind == "review" && s.status == "approved")
+                    .then(|| s.output.as_ref()?.get("approvals")?.get(&step_id).cloned())
+                    .flatten()
+            });
+            let approval = match approved {
+                Some(a) => {
+                    if let Some(k) = a.get("idempotency_key").and_then(Value::as_str) {
+                        key = k.to_owned();
+                    }
+                    a.get("approval_id").and_then(Value::as_str).map(str::to_owned)
+                }
+                None => None,
+            };
+            let required = compiled
+                .coverage
+                .iter()
+                .any(|c| c.step == step_id && c.review_required);
+            if required && approval.is_none() {
+                let why = format!("step `{step_id}` needs the approval of a covering review, and has none");
+                return fail(state, started, &run, seq, &step_id, "tool", why).await;
+            }
             call(
-                state, started, &run, seq, &step_id, &contract, arguments, next, key,
+                state, started, &run, seq, &step_id, &contract, arguments, next, key, approval,
             )
             .await
         }
@@ -423,6 +460,167 @@ async fn fail(
     Ok(())
 }
 
+/// Phase one of a review step: each covered tool step's exact call is proposed through
+/// `dispatch` held for review (`OwnedCall::review`), which creates — or finds, when this step
+/// is taken again — the approval bound to its payload digest and idempotency key; the run then
+/// waits, its step recording the approvals it waits for.
+#[allow(clippy::too_many_arguments, reason = "the step's place and its calls")]
+async fn ask(
+    state: &AppState,
+    started: std::time::Instant,
+    compiled: &Compiled,
+    run: &RunRecord,
+    seq: u32,
+    step_id: &str,
+    steps: &[RunStep],
+    covers: Vec<(String, Map<String, Value>)>,
+) -> Result<(), Retry> {
+    let Some(principal) = principal_of(run) else {
+        let why = "the run's principal is not readable".to_owned();
+        return fail(state, started, run, seq, step_id, "review", why).await;
+    };
+    let mut approvals = Map::new();
+    for (tool, arguments) in covers {
+        let Some(contract) = compiled.contracts.get(&tool) else {
+            return Err(Retry(format!("step `{tool}` has no contract")));
+        };
+        let visit = steps.iter().filter(|s| s.step_id == tool).count() + 1;
+        let key = format!("{}.{tool}.{visit}", run.id);
+        let proposal = json!({
+            "tool": contract.qualified_name(),
+            "contract": contract.id().to_string(),
+            "arguments": arguments,
+        });
+        let owned = OwnedCall {
+            bytes: proposal.to_string().into_bytes().into(),
+            idempotency_key: Some(key.clone()),
+            approval_id: None,
+            trace_id: state.env.new_id("trace"),
+            run_id: Some(run.id.clone()),
+            step_id: Some(step_id.to_owned()),
+            review: true,
+        };
+        match submit(
+            state.authority.clone(),
+            state.runtime.clone(),
+            principal.clone(),
+            owned,
+        )
+        .await?
+        {
+            Dispatched::NeedsApproval { ledger_id, needed } => {
+                approvals.insert(
+                    tool,
+                    json!({
+                        "approval_id": needed.request_id,
+                        "payload_digest": needed.payload_digest.to_string(),
+                        "idempotency_key": key,
+                        "expires_at": needed.expires_at.map(crate::routes::rfc3339),
+                        "ledger_id": ledger_id,
+                    }),
+                );
+            }
+            Dispatched::Rejected { rejection, .. } => {
+                let why = format!(
+                    "the call `{tool}` would make cannot be reviewed: {} ({})",
+                    rejection.code().as_str(),
+                    rejection.detail()
+                );
+                return fail(state, started, run, seq, step_id, "review", why).await;
+            }
+            Dispatched::Executed(_) => {
+                let why = format!("the call of `{tool}` ran before its review");
+                return fail(state, started, run, seq, step_id, "review", why).await;
+            }
+        }
+    }
+    let now = state.env.now();
+    let output = Some(json!({ "approvals": approvals }));
+    let record = step_record(run, seq, step_id, "review", "waiting", output, None, 0, None, now);
+    let advance = RunAdvance::Wait {
+        step: step_id.to_owned(),
+        job: step_job(state, run, seq + 1, now + REVIEW_POLL),
+    };
+    record_step(state, &run.tenant, started, &record, &advance, now).await?;
+    Ok(())
+}
+
+/// How often a waiting review looks at its approvals.
+const REVIEW_POLL: Duration = Duration::from_secs(1);
+
+/// Phase two of a review step: every approval approved → `on_approve`; any rejected or expired
+/// → `on_reject`; otherwise look again later.
+async fn decision(
+    state: &AppState,
+    started: std::time::Instant,
+    compiled: &Compiled,
+    run: &RunRecord,
+    seq: u32,
+    step_id: &str,
+    asked: &RunStep,
+) -> Result<(), Retry> {
+    use warrant_core::records::ApprovalStatus;
+    let review = compiled
+        .definition
+        .steps
+        .iter()
+        .find(|s| s.id == step_id)
+        .and_then(|s| match &s.kind {
+            StepKind::Review(r) => Some(r.clone()),
+            _ => None,
+        });
+    let Some(review) = review else {
+        let why = format!("`{step_id}` is not a review");
+        return fail(state, started, run, seq, step_id, "review", why).await;
+    };
+    let approvals = asked
+        .output
+        .as_ref()
+        .and_then(|o| o.get("approvals"))
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let now = state.env.now();
+    let mut all_approved = true;
+    let mut refused: Option<String> = None;
+    for (tool, a) in &approvals {
+        let id = a.get("approval_id").and_then(Value::as_str).unwrap_or_default();
+        let status = state
+            .store
+            .get_approval(&run.tenant, id, now)
+            .await?
+            .map(|r| r.status);
+        match status {
+            Some(ApprovalStatus::Approved | ApprovalStatus::Consumed) => {}
+            Some(ApprovalStatus::Pending) => all_approved = false,
+            Some(ApprovalStatus::Rejected) => refused = Some(format!("the call of `{tool}` was rejected")),
+            Some(ApprovalStatus::Expired) | None => {
+                refused = Some(format!("the approval of `{tool}` expired"))
+            }
+        }
+    }
+    let (status, next, detail) = match (refused, all_approved) {
+        (Some(why), _) => ("rejected", review.on_reject.clone(), Some(why)),
+        (None, true) => ("approved", review.on_approve.clone(), None),
+        (None, false) => {
+            // Still pending: look again later (a new job; this one is done).
+            state
+                .store
+                .enqueue_job(&step_job(state, run, seq, now + REVIEW_POLL))
+                .await?;
+            return Ok(());
+        }
+    };
+    let output = Some(json!({ "approvals": approvals }));
+    let record = step_record(run, seq, step_id, "review", status, output, None, 0, detail, now);
+    let advance = RunAdvance::Next {
+        step: next,
+        job: step_job(state, run, seq + 1, now),
+    };
+    record_step(state, &run.tenant, started, &record, &advance, now).await?;
+    Ok(())
+}
+
 /// A tool step: the call through `dispatch`, then the step's record and what follows.
 #[allow(clippy::too_many_arguments, reason = "the step's place and its call")]
 async fn call(
@@ -435,6 +633,7 @@ async fn call(
     arguments: Map<String, Value>,
     next: String,
     key: String,
+    approval: Option<String>,
 ) -> Result<(), Retry> {
     let Some(principal) = principal_of(run) else {
         return fail(
@@ -456,7 +655,8 @@ async fn call(
     let owned = OwnedCall {
         bytes: proposal.to_string().into_bytes().into(),
         idempotency_key: Some(key),
-        approval_id: None,
+        review: approval.is_some(),
+        approval_id: approval,
         trace_id: state.env.new_id("trace"),
         run_id: Some(run.id.clone()),
         step_id: Some(step_id.to_owned()),

@@ -496,7 +496,7 @@ impl Store for MemoryStore {
             if !expected {
                 return Ok(false);
             }
-            if let RunAdvance::Next { job, .. } = advance {
+            if let RunAdvance::Next { job, .. } | RunAdvance::Wait { job, .. } = advance {
                 s.enqueue(job)?;
             }
             let Some(run) = s.runs.get_mut(&step.run_id) else {
@@ -504,6 +504,7 @@ impl Store for MemoryStore {
             };
             let (status, next, error) = match advance {
                 RunAdvance::Next { step, .. } => (RunStatus::Running, Some(step.clone()), None),
+                RunAdvance::Wait { step, .. } => (RunStatus::Waiting, Some(step.clone()), None),
                 RunAdvance::End { status, error } => (*status, None, error.clone()),
             };
             run.status = status;

@@ -1165,6 +1165,7 @@ impl Store for SqlStore {
             |ex| {
                 let (status, next, error) = match &advance {
                     RunAdvance::Next { step, .. } => (RunStatus::Running, Some(step.clone()), None),
+                    RunAdvance::Wait { step, .. } => (RunStatus::Waiting, Some(step.clone()), None),
                     RunAdvance::End { status, error } => (*status, None, error.clone()),
                 };
                 let cost = i64::try_from(step.cost).unwrap_or(i64::MAX);
@@ -1194,7 +1195,7 @@ impl Store for SqlStore {
                     ms(step.finished_at),
                 ];
                 ex.execute(insert, &params).await?;
-                if let RunAdvance::Next { job, .. } = &advance {
+                if let RunAdvance::Next { job, .. } | RunAdvance::Wait { job, .. } = &advance {
                     enqueue_in(ex, job).await?;
                 }
                 Ok(true)

@@ -28,6 +28,17 @@ pub enum Action {
         /// The exit taken (`case 1`, `else`).
         exit: String,
     },
+    /// Ask for the review of the exact calls of the covered tool steps, then wait for the
+    /// decision.
+    Review {
+        /// Each covered tool step and its arguments, bound now (Gate A: nothing between this
+        /// review and the tool changes them).
+        covers: Vec<(String, Map<String, Value>)>,
+        /// Where an approval leads.
+        on_approve: String,
+        /// Where a rejection or expiry leads.
+        on_reject: String,
+    },
     /// End the run.
     End(EndStatus),
 }
@@ -59,7 +70,7 @@ impl std::fmt::Display for StepError {
 
 /// The step kinds the runner executes.
 pub fn runnable(kind: &StepKind) -> bool {
-    matches!(kind, StepKind::Tool(_) | StepKind::Branch(_) | StepKind::End(_))
+    !matches!(kind, StepKind::Model(_))
 }
 
 /// What step `id` does with `scope`.
@@ -100,7 +111,20 @@ pub fn action(compiled: &Compiled, id: &str, scope: &Value) -> Result<Action, St
         }
         StepKind::End(end) => Ok(Action::End(end.status)),
         StepKind::Model(_) => Err(StepError::NotRunnable("model")),
-        StepKind::Review(_) => Err(StepError::NotRunnable("review")),
+        StepKind::Review(review) => {
+            let mut covers = Vec::with_capacity(review.covers.len());
+            for covered in &review.covers {
+                match action(compiled, covered, scope)? {
+                    Action::Call { arguments, .. } => covers.push((covered.clone(), arguments)),
+                    _ => return Err(StepError::NoSuchStep(covered.clone())),
+                }
+            }
+            Ok(Action::Review {
+                covers,
+                on_approve: review.on_approve.clone(),
+                on_reject: review.on_reject.clone(),
+            })
+        }
     }
 }
 

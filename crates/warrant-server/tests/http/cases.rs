@@ -1243,6 +1243,27 @@ pub async fn admins_publish_only_workflows_the_compiler_accepts(h: &Harness) {
     assert_eq!(list["workflows"], json!([]));
 }
 
+/// Starts a run (the answer to its POST) and polls it until it waits for a review.
+async fn waiting_run(h: &Harness, started: reqwest::Response) -> Value {
+    assert_eq!(started.status().as_u16(), 201);
+    let started: Value = started.json().await.unwrap();
+    let id = started["id"].as_str().unwrap();
+    for _ in 0..200 {
+        let r = h
+            .req(Method::GET, &format!("/v1/runs/{id}"), "agent")
+            .send()
+            .await
+            .unwrap();
+        let run: Value = r.json().await.unwrap();
+        match run["status"].as_str() {
+            Some("waiting") => return run,
+            Some("running") => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+            _ => panic!("run {id} ended before its review: {run:#}"),
+        }
+    }
+    panic!("run {id} did not reach its review");
+}
+
 /// Polls a run until it has ended (or 20 s pass).
 async fn finished_run(h: &Harness, id: &str) -> Value {
     for _ in 0..200 {
@@ -1260,7 +1281,7 @@ async fn finished_run(h: &Harness, id: &str) -> Value {
     panic!("run {id} did not end");
 }
 
-pub async fn runs_execute_tool_and_branch_steps_through_the_pipeline(h: &Harness) {
+pub async fn runs_execute_tool_branch_and_review_steps_through_the_pipeline(h: &Harness) {
     let runner = warrant_server::runs::spawn_runner(h.nodes[0].gateway.state.clone());
     let doc = "name: triage\nversion: 1\ndescription: Look an order up and branch on its status.\ninput:\n  type: object\n  \
                additionalProperties: false\n  required: [order_id]\n  properties:\n    order_id: { type: string, maxLength: 20 }\n\
@@ -1342,8 +1363,8 @@ pub async fn runs_execute_tool_and_branch_steps_through_the_pipeline(h: &Harness
         .unwrap();
     assert_eq!(r.status().as_u16(), 404);
 
-    // A workflow with a review step is published but not yet run by this server: refused at
-    // the start, with a typed error, never half-run.
+    // A review step: the run asks for the approval of the credit's exact call, waits, and
+    // applies the credit once after a second principal approves it over HTTP.
     let r = h
         .req(Method::POST, "/v1/workflows", "admin")
         .header("content-type", "application/yaml")
@@ -1352,15 +1373,77 @@ pub async fn runs_execute_tool_and_branch_steps_through_the_pipeline(h: &Harness
         .await
         .unwrap();
     assert!(matches!(r.status().as_u16(), 200 | 201));
+    let start_refund = |customer: &str| {
+        h.req(Method::POST, "/v1/workflows/refund/1/runs", "agent")
+            .header("content-type", "application/json")
+            .body(json!({"customer_id": customer, "order_id": "ord_5678"}).to_string())
+    };
+    let effects_before = h.upstream.total();
+    let approved = waiting_run(h, start_refund("cus_approved").send().await.unwrap()).await;
+    let approval = approved["steps"][1]["output"]["approvals"]["credit"].clone();
+    let approval_id = approval["approval_id"].as_str().unwrap().to_owned();
+    assert!(
+        approval["payload_digest"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+    // The approval shows the exact arguments the credit will run with.
     let r = h
-        .req(Method::POST, "/v1/workflows/refund/1/runs", "agent")
-        .header("content-type", "application/json")
-        .body(json!({"customer_id": "cus_1", "order_id": "ord_1"}).to_string())
+        .req(Method::GET, &format!("/v1/approvals/{approval_id}"), "reviewer")
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status().as_u16(), 409);
-    let body: Value = r.json().await.unwrap();
-    assert_eq!(body["error"]["code"], "WORKFLOW_NOT_RUNNABLE");
+    let shown: Value = r.json().await.unwrap();
+    assert_eq!(shown["arguments"]["amount_cents"], 1200, "{shown:#}");
+    // The principal that started the run cannot approve its own call.
+    assert_ne!(h.approve_on(0, "agent", &approval_id).await, 200);
+    assert_eq!(h.approve_on(0, "reviewer", &approval_id).await, 200);
+    let run = finished_run(h, approved["id"].as_str().unwrap()).await;
+    assert_eq!(run["status"], "completed", "{run:#}");
+    let steps: Vec<(&str, &str)> = run["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["step"].as_str().unwrap(), s["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        steps,
+        vec![
+            ("look", "completed"),
+            ("review", "waiting"),
+            ("review", "approved"),
+            ("credit", "completed"),
+            ("done", "completed")
+        ]
+    );
+    assert_eq!(h.upstream.total(), effects_before + 1);
+    // The approval was consumed by that one call.
+    let r = h
+        .req(Method::GET, &format!("/v1/approvals/{approval_id}"), "reviewer")
+        .send()
+        .await
+        .unwrap();
+    let consumed: Value = r.json().await.unwrap();
+    assert_eq!(consumed["status"], "consumed", "{consumed:#}");
+
+    // Rejected: the reject route, and no credit.
+    let rejected = waiting_run(h, start_refund("cus_rejected").send().await.unwrap()).await;
+    let id = rejected["steps"][1]["output"]["approvals"]["credit"]["approval_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let r = h
+        .req(Method::POST, &format!("/v1/approvals/{id}/reject"), "reviewer")
+        .json(&json!({"reason": "not this one"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let run = finished_run(h, rejected["id"].as_str().unwrap()).await;
+    assert_eq!(run["status"], "completed", "{run:#}");
+    assert_eq!(run["steps"][2]["status"], "rejected");
+    assert_eq!(run["steps"][3]["step"], "done");
+    assert_eq!(h.upstream.total(), effects_before + 1);
     runner.abort();
 }

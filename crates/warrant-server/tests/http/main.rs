@@ -53,7 +53,7 @@ on_every_backend! {
     a_call_outlives_its_request_timeout,
     a_rejected_call_is_not_sent_for_review_again,
     admins_publish_only_workflows_the_compiler_accepts,
-    runs_execute_tool_and_branch_steps_through_the_pipeline,
+    runs_execute_tool_branch_and_review_steps_through_the_pipeline,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
