@@ -144,7 +144,7 @@ fn compile(file: &str, contracts: Option<&PathBuf>, format: Format) -> Result<Ex
             let document = match &result {
                 Ok(compiled) => json!({"ok": true, "workflow": described(compiled)}),
                 Err(violations) => {
-                    json!({"ok": false, "violations": violations.iter().map(violation).collect::<Vec<_>>()})
+                    json!({"ok": false, "violations": violations.iter().map(Violation::to_json).collect::<Vec<_>>()})
                 }
             };
             println!("{}", serde_json::to_string_pretty(&document)?);
@@ -160,16 +160,6 @@ fn compile(file: &str, contracts: Option<&PathBuf>, format: Format) -> Result<Ex
         },
     }
     Ok(if result.is_ok() { Exit::Ok } else { Exit::Problems })
-}
-
-fn violation(v: &Violation) -> Value {
-    json!({
-        "rule": v.rule.code(),
-        "step": v.step,
-        "pointer": v.pointer,
-        "message": v.message,
-        "path": v.path,
-    })
 }
 
 fn reviewers(r: &Reviewers) -> String {

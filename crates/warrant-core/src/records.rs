@@ -846,6 +846,25 @@ pub enum RunAdvance {
     },
 }
 
+impl RunAdvance {
+    /// What the run becomes: its status, its next step and its error.
+    pub fn outcome(&self) -> (RunStatus, Option<String>, Option<String>) {
+        match self {
+            RunAdvance::Next { step, .. } => (RunStatus::Running, Some(step.clone()), None),
+            RunAdvance::Wait { step, .. } => (RunStatus::Waiting, Some(step.clone()), None),
+            RunAdvance::End { status, error } => (*status, None, error.clone()),
+        }
+    }
+
+    /// The job it enqueues, if the run goes on.
+    pub fn job(&self) -> Option<&NewJob> {
+        match self {
+            RunAdvance::Next { job, .. } | RunAdvance::Wait { job, .. } => Some(job),
+            RunAdvance::End { .. } => None,
+        }
+    }
+}
+
 /// What the sweeper removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PurgeCounts {

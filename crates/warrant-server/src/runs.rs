@@ -486,20 +486,7 @@ async fn ask(
         };
         let visit = steps.iter().filter(|s| s.step_id == tool).count() + 1;
         let key = format!("{}.{tool}.{visit}", run.id);
-        let proposal = json!({
-            "tool": contract.qualified_name(),
-            "contract": contract.id().to_string(),
-            "arguments": arguments,
-        });
-        let owned = OwnedCall {
-            bytes: proposal.to_string().into_bytes().into(),
-            idempotency_key: Some(key.clone()),
-            approval_id: None,
-            trace_id: state.env.new_id("trace"),
-            run_id: Some(run.id.clone()),
-            step_id: Some(step_id.to_owned()),
-            review: true,
-        };
+        let owned = tool_call(state, run, step_id, contract, arguments, key.clone(), None, true);
         match submit(
             state.authority.clone(),
             state.runtime.clone(),
@@ -543,6 +530,37 @@ async fn ask(
     };
     record_step(state, &run.tenant, started, &record, &advance, now).await?;
     Ok(())
+}
+
+/// The call a run makes for a tool step, as a lane hands it to the runtime: the pinned
+/// contract, the bound arguments, the step's key, the run and step ids for the ledger, and for
+/// a reviewed call its approval (`review` holds the call for approval whatever the contract
+/// says: `Call::review`).
+#[allow(clippy::too_many_arguments, reason = "one call's parts")]
+fn tool_call(
+    state: &AppState,
+    run: &RunRecord,
+    step_id: &str,
+    contract: &warrant_core::Contract,
+    arguments: Map<String, Value>,
+    key: String,
+    approval: Option<String>,
+    review: bool,
+) -> OwnedCall {
+    let proposal = json!({
+        "tool": contract.qualified_name(),
+        "contract": contract.id().to_string(),
+        "arguments": arguments,
+    });
+    OwnedCall {
+        bytes: proposal.to_string().into_bytes().into(),
+        idempotency_key: Some(key),
+        approval_id: approval,
+        trace_id: state.env.new_id("trace"),
+        run_id: Some(run.id.clone()),
+        step_id: Some(step_id.to_owned()),
+        review,
+    }
 }
 
 /// How often a waiting review looks at its approvals.
@@ -647,20 +665,8 @@ async fn call(
         )
         .await;
     };
-    let proposal = json!({
-        "tool": contract.qualified_name(),
-        "contract": contract.id().to_string(),
-        "arguments": arguments,
-    });
-    let owned = OwnedCall {
-        bytes: proposal.to_string().into_bytes().into(),
-        idempotency_key: Some(key),
-        review: approval.is_some(),
-        approval_id: approval,
-        trace_id: state.env.new_id("trace"),
-        run_id: Some(run.id.clone()),
-        step_id: Some(step_id.to_owned()),
-    };
+    let review = approval.is_some();
+    let owned = tool_call(state, run, step_id, contract, arguments, key, approval, review);
     let dispatched = submit(state.authority.clone(), state.runtime.clone(), principal, owned).await?;
     let now = state.env.now();
     let failed = |code: String, ledger_id: String| {

@@ -496,17 +496,13 @@ impl Store for MemoryStore {
             if !expected {
                 return Ok(false);
             }
-            if let RunAdvance::Next { job, .. } | RunAdvance::Wait { job, .. } = advance {
+            if let Some(job) = advance.job() {
                 s.enqueue(job)?;
             }
             let Some(run) = s.runs.get_mut(&step.run_id) else {
                 return Ok(false);
             };
-            let (status, next, error) = match advance {
-                RunAdvance::Next { step, .. } => (RunStatus::Running, Some(step.clone()), None),
-                RunAdvance::Wait { step, .. } => (RunStatus::Waiting, Some(step.clone()), None),
-                RunAdvance::End { status, error } => (*status, None, error.clone()),
-            };
+            let (status, next, error) = advance.outcome();
             run.status = status;
             run.next_step = next;
             run.next_seq += 1;

@@ -1163,11 +1163,7 @@ impl Store for SqlStore {
                 advance = advance.clone()
             ],
             |ex| {
-                let (status, next, error) = match &advance {
-                    RunAdvance::Next { step, .. } => (RunStatus::Running, Some(step.clone()), None),
-                    RunAdvance::Wait { step, .. } => (RunStatus::Waiting, Some(step.clone()), None),
-                    RunAdvance::End { status, error } => (*status, None, error.clone()),
-                };
+                let (status, next, error) = advance.outcome();
                 let cost = i64::try_from(step.cost).unwrap_or(i64::MAX);
                 let params = args![
                     status.as_str(),
@@ -1195,7 +1191,7 @@ impl Store for SqlStore {
                     ms(step.finished_at),
                 ];
                 ex.execute(insert, &params).await?;
-                if let RunAdvance::Next { job, .. } | RunAdvance::Wait { job, .. } = &advance {
+                if let Some(job) = advance.job() {
                     enqueue_in(ex, job).await?;
                 }
                 Ok(true)

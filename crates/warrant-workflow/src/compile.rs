@@ -182,6 +182,20 @@ pub struct Violation {
     pub path: Option<String>,
 }
 
+impl Violation {
+    /// The violation as the API and `workflow compile --format json` answer it:
+    /// `{rule, step, pointer, message, path}`.
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({
+            "rule": self.rule.code(),
+            "step": self.step,
+            "pointer": self.pointer,
+            "message": self.message,
+            "path": self.path,
+        })
+    }
+}
+
 impl std::fmt::Display for Violation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let at = if self.pointer.is_empty() {

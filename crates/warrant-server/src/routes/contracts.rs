@@ -9,20 +9,19 @@ use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use warrant_core::Contract;
+use warrant_core::contract::ContractError;
 use warrant_core::contract::Namespace;
-use warrant_core::contract::{ContractError, DocumentFormat};
 use warrant_core::records::{Registration, StoredContract};
 use warrant_core::store::StoreError;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::routes::proposals::header_text;
 use crate::routes::rfc3339;
 use crate::state::AppState;
 
@@ -169,21 +168,7 @@ pub(crate) async fn register(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let namespace = query.target(&caller)?;
-    let format = match header_text(&headers, header::CONTENT_TYPE.as_str())
-        .and_then(|ct| ct.split(';').next())
-        .map(str::trim)
-    {
-        Some("application/json") => DocumentFormat::Json,
-        Some("application/yaml" | "application/x-yaml" | "text/yaml") => DocumentFormat::Yaml,
-        _ => {
-            return Err(ApiError::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "request",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "a contract is application/json or application/yaml",
-            ));
-        }
-    };
+    let format = crate::routes::document_format(&headers, "a contract")?;
     let text = std::str::from_utf8(&body).map_err(|_| ApiError::bad_request("the contract is not UTF-8"))?;
     let contract = match Contract::from_text(text, format) {
         Ok(c) => c,

@@ -10,11 +10,11 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Value, json};
-use warrant_core::contract::{DocumentFormat, read_document};
+use warrant_core::contract::read_document;
 use warrant_core::records::{Publication, WorkflowRecord};
 use warrant_core::registry::Pin;
 use warrant_core::store::StoreError;
@@ -23,7 +23,6 @@ use warrant_workflow::definition::{self, ToolRef};
 
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::routes::proposals::header_text;
 use crate::routes::rfc3339;
 use crate::state::AppState;
 
@@ -41,19 +40,7 @@ pub fn router() -> Router<Arc<AppState>> {
 }
 
 fn violations(list: &[Violation]) -> Value {
-    Value::Array(
-        list.iter()
-            .map(|v| {
-                json!({
-                    "rule": v.rule.code(),
-                    "step": v.step,
-                    "pointer": v.pointer,
-                    "message": v.message,
-                    "path": v.path,
-                })
-            })
-            .collect(),
-    )
+    Value::Array(list.iter().map(Violation::to_json).collect())
 }
 
 fn refused(code: &str, list: &[Violation]) -> ApiError {
@@ -87,21 +74,7 @@ pub(crate) async fn publish(
 ) -> Result<Response, ApiError> {
     caller.require_admin()?;
     let tenant = caller.principal.tenant().to_owned();
-    let format = match header_text(&headers, header::CONTENT_TYPE.as_str())
-        .and_then(|ct| ct.split(';').next())
-        .map(str::trim)
-    {
-        Some("application/json") => DocumentFormat::Json,
-        Some("application/yaml" | "application/x-yaml" | "text/yaml") => DocumentFormat::Yaml,
-        _ => {
-            return Err(ApiError::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "request",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "a workflow is application/json or application/yaml",
-            ));
-        }
-    };
+    let format = crate::routes::document_format(&headers, "a workflow")?;
     let text = std::str::from_utf8(&body).map_err(|_| ApiError::bad_request("the workflow is not UTF-8"))?;
     let document = read_document(text, format).map_err(|e| {
         ApiError::new(
