@@ -661,11 +661,13 @@ pub fn workflows(command: &crate::workflow::WorkflowCommand) -> Result<Exit> {
     })
 }
 
-/// Runs `warrant runs list|show`.
+/// Runs `warrant runs list|show|cancel`.
 pub fn runs(command: &crate::workflow::RunsCommand) -> Result<Exit> {
     use crate::workflow::RunsCommand;
     let server = match command {
-        RunsCommand::List { server } | RunsCommand::Show { server, .. } => server,
+        RunsCommand::List { server }
+        | RunsCommand::Show { server, .. }
+        | RunsCommand::Cancel { server, .. } => server,
     };
     let client = Client::new(server)?;
     block_on(async move {
@@ -674,6 +676,11 @@ pub fn runs(command: &crate::workflow::RunsCommand) -> Result<Exit> {
             RunsCommand::Show { id, .. } => {
                 client
                     .call(Method::GET, &format!("/v1/runs/{}", segment(id)), None)
+                    .await?
+            }
+            RunsCommand::Cancel { id, .. } => {
+                client
+                    .call(Method::POST, &format!("/v1/runs/{}/cancel", segment(id)), None)
                     .await?
             }
         };

@@ -83,6 +83,13 @@ pub enum RunsCommand {
         #[command(flatten)]
         server: crate::client::ServerArgs,
     },
+    /// Cancel a run that has not ended (the principal that started it, or an admin).
+    Cancel {
+        /// The run id.
+        id: String,
+        #[command(flatten)]
+        server: crate::client::ServerArgs,
+    },
 }
 
 /// Output format.

@@ -126,6 +126,10 @@ pub trait Store: Send + Sync + 'static {
     async fn get_run(&self, tenant: &str, id: &str) -> Result<Option<RunRecord>, StoreError>;
     /// The recorded steps of a run of `tenant`, in order.
     async fn run_steps(&self, tenant: &str, id: &str) -> Result<Vec<RunStep>, StoreError>;
+    /// Cancels a run of `tenant` that has not ended: `false` when there is none, or it ended.
+    /// A step already calling its tool finishes its call (the runtime owns it) but is not
+    /// recorded on the run.
+    async fn cancel_run(&self, tenant: &str, id: &str, now: OffsetDateTime) -> Result<bool, StoreError>;
     /// The newest runs of `tenant`.
     async fn list_runs(&self, tenant: &str, limit: u32) -> Result<Vec<RunRecord>, StoreError>;
     /// Every tenant, by id.

@@ -527,6 +527,7 @@ impl Modify for BearerKeys {
         crate::routes::workflows::start_run,
         crate::routes::workflows::list_runs,
         crate::routes::workflows::show_run,
+        crate::routes::workflows::cancel_run,
         crate::routes::health::healthz,
         crate::routes::health::ready,
         crate::routes::health::metrics,

@@ -516,6 +516,19 @@ impl Store for MemoryStore {
         })
     }
 
+    async fn cancel_run(&self, tenant: &str, id: &str, now: OffsetDateTime) -> Result<bool, StoreError> {
+        self.with(|s| match s.runs.get_mut(id) {
+            Some(run) if run.tenant == tenant && !run.status.is_final() => {
+                run.status = RunStatus::Cancelled;
+                run.next_step = None;
+                run.error = Some("cancelled".into());
+                run.updated_at = trunc(now);
+                Ok(true)
+            }
+            _ => Ok(false),
+        })
+    }
+
     async fn get_run(&self, tenant: &str, id: &str) -> Result<Option<RunRecord>, StoreError> {
         self.with(|s| Ok(s.runs.get(id).filter(|r| r.tenant == tenant).cloned()))
     }

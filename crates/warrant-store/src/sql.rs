@@ -1199,6 +1199,14 @@ impl Store for SqlStore {
         )
     }
 
+    async fn cancel_run(&self, tenant: &str, id: &str, now: OffsetDateTime) -> Result<bool, StoreError> {
+        let sql = "UPDATE runs SET status = 'cancelled', next_step = NULL, error = 'cancelled', updated_at = $1 \
+                   WHERE tenant = $2 AND id = $3 AND status IN ('running', 'waiting')";
+        write_op!(self, [tenant = tenant.to_owned(), id = id.to_owned()], |ex| {
+            Ok(ex.execute(sql, &args![ms(now), &tenant, &id]).await? == 1)
+        })
+    }
+
     async fn get_run(&self, tenant: &str, id: &str) -> Result<Option<RunRecord>, StoreError> {
         read_op!(self, [tenant = tenant.to_owned(), id = id.to_owned()], |ex| {
             let row = ex

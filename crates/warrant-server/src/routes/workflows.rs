@@ -37,6 +37,7 @@ pub fn router() -> Router<Arc<AppState>> {
         )
         .route("/v1/runs", get(list_runs))
         .route("/v1/runs/{id}", get(show_run))
+        .route("/v1/runs/{id}/cancel", axum::routing::post(cancel_run))
 }
 
 fn violations(list: &[Violation]) -> Value {
@@ -344,6 +345,55 @@ pub(crate) async fn list_runs(
         .map_err(store_error)?;
     let items: Vec<Value> = runs.iter().map(|r| run_view(r, &[])).collect();
     Ok(axum::Json(json!({ "runs": items })).into_response())
+}
+
+/// Cancel a run that has not ended (the principal that started it, or an admin of the tenant).
+/// A step already calling its tool finishes that call, recorded on the ledger, not on the run.
+#[utoipa::path(post, path = "/v1/runs/{id}/cancel", tag = "workflows",
+    params(("id" = String, Path, description = "the run id")),
+    responses((status = 200, description = "cancelled", body = crate::openapi::RunView),
+        (status = 401, description = "no valid key", body = crate::openapi::ErrorBody),
+        (status = 403, description = "neither the run's principal nor an admin", body = crate::openapi::ErrorBody),
+        (status = 404, description = "no such run in this tenant", body = crate::openapi::ErrorBody),
+        (status = 409, description = "the run has ended", body = crate::openapi::ErrorBody)))]
+pub(crate) async fn cancel_run(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let tenant = caller.principal.tenant();
+    let run = state
+        .store
+        .get_run(tenant, &id)
+        .await
+        .map_err(store_error)?
+        .ok_or_else(|| ApiError::not_found("run"))?;
+    let starter = run.principal.get("id").and_then(Value::as_str) == Some(caller.principal.id());
+    if !starter {
+        caller.require_admin()?;
+    }
+    if !state
+        .store
+        .cancel_run(tenant, &id, state.env.now())
+        .await
+        .map_err(store_error)?
+    {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "workflow",
+            "RUN_ENDED",
+            format!("run {id} has ended ({})", run.status.as_str()),
+        ));
+    }
+    metrics::counter!(crate::runs::metric::RUNS, "event" => "cancelled").increment(1);
+    let run = state
+        .store
+        .get_run(tenant, &id)
+        .await
+        .map_err(store_error)?
+        .ok_or_else(|| ApiError::not_found("run"))?;
+    let steps = state.store.run_steps(tenant, &id).await.map_err(store_error)?;
+    Ok(axum::Json(run_view(&run, &steps)).into_response())
 }
 
 /// One run: its state, each executed step with its ledger row, and its cost.

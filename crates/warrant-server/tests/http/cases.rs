@@ -1445,5 +1445,34 @@ pub async fn runs_execute_tool_branch_and_review_steps_through_the_pipeline(h: &
     assert_eq!(run["steps"][2]["status"], "rejected");
     assert_eq!(run["steps"][3]["step"], "done");
     assert_eq!(h.upstream.total(), effects_before + 1);
+
+    // Cancelled while waiting: an approval given afterwards runs nothing.
+    let waiting = waiting_run(h, start_refund("cus_cancelled").send().await.unwrap()).await;
+    let run_id = waiting["id"].as_str().unwrap();
+    let id = waiting["steps"][1]["output"]["approvals"]["credit"]["approval_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let cancel = |who: &str| {
+        h.req(Method::POST, &format!("/v1/runs/{run_id}/cancel"), who)
+            .send()
+    };
+    assert_eq!(cancel("reviewer").await.unwrap().status().as_u16(), 403);
+    let r = cancel("agent").await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let cancelled: Value = r.json().await.unwrap();
+    assert_eq!(cancelled["status"], "cancelled");
+    assert_eq!(cancel("agent").await.unwrap().status().as_u16(), 409);
+    assert_eq!(h.approve_on(0, "reviewer", &id).await, 200);
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let r = h
+        .req(Method::GET, &format!("/v1/runs/{run_id}"), "agent")
+        .send()
+        .await
+        .unwrap();
+    let after: Value = r.json().await.unwrap();
+    assert_eq!(after["status"], "cancelled");
+    assert_eq!(after["steps"].as_array().unwrap().len(), 2);
+    assert_eq!(h.upstream.total(), effects_before + 1);
     runner.abort();
 }

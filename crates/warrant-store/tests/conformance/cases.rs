@@ -2221,7 +2221,7 @@ pub async fn runs_advance_one_step_at_a_time(b: &Backend) {
     assert_eq!(done.status, RunStatus::Completed);
     assert_eq!((done.next_seq, done.next_step, done.cost), (2, None, 3));
     let steps = s.run_steps("acme", "run_1").await.unwrap();
-    assert_eq!(steps, vec![step, end_step]);
+    assert_eq!(steps, vec![step.clone(), end_step]);
     assert!(s.run_steps("globex", "run_1").await.unwrap().is_empty());
     // Exactly one job per step was enqueued.
     let jobs = s
@@ -2234,4 +2234,30 @@ pub async fn runs_advance_one_step_at_a_time(b: &Backend) {
     );
     assert_eq!(s.list_runs("acme", 10).await.unwrap().len(), 1);
     assert!(s.list_runs("globex", 10).await.unwrap().is_empty());
+
+    // Cancelling: only a run that has not ended, only in its tenant; a cancelled run takes no
+    // further step.
+    assert!(!s.cancel_run("acme", "run_1", T0 + secs(6)).await.unwrap());
+    let second = RunRecord {
+        id: "run_2".into(),
+        ..run.clone()
+    };
+    s.start_run(&second, &step_job("job_r2_0", 0)).await.unwrap();
+    assert!(!s.cancel_run("globex", "run_2", T0 + secs(6)).await.unwrap());
+    assert!(s.cancel_run("acme", "run_2", T0 + secs(6)).await.unwrap());
+    assert!(!s.cancel_run("acme", "run_2", T0 + secs(7)).await.unwrap());
+    let cancelled = s.get_run("acme", "run_2").await.unwrap().unwrap();
+    assert_eq!(
+        (cancelled.status, cancelled.next_step),
+        (RunStatus::Cancelled, None)
+    );
+    let first_step = RunStep {
+        run_id: "run_2".into(),
+        ..step.clone()
+    };
+    assert!(
+        !s.advance_run("acme", &first_step, &next, T0 + secs(8))
+            .await
+            .unwrap()
+    );
 }
