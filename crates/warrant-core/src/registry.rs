@@ -269,12 +269,10 @@ impl Registry {
         content_id: &str,
         now: OffsetDateTime,
     ) -> Result<Option<Arc<Contract>>, StoreError> {
-        for space in [Some(tenant), None] {
-            if let Some(entry) = self.by_content_id(&namespace_of(space), content_id, now).await? {
-                return Ok(Some(entry.contract));
-            }
-        }
-        Ok(None)
+        Ok(self
+            .find_pinned(tenant, Pin::ContentId(content_id), now)
+            .await?
+            .map(|(contract, _)| contract))
     }
 
     /// The contract a pin names for a caller of `tenant` — `name@version` or a content id, its

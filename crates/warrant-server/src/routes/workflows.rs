@@ -386,14 +386,7 @@ pub(crate) async fn cancel_run(
         ));
     }
     metrics::counter!(crate::runs::metric::RUNS, "event" => "cancelled").increment(1);
-    let run = state
-        .store
-        .get_run(tenant, &id)
-        .await
-        .map_err(store_error)?
-        .ok_or_else(|| ApiError::not_found("run"))?;
-    let steps = state.store.run_steps(tenant, &id).await.map_err(store_error)?;
-    Ok(axum::Json(run_view(&run, &steps)).into_response())
+    Ok(axum::Json(run_answer(&state, tenant, &id).await?).into_response())
 }
 
 /// One run: its state, each executed step with its ledger row, and its cost.
@@ -407,13 +400,17 @@ pub(crate) async fn show_run(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let tenant = caller.principal.tenant();
+    Ok(axum::Json(run_answer(&state, caller.principal.tenant(), &id).await?).into_response())
+}
+
+/// A run of `tenant` with its steps, as the run routes answer it.
+async fn run_answer(state: &AppState, tenant: &str, id: &str) -> Result<Value, ApiError> {
     let run = state
         .store
-        .get_run(tenant, &id)
+        .get_run(tenant, id)
         .await
         .map_err(store_error)?
         .ok_or_else(|| ApiError::not_found("run"))?;
-    let steps = state.store.run_steps(tenant, &id).await.map_err(store_error)?;
-    Ok(axum::Json(run_view(&run, &steps)).into_response())
+    let steps = state.store.run_steps(tenant, id).await.map_err(store_error)?;
+    Ok(run_view(&run, &steps))
 }
