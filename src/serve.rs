@@ -17,6 +17,7 @@ use warrant_core::store::Store;
 use warrant_policy::PolicySource;
 use warrant_runtime::adapters::{AdapterConfig, RelaySecurity, SmtpRelay};
 use warrant_runtime::binding::parse_duration;
+use warrant_runtime::model::ModelEndpoint;
 use warrant_runtime::net::{NetPolicy, SafeClient};
 use warrant_runtime::{CredentialSpec, RuntimeSettings, Secrets};
 use warrant_server::{Gateway, GatewayConfig, HttpLimits};
@@ -105,6 +106,8 @@ struct FileConfig {
     network: NetworkSection,
     adapters: AdaptersSection,
     limits: LimitsSection,
+    /// The chat model of workflows' `model` steps.
+    model: Option<ModelSection>,
     /// The operator's credential map: `[credentials.NAME] env = "VAR"` (or `secret = "key"` of
     /// the secrets file), `tools = [...]`, `origins = [...]`.
     credentials: BTreeMap<String, CredentialSection>,
@@ -181,6 +184,53 @@ struct CredentialSection {
     secret: Option<String>,
     tools: Vec<String>,
     origins: Vec<String>,
+}
+
+/// `[model]`: an OpenAI-compatible chat completions endpoint. Its host is reached through the
+/// outbound rules of `[network]` like any other (a private or loopback address must be listed
+/// in `allow_hosts`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModelSection {
+    /// The API base, e.g. `https://api.openai.com/v1`.
+    base_url: String,
+    /// The model name.
+    model: String,
+    /// A credential of `[credentials]` sent as the bearer token.
+    credential: Option<String>,
+    max_tokens: Option<u32>,
+    /// Per request (default 60s; never longer than `network.timeout` allows).
+    timeout: Option<String>,
+}
+
+/// The model endpoint of `[model]`, its token from the credential map.
+fn model_endpoint(cfg: &FileConfig, secrets: &Secrets) -> Result<Option<ModelEndpoint>> {
+    let Some(m) = &cfg.model else {
+        return Ok(None);
+    };
+    let base_url = url::Url::parse(&m.base_url)
+        .ok()
+        .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+        .with_context(|| format!("`model.base_url`: `{}` is not an http(s) URL", m.base_url))?;
+    if m.model.trim().is_empty() {
+        bail!("`model.model` is empty");
+    }
+    let credential = match &m.credential {
+        None => None,
+        Some(name) => Some(
+            secrets
+                .value_of(name)
+                .cloned()
+                .with_context(|| format!("`model.credential`: no credential `{name}` in [credentials]"))?,
+        ),
+    };
+    Ok(Some(ModelEndpoint {
+        base_url,
+        model: m.model.clone(),
+        credential,
+        max_tokens: m.max_tokens,
+        timeout: duration("model.timeout", m.timeout.as_ref(), Duration::from_secs(60))?,
+    }))
 }
 
 fn starttls() -> String {
@@ -287,6 +337,7 @@ pub(crate) fn adapter_config(
     let cfg = read_config(path)?;
     let secrets = credentials(&cfg)?;
     let smtp = smtp_relay(&cfg, &secrets)?;
+    let model = model_endpoint(&cfg, &secrets)?;
     let mut net = net_policy(&cfg)?;
     net.allow_hosts.extend(allow_hosts.iter().cloned());
     let mut roots = cfg.adapters.command_roots.clone();
@@ -296,6 +347,7 @@ pub(crate) fn adapter_config(
         secrets,
         smtp,
         command_roots: roots,
+        model,
     })
 }
 
@@ -594,6 +646,7 @@ pub(crate) fn load(args: &ConfigArgs) -> Result<Loaded> {
     }
     let secrets = credentials(&cfg)?;
     let smtp = smtp_relay(&cfg, &secrets)?;
+    let model = model_endpoint(&cfg, &secrets)?;
     let net = net_policy(&cfg)?;
     let defaults = HttpLimits::default();
     let limits = HttpLimits {
@@ -684,6 +737,7 @@ pub(crate) fn load(args: &ConfigArgs) -> Result<Loaded> {
         secrets,
         smtp,
         command_roots: cfg.adapters.command_roots,
+        model,
     };
     Ok(Loaded {
         listen: cfg.server.listen,
@@ -800,6 +854,37 @@ mod tests {
         assert!(format!("{err:#}").contains("without TLS"), "{err:#}");
         let unknown = cfg("[adapters.smtp]\nhost = \"smtp.example\"\nport = 587\ncredential = \"NOPE\"\n");
         assert!(smtp_relay(&unknown, &Secrets::default()).is_err());
+    }
+
+    #[test]
+    fn the_model_endpoint_takes_its_token_from_the_credential_map() {
+        let cfg = |text: &str| toml::from_str::<FileConfig>(text).unwrap();
+        let good = cfg(
+            "[credentials.LLM]\nenv = \"PATH\"\n[model]\nbase_url = \"https://llm.example/v1\"\nmodel = \"m\"\ncredential = \"LLM\"\ntimeout = \"30s\"\n",
+        );
+        let endpoint = model_endpoint(&good, &credentials(&good).unwrap())
+            .unwrap()
+            .unwrap();
+        assert_eq!(endpoint.base_url.as_str(), "https://llm.example/v1");
+        assert_eq!(endpoint.timeout, Duration::from_secs(30));
+        assert!(endpoint.credential.is_some());
+        // The token never shows in a debug print.
+        assert!(!format!("{endpoint:?}").contains(&std::env::var("PATH").unwrap()));
+        for bad in [
+            "[model]\nbase_url = \"https://llm.example/v1\"\nmodel = \"m\"\ncredential = \"NOPE\"\n",
+            "[model]\nbase_url = \"file:///etc/passwd\"\nmodel = \"m\"\n",
+            "[model]\nbase_url = \"https://llm.example/v1\"\nmodel = \" \"\n",
+        ] {
+            let c = cfg(bad);
+            assert!(model_endpoint(&c, &credentials(&c).unwrap()).is_err(), "{bad}");
+        }
+        assert!(
+            toml::from_str::<FileConfig>(
+                "[model]\nbase_url = \"https://x\"\nmodel = \"m\"\napi_key = \"sk\"\n"
+            )
+            .is_err()
+        );
+        assert!(model_endpoint(&cfg(""), &Secrets::default()).unwrap().is_none());
     }
 
     #[test]

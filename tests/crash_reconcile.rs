@@ -104,6 +104,7 @@ async fn crash_executor_child() {
         secrets: Secrets::default(),
         smtp: None,
         command_roots: Vec::new(),
+        model: None,
     }));
     let runtime = Arc::new(Runtime::new(
         store,

@@ -107,6 +107,9 @@ pub struct Call<'a> {
     /// tool step presents it), through the same approval records and binding as a per-call
     /// contract.
     pub review: bool,
+    /// How long an approval this call asks for stays valid (a workflow review's `expires_in`);
+    /// [`Settings::approval_ttl`] when `None`.
+    pub review_ttl: Option<Duration>,
 }
 
 /// How a call is approved: per call when its contract says so, or when a workflow's review
@@ -340,64 +343,10 @@ impl Authority {
             };
         }
         p.row.idempotency_key = envelope.idempotency_key().map(str::to_owned);
-
-        // contract
-        let contract = match self.registry.resolve(&envelope, principal.tenant(), now).await? {
-            Ok(c) => c,
+        let (contract, proposal, scopes) = match self.front(principal, envelope, now, p).await? {
+            Ok(front) => front,
             Err(r) => reject!(r),
         };
-        p.row.contract_id = Some(contract.id_str().to_owned());
-        p.row.binding_digest = contract.adapter().map(|a| a.digest().text());
-
-        // schema + canonical digest
-        let proposal = match ValidatedProposal::validate(envelope, &contract) {
-            Ok(v) => v,
-            Err(r) => {
-                p.facts.schema = Some(r.stage() != Stage::Schema);
-                reject!(r)
-            }
-        };
-        p.facts.schema = Some(true);
-        p.facts.payload_digest = Some(proposal.payload_digest());
-        p.row.payload_digest = Some(proposal.payload_digest().text());
-        // One walk of the schema's annotations serves redaction now and the guards below; a
-        // walk that overflows refuses the call (its arguments are then not stored at all).
-        let annotations = match contract.input_schema().annotations(proposal.arguments()) {
-            Ok(a) => a,
-            Err(r) => reject!(r),
-        };
-        p.row.arguments = Some(if annotations.any_sensitive() {
-            redact_annotated(&annotations, proposal.arguments(), &self.redaction)
-        } else {
-            Value::Object(proposal.arguments().clone())
-        });
-
-        // identity: the principal comes from authentication; the tenant of every record
-        // written below is the principal's.
-
-        // policy
-        let verdict = self.policy.authorize(&PolicyRequest {
-            principal,
-            action: PolicyAction::Invoke,
-            contract: &contract,
-            arguments: proposal.arguments(),
-        });
-        p.facts.policy = Some(verdict.clone());
-        if let PolicyVerdict::Deny { policies, errors } = &verdict {
-            reject!(policy_denial(policies, errors))
-        }
-
-        // scope attenuation
-        let scopes = match attenuate(principal, &contract) {
-            Ok(s) => s,
-            Err(r) => reject!(r),
-        };
-        p.facts.delegated_scopes = Some(scopes.iter().map(str::to_owned).collect());
-
-        // guards
-        if let Err(r) = self.guards.check_annotations(principal.tenant(), &annotations) {
-            reject!(r)
-        }
 
         // idempotency key rule (before any approval is requested: the approval binds to it)
         let idempotency = match idempotency_requirement(&contract, &proposal) {
@@ -485,7 +434,16 @@ impl Authority {
             // future of every other call stays small (it is moved whenever it is polled
             // from a new place).
             ApprovalMode::PerCall => {
-                match Box::pin(self.approval_stage(principal, &contract, &proposal, conflict, now, p)).await?
+                match Box::pin(self.approval_stage(
+                    principal,
+                    &contract,
+                    &proposal,
+                    conflict,
+                    call.review_ttl,
+                    now,
+                    p,
+                ))
+                .await?
                 {
                     Ok(ApprovalStep::Proceed(claim)) => Some(claim),
                     Ok(ApprovalStep::Hold(decision)) => return Ok(Ok(decision)),
@@ -508,17 +466,155 @@ impl Authority {
         )))
     }
 
+    /// The stages every proposal passes before anything is held or claimed: the contract,
+    /// the schema and canonical digest, the arguments as the ledger stores them, policy, scope
+    /// attenuation and guards.
+    async fn front(
+        &self,
+        principal: &Principal,
+        envelope: Envelope,
+        now: OffsetDateTime,
+        p: &mut Progress,
+    ) -> Result<
+        Result<
+            (
+                Arc<Contract>,
+                ValidatedProposal,
+                crate::authority::DelegatedScopes,
+            ),
+            Rejection,
+        >,
+        StoreError,
+    > {
+        macro_rules! reject {
+            ($r:expr) => {
+                return Ok(Err($r))
+            };
+        }
+        // contract
+        let contract = match self.registry.resolve(&envelope, principal.tenant(), now).await? {
+            Ok(c) => c,
+            Err(r) => reject!(r),
+        };
+        p.row.contract_id = Some(contract.id_str().to_owned());
+        p.row.binding_digest = contract.adapter().map(|a| a.digest().text());
+
+        // schema + canonical digest
+        let proposal = match ValidatedProposal::validate(envelope, &contract) {
+            Ok(v) => v,
+            Err(r) => {
+                p.facts.schema = Some(r.stage() != Stage::Schema);
+                reject!(r)
+            }
+        };
+        p.facts.schema = Some(true);
+        p.facts.payload_digest = Some(proposal.payload_digest());
+        p.row.payload_digest = Some(proposal.payload_digest().text());
+        // One walk of the schema's annotations serves redaction now and the guards below; a
+        // walk that overflows refuses the call (its arguments are then not stored at all).
+        let annotations = match contract.input_schema().annotations(proposal.arguments()) {
+            Ok(a) => a,
+            Err(r) => reject!(r),
+        };
+        p.row.arguments = Some(if annotations.any_sensitive() {
+            redact_annotated(&annotations, proposal.arguments(), &self.redaction)
+        } else {
+            Value::Object(proposal.arguments().clone())
+        });
+
+        // identity: the principal comes from authentication; the tenant of every record
+        // written below is the principal's.
+
+        // policy
+        let verdict = self.policy.authorize(&PolicyRequest {
+            principal,
+            action: PolicyAction::Invoke,
+            contract: &contract,
+            arguments: proposal.arguments(),
+        });
+        p.facts.policy = Some(verdict.clone());
+        if let PolicyVerdict::Deny { policies, errors } = &verdict {
+            reject!(policy_denial(policies, errors))
+        }
+
+        // scope attenuation
+        let scopes = match attenuate(principal, &contract) {
+            Ok(s) => s,
+            Err(r) => reject!(r),
+        };
+        p.facts.delegated_scopes = Some(scopes.iter().map(str::to_owned).collect());
+
+        // guards
+        if let Err(r) = self.guards.check_annotations(principal.tenant(), &annotations) {
+            reject!(r)
+        }
+
+        Ok(Ok((contract, proposal, scopes)))
+    }
+
+    /// Vets a proposal a workflow's model step made: the stages of [`Authority::decide`] up to
+    /// and including the guards — the strict parse of the model's argument bytes (by
+    /// [`Envelope::for_arguments`]), the contract, schema, policy, scopes and guards — and
+    /// nothing that holds or claims (no idempotency record, budget or approval: the tool step
+    /// that later makes the call decides it whole). A refusal is written to the ledger like any
+    /// other; an accepted proposal is recorded by its step.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the store cannot record or answer.
+    pub async fn vet(
+        &self,
+        principal: &Principal,
+        envelope: Result<Envelope, Rejection>,
+        call: &Call<'_>,
+    ) -> Result<Result<ValidatedProposal, (Rejection, String)>, StoreError> {
+        let now = self.env.now();
+        let ledger_id = self.env.new_id("led");
+        let mut p = Progress {
+            row: LedgerEntry::new(
+                ledger_id.clone(),
+                principal.tenant(),
+                principal.id(),
+                call.trace_id,
+                "",
+                now,
+            ),
+            facts: Facts::default(),
+        };
+        p.row.run_id = call.run_id.map(str::to_owned);
+        p.row.step_id = call.step_id.map(str::to_owned);
+        let rejection = match envelope {
+            Ok(envelope) => {
+                p.row.tool = truncated(envelope.tool(), 64).to_owned();
+                match self.front(principal, envelope, now, &mut p).await? {
+                    Ok((_, proposal, _)) => return Ok(Ok(proposal)),
+                    Err(r) => r,
+                }
+            }
+            Err(r) => r,
+        };
+        metrics::counter!(metric::DECISIONS, "decision" => "reject").increment(1);
+        count_rejection(&rejection);
+        p.row.decision = LedgerDecision::Reject;
+        p.row.stage = Some(rejection.stage().as_str().to_owned());
+        p.row.error_code = Some(rejection.code().as_str().to_owned());
+        p.row.detail = Some(rejection.detail().to_owned());
+        self.store.insert_ledger(&p.row).await?;
+        Ok(Err((rejection, ledger_id)))
+    }
+
     /// The approval stage of a contract with per-call approval, after the idempotency
     /// conflict (a contract without approvals needs only the conflict check, done by the
     /// caller): the hold of a call without a usable approval, or the claim on the approval
     /// the call presents, bound to it. The approval is consumed by the runtime's write-ahead
     /// commit, not here.
+    #[allow(clippy::too_many_arguments, reason = "the call's parts the stage reads")]
     async fn approval_stage(
         &self,
         principal: &Principal,
         contract: &Contract,
         proposal: &ValidatedProposal,
         conflict: Option<Rejection>,
+        ttl: Option<Duration>,
         now: OffsetDateTime,
         p: &mut Progress,
     ) -> Result<Result<ApprovalStep, Rejection>, StoreError> {
@@ -537,7 +633,7 @@ impl Authority {
             None => {
                 p.facts.approval = Some(ApprovalState::RequiredMissing);
                 return Ok(self
-                    .request_approval(principal, contract, proposal, now, p)
+                    .request_approval(principal, contract, proposal, ttl, now, p)
                     .await?
                     .map(ApprovalStep::Hold));
             }
@@ -582,6 +678,7 @@ impl Authority {
         principal: &Principal,
         contract: &Contract,
         proposal: &ValidatedProposal,
+        ttl: Option<Duration>,
         now: OffsetDateTime,
         p: &mut Progress,
     ) -> Result<Result<Decision, Rejection>, StoreError> {
@@ -631,7 +728,7 @@ impl Authority {
                         .clone()
                         .unwrap_or_else(|| Value::Object(proposal.arguments().clone())),
                     created_at: now,
-                    expires_at: now + self.settings.approval_ttl,
+                    expires_at: now + ttl.unwrap_or(self.settings.approval_ttl),
                 };
                 self.store.create_approval(&new).await?;
                 metrics::counter!(metric::APPROVAL_REQUESTS).increment(1);

@@ -58,6 +58,21 @@ struct Fields {
     approval: Option<Value>,
 }
 
+/// The parse-stage refusal of a strict-parser error, its pointer under `prefix`.
+fn parse_rejection(e: &json::JsonError, prefix: &str) -> Rejection {
+    let code = match e.kind() {
+        JsonErrorKind::TooLarge => RejectCode::PayloadTooLarge,
+        JsonErrorKind::InvalidUtf8 => RejectCode::InvalidUtf8,
+        JsonErrorKind::Syntax => RejectCode::InvalidJson,
+        JsonErrorKind::DuplicateKey => RejectCode::DuplicateKey,
+        JsonErrorKind::TooDeep => RejectCode::NestingTooDeep,
+        JsonErrorKind::NumberOutOfRange => RejectCode::NumberOutOfRange,
+        JsonErrorKind::LoneSurrogate => RejectCode::LoneSurrogate,
+    };
+    Rejection::new(code, format!("{} at byte {}", e.message(), e.offset()))
+        .at(format!("{prefix}{}", e.pointer()))
+}
+
 /// Longest accepted idempotency key.
 pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
 
@@ -78,22 +93,33 @@ impl Envelope {
     /// # Errors
     /// A parse- or identity-stage [`Rejection`], or an idempotency-stage one for a malformed key.
     pub fn parse(bytes: &[u8], limits: Limits) -> Result<Envelope, Rejection> {
-        let top = json::parse_top_level(bytes, limits).map_err(|e| {
-            let code = match e.kind() {
-                JsonErrorKind::TooLarge => RejectCode::PayloadTooLarge,
-                JsonErrorKind::InvalidUtf8 => RejectCode::InvalidUtf8,
-                JsonErrorKind::Syntax => RejectCode::InvalidJson,
-                JsonErrorKind::DuplicateKey => RejectCode::DuplicateKey,
-                JsonErrorKind::TooDeep => RejectCode::NestingTooDeep,
-                JsonErrorKind::NumberOutOfRange => RejectCode::NumberOutOfRange,
-                JsonErrorKind::LoneSurrogate => RejectCode::LoneSurrogate,
-            };
-            Rejection::new(code, format!("{} at byte {}", e.message(), e.offset())).at(e.pointer())
-        })?;
+        let top = json::parse_top_level(bytes, limits).map_err(|e| parse_rejection(&e, ""))?;
         match top {
             json::TopLevel::Object(members) => Envelope::from_members(members),
             json::TopLevel::Other(_) => Err(not_an_object()),
         }
+    }
+
+    /// The proposal of a call to `contract` whose arguments are untrusted bytes on their own
+    /// (a chat model's `function.arguments` string): the bytes are parsed alone with the strict
+    /// parser — so they can only ever be the `arguments` member, never add an envelope field
+    /// such as an idempotency key or an approval — and the envelope rules then apply (the
+    /// arguments must be an object).
+    ///
+    /// # Errors
+    /// A parse-stage [`Rejection`] pointing into `/arguments`, or the envelope rules'.
+    pub fn for_arguments(
+        tool: &str,
+        contract: ContractId,
+        arguments: &[u8],
+        limits: Limits,
+    ) -> Result<Envelope, Rejection> {
+        let value = json::parse(arguments, limits).map_err(|e| parse_rejection(&e, "/arguments"))?;
+        Envelope::from_value(serde_json::json!({
+            "tool": tool,
+            "contract": contract.to_string(),
+            "arguments": value,
+        }))
     }
 
     /// Applies the envelope rules to an already strictly parsed value.
@@ -471,6 +497,35 @@ mod tests {
 
     fn code(text: &str) -> RejectCode {
         parse(text).unwrap_err().code()
+    }
+
+    /// A model's argument bytes are only ever the `arguments` member: a string crafted to close
+    /// the object and add an envelope field is refused by the strict parser, not spliced in.
+    #[test]
+    fn model_arguments_cannot_reach_the_envelope() {
+        let id = ContractId::parse(&format!("tool-contract@sha256:{}", "a".repeat(64))).unwrap();
+        let of = |bytes: &str| Envelope::for_arguments("t", id, bytes.as_bytes(), Limits::PROPOSAL);
+        let ok = of(r#"{"amount": 5}"#).unwrap();
+        assert_eq!(ok.arguments(), &serde_json::json!({"amount": 5}));
+        assert!(ok.idempotency_key().is_none() && ok.approval().is_none());
+        assert_eq!(ok.contract(), Some(id));
+        for (bytes, want) in [
+            (
+                r#"{"amount": 5}, "idempotency_key": "k""#,
+                RejectCode::InvalidJson,
+            ),
+            (r#"{"amount": 5, "amount": 6}"#, RejectCode::DuplicateKey),
+            (r#"[1]"#, RejectCode::EnvelopeInvalid),
+            (r#""{}""#, RejectCode::EnvelopeInvalid),
+            ("", RejectCode::InvalidJson),
+        ] {
+            let err = of(bytes).unwrap_err();
+            assert_eq!(err.code(), want, "{bytes}");
+        }
+        assert_eq!(
+            of(r#"{"a": {"b": 1, "b": 2}}"#).unwrap_err().pointer(),
+            Some("/arguments/a/b")
+        );
     }
 
     #[test]

@@ -214,6 +214,7 @@ impl Fixture {
             },
             smtp: None,
             command_roots: Vec::new(),
+            model: None,
         }));
         let runtime = Runtime::new(dyn_store, registry, env, adapters, RuntimeSettings::default());
         let principal = Principal::new(

@@ -40,6 +40,9 @@ pub struct AdapterConfig {
     /// Directories `command` bindings may run programs from. Empty: the `command` adapter is
     /// off (a contract registered over the API must not be able to run arbitrary programs).
     pub command_roots: Vec<PathBuf>,
+    /// The chat model workflows' `model` steps ask for proposals (none: such steps fail with
+    /// `MODEL_NOT_CONFIGURED`).
+    pub model: Option<crate::model::ModelEndpoint>,
 }
 
 /// Builds adapters of a kind Warrant does not ship (embedding applications, tests).

@@ -105,6 +105,8 @@ pub struct OwnedCall {
     pub step_id: Option<String>,
     /// Held for approval whatever the contract says (a workflow's review: [`Call::review`]).
     pub review: bool,
+    /// How long an approval this call asks for stays valid ([`Call::review_ttl`]).
+    pub review_ttl: Option<time::Duration>,
 }
 
 impl OwnedCall {
@@ -118,6 +120,7 @@ impl OwnedCall {
             run_id: self.run_id.as_deref(),
             step_id: self.step_id.as_deref(),
             review: self.review,
+            review_ttl: self.review_ttl,
         }
     }
 }

@@ -5,6 +5,7 @@ pub mod adapters;
 pub mod binding;
 pub mod dispatch;
 pub mod execute;
+pub mod model;
 pub mod net;
 pub mod reconcile;
 pub mod retry;

@@ -277,6 +277,14 @@ impl Gateway {
             env.clone(),
             config.settings,
         ));
+        let model = config.adapters.model.clone().map(|endpoint| {
+            // Its own client: the same outbound rules, with the model's (longer) timeout.
+            let policy = warrant_runtime::net::NetPolicy {
+                timeout: endpoint.timeout,
+                ..config.adapters.client.policy().clone()
+            };
+            warrant_runtime::model::ModelClient::new(endpoint, warrant_runtime::net::SafeClient::new(policy))
+        });
         let adapters = Arc::new(Adapters::new(config.adapters));
         let unusable_bindings = crate::state::unusable_bindings(&adapters, &contracts);
         let runtime = Runtime::new(
@@ -315,6 +323,7 @@ impl Gateway {
             registry,
             policy,
             adapters,
+            model,
             env,
             metrics,
             public_url: config.public_url,

@@ -429,6 +429,7 @@ mod tests {
                 secrets: warrant_runtime::Secrets::default(),
                 smtp: None,
                 command_roots: Vec::new(),
+                model: None,
             },
             runtime: Default::default(),
             settings: Default::default(),

@@ -19,10 +19,14 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 use warrant_core::authority::Principal;
 use warrant_core::decision::{Outcome, RejectCode};
+use warrant_core::json::Limits;
+use warrant_core::pipeline::Call;
+use warrant_core::proposal::Envelope;
 use warrant_core::records::{
     Job, JobCompletion, NewJob, RunAdvance, RunRecord, RunStatus, RunStep, WorkflowRecord,
 };
 use warrant_core::store::StoreError;
+use warrant_runtime::model::ModelError;
 use warrant_runtime::{Dispatched, OwnedCall, submit};
 use warrant_workflow::compile::{Compiled, Found};
 use warrant_workflow::definition::{self, EndStatus, StepKind, ToolRef};
@@ -73,6 +77,81 @@ pub async fn compiled_for(state: &AppState, record: &WorkflowRecord) -> Result<C
     }
     warrant_workflow::compile(definition, &catalog)
         .map_err(|v| v.first().map_or_else(String::new, ToString::to_string))
+}
+
+/// Why a run was not started.
+#[derive(Debug)]
+pub enum StartRefusal {
+    /// The workflow cannot run on this server (code, reason): its pinned contracts are gone
+    /// (`WORKFLOW_NOT_RUNNABLE`), or it has model steps and no model endpoint is configured
+    /// (`MODEL_NOT_CONFIGURED`).
+    NotRunnable(&'static str, String),
+    /// The input is not strict JSON.
+    Input(String),
+    /// The input fails the workflow's input schema.
+    Schema(warrant_core::decision::Rejection),
+    /// The store failed.
+    Store(StoreError),
+}
+
+/// Starts a run of `workflow` as `principal` with the input `bytes` (strict JSON held to the
+/// workflow's input schema): the run record and its first step's job, in one transaction.
+/// Every lane that starts runs (HTTP, MCP) calls this.
+///
+/// # Errors
+/// A [`StartRefusal`]; nothing is recorded then.
+pub async fn start(
+    state: &AppState,
+    principal: &Principal,
+    workflow: &WorkflowRecord,
+    bytes: &[u8],
+) -> Result<RunRecord, StartRefusal> {
+    let compiled = compiled_for(state, workflow)
+        .await
+        .map_err(|why| StartRefusal::NotRunnable("WORKFLOW_NOT_RUNNABLE", why))?;
+    if state.model.is_none()
+        && let Some(step) = compiled
+            .definition
+            .steps
+            .iter()
+            .find(|s| matches!(s.kind, StepKind::Model(_)))
+    {
+        return Err(StartRefusal::NotRunnable(
+            "MODEL_NOT_CONFIGURED",
+            format!(
+                "step `{}` asks a chat model, and this server has no model endpoint (`[model]` in warrant.toml)",
+                step.id
+            ),
+        ));
+    }
+    let input = warrant_core::json::parse(bytes, warrant_core::json::Limits::PROPOSAL)
+        .map_err(|e| StartRefusal::Input(format!("the input is not strict JSON: {e}")))?;
+    compiled.input.check(&input).map_err(StartRefusal::Schema)?;
+    let now = state.env.now();
+    let run = RunRecord {
+        id: state.env.new_id("run"),
+        tenant: principal.tenant().to_owned(),
+        workflow: workflow.name.clone(),
+        version: workflow.version,
+        digest: workflow.digest.clone(),
+        status: RunStatus::Running,
+        input,
+        principal: principal_snapshot(principal),
+        next_step: compiled.definition.steps.first().map(|s| s.id.clone()),
+        next_seq: 0,
+        cost: 0,
+        error: None,
+        created_at: now,
+        updated_at: now,
+    };
+    let job = step_job(state, &run, 0, now);
+    state
+        .store
+        .start_run(&run, &job)
+        .await
+        .map_err(StartRefusal::Store)?;
+    metrics::counter!(metric::RUNS, "event" => "started").increment(1);
+    Ok(run)
 }
 
 /// The principal a run acts as, as it was recorded when the run started.
@@ -168,6 +247,8 @@ pub mod metric {
     pub const RUNS: &str = "warrant_workflow_runs_total";
     /// Seconds from a step's start to its record, by step kind.
     pub const STEP_SECONDS: &str = "warrant_workflow_step_seconds";
+    /// Tokens used by model steps.
+    pub const MODEL_TOKENS: &str = "warrant_workflow_model_tokens_total";
 }
 
 /// Records a step and what follows it (see `Store::advance_run`), and counts it: the step's
@@ -346,6 +427,9 @@ async fn run_job(
             record_step(state, &run.tenant, started, &record, &advance, now).await?;
             Ok(())
         }
+        Ok(Action::Propose { prompt, next }) => {
+            propose(state, started, &compiled, &run, seq, &step_id, &prompt, next).await
+        }
         Ok(Action::Review { covers, .. }) => {
             ask(state, started, &compiled, &run, seq, &step_id, &steps, covers).await
         }
@@ -392,10 +476,15 @@ async fn run_job(
 fn scope_of(run: &RunRecord, steps: &[RunStep]) -> Value {
     let mut by_step = Map::new();
     for step in steps {
-        if let Some(output) = &step.output
-            && step.kind == "tool"
-        {
-            by_step.insert(step.step_id.clone(), json!({ "output": output }));
+        match (&step.output, step.kind.as_str()) {
+            (Some(output), "tool") => {
+                by_step.insert(step.step_id.clone(), json!({ "output": output }));
+            }
+            (Some(output), "model") => {
+                let arguments = output.get("arguments").cloned().unwrap_or(Value::Null);
+                by_step.insert(step.step_id.clone(), json!({ "arguments": arguments }));
+            }
+            _ => {}
         }
     }
     json!({"input": run.input, "steps": by_step})
@@ -479,6 +568,16 @@ async fn ask(
         let why = "the run's principal is not readable".to_owned();
         return fail(state, started, run, seq, step_id, "review", why).await;
     };
+    // The approval lives as long as the review's `expires_in` says.
+    let ttl = compiled
+        .definition
+        .steps
+        .iter()
+        .find(|s| s.id == step_id)
+        .and_then(|s| match &s.kind {
+            StepKind::Review(r) => time::Duration::try_from(r.expires_in).ok(),
+            _ => None,
+        });
     let mut approvals = Map::new();
     for (tool, arguments) in covers {
         let Some(contract) = compiled.contracts.get(&tool) else {
@@ -486,7 +585,8 @@ async fn ask(
         };
         let visit = steps.iter().filter(|s| s.step_id == tool).count() + 1;
         let key = format!("{}.{tool}.{visit}", run.id);
-        let owned = tool_call(state, run, step_id, contract, arguments, key.clone(), None, true);
+        let mut owned = tool_call(state, run, step_id, contract, arguments, key.clone(), None, true);
+        owned.review_ttl = ttl;
         match submit(
             state.authority.clone(),
             state.runtime.clone(),
@@ -560,6 +660,7 @@ fn tool_call(
         run_id: Some(run.id.clone()),
         step_id: Some(step_id.to_owned()),
         review,
+        review_ttl: None,
     }
 }
 
@@ -758,6 +859,121 @@ async fn call(
             let why = format!("{step_id} needs an approval, which only a review step gives a run");
             (
                 failed("APPROVAL_REQUIRED".into(), ledger_id),
+                RunAdvance::End {
+                    status: RunStatus::Failed,
+                    error: Some(why),
+                },
+            )
+        }
+    };
+    record_step(state, &run.tenant, started, &record, &advance, now).await?;
+    Ok(())
+}
+
+/// A model step: the operator's chat model proposes the arguments of the step's contract; the
+/// returned argument bytes are untrusted and pass the strict parser and the pipeline's stages
+/// up to the guards (`Authority::vet`: contract, schema, policy, scopes, allow-lists) as the
+/// run's principal. An accepted proposal is the step's output (`${steps.ID.arguments.…}`); a
+/// refused one fails the run with the typed refusal and its ledger row. The tokens used are
+/// the step's cost either way.
+#[allow(clippy::too_many_arguments, reason = "the step's place and its prompt")]
+async fn propose(
+    state: &AppState,
+    started: std::time::Instant,
+    compiled: &Compiled,
+    run: &RunRecord,
+    seq: u32,
+    step_id: &str,
+    prompt: &str,
+    next: String,
+) -> Result<(), Retry> {
+    let Some(principal) = principal_of(run) else {
+        let why = "the run's principal is not readable".to_owned();
+        return fail(state, started, run, seq, step_id, "model", why).await;
+    };
+    let Some(contract) = compiled.contracts.get(step_id).cloned() else {
+        return Err(Retry(format!("step `{step_id}` has no contract")));
+    };
+    let Some(model) = &state.model else {
+        let why = format!(
+            "{}: {}",
+            ModelError::NotConfigured.code(),
+            ModelError::NotConfigured
+        );
+        return fail(state, started, run, seq, step_id, "model", why).await;
+    };
+    let proposed = match model.propose(&contract, prompt).await {
+        Ok(p) => p,
+        Err(e) if e.transient() => return Err(Retry(e.to_string())),
+        Err(e) => {
+            let why = format!("{step_id}: {} ({e})", e.code());
+            return fail(state, started, run, seq, step_id, "model", why).await;
+        }
+    };
+    metrics::counter!(metric::MODEL_TOKENS).increment(proposed.usage.total);
+    let envelope = Envelope::for_arguments(
+        &contract.qualified_name(),
+        contract.id(),
+        &proposed.arguments,
+        Limits::PROPOSAL,
+    );
+    let trace_id = state.env.new_id("trace");
+    let call = Call {
+        bytes: &proposed.arguments,
+        trace_id: &trace_id,
+        run_id: Some(&run.id),
+        step_id: Some(step_id),
+        ..Call::default()
+    };
+    let vetted = state.authority.vet(&principal, envelope, &call).await?;
+    let now = state.env.now();
+    let usage = json!({
+        "prompt_tokens": proposed.usage.prompt,
+        "completion_tokens": proposed.usage.completion,
+        "total_tokens": proposed.usage.total,
+    });
+    let (record, advance) = match vetted {
+        Ok(proposal) => (
+            step_record(
+                run,
+                seq,
+                step_id,
+                "model",
+                "completed",
+                Some(json!({
+                    "arguments": proposal.arguments(),
+                    "payload_digest": proposal.payload_digest().to_string(),
+                    "usage": usage,
+                })),
+                None,
+                proposed.usage.total,
+                None,
+                now,
+            ),
+            RunAdvance::Next {
+                step: next,
+                job: step_job(state, run, seq + 1, now),
+            },
+        ),
+        Err((rejection, ledger_id)) => {
+            let why = format!(
+                "{step_id}: the model's proposal was refused: {} ({})",
+                rejection.code().as_str(),
+                rejection.detail()
+            );
+            (
+                step_record(
+                    run,
+                    seq,
+                    step_id,
+                    "model",
+                    "failed",
+                    Some(json!({ "usage": usage })),
+                    Some(ledger_id),
+                    proposed.usage.total,
+                    Some(rejection.code().as_str().to_owned()),
+                    now,
+                ),
                 RunAdvance::End {
                     status: RunStatus::Failed,
                     error: Some(why),

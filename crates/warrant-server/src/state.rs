@@ -95,6 +95,8 @@ pub struct AppState {
     pub policy: Arc<ReloadablePolicy>,
     /// The adapters (to validate bindings at registration).
     pub adapters: Arc<Adapters>,
+    /// The chat model of workflows' `model` steps, when the operator configured one.
+    pub model: Option<warrant_runtime::model::ModelClient>,
     /// Time and ids.
     pub env: Arc<dyn Env>,
     /// Renders `/metrics`, when a recorder is installed.

@@ -54,6 +54,7 @@ async fn start(limits: HttpLimits) -> Server {
             secrets: Secrets::default(),
             smtp: None,
             command_roots: Vec::new(),
+            model: None,
         },
         runtime: RuntimeSettings::default(),
         settings: Settings::default(),

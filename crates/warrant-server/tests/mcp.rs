@@ -266,6 +266,7 @@ impl Harness {
                 secrets: Secrets::default(),
                 smtp: None,
                 command_roots: Vec::new(),
+                model: None,
             },
             runtime: RuntimeSettings::default(),
             settings: Settings::default(),

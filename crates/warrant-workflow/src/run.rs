@@ -21,6 +21,13 @@ pub enum Action {
         /// Where the run goes after the call commits.
         next: String,
     },
+    /// Ask the chat model to propose the arguments of the step's contract (then go to `next`).
+    Propose {
+        /// The prompt, bound.
+        prompt: String,
+        /// Where the run goes once the proposal is recorded.
+        next: String,
+    },
     /// Go to another step (a branch's choice), noting the exit taken.
     Goto {
         /// The next step.
@@ -53,8 +60,6 @@ pub enum StepError {
     Unbound(String),
     /// A branch condition failed to evaluate, or did not yield a boolean.
     Condition(String),
-    /// A step kind this runner does not execute yet.
-    NotRunnable(&'static str),
 }
 
 impl std::fmt::Display for StepError {
@@ -63,14 +68,8 @@ impl std::fmt::Display for StepError {
             StepError::NoSuchStep(id) => write!(f, "the workflow has no step `{id}`"),
             StepError::Unbound(r) => write!(f, "`${{{r}}}` has no value in this run"),
             StepError::Condition(e) => write!(f, "a branch condition failed: {e}"),
-            StepError::NotRunnable(kind) => write!(f, "`{kind}` steps are not executed by this server yet"),
         }
     }
-}
-
-/// The step kinds the runner executes.
-pub fn runnable(kind: &StepKind) -> bool {
-    !matches!(kind, StepKind::Model(_))
 }
 
 /// What step `id` does with `scope`.
@@ -110,7 +109,13 @@ pub fn action(compiled: &Compiled, id: &str, scope: &Value) -> Result<Action, St
             })
         }
         StepKind::End(end) => Ok(Action::End(end.status)),
-        StepKind::Model(_) => Err(StepError::NotRunnable("model")),
+        StepKind::Model(model) => Ok(Action::Propose {
+            prompt: model
+                .prompt
+                .render(scope)
+                .map_err(|r| StepError::Unbound(r.to_string()))?,
+            next: model.next.clone(),
+        }),
         StepKind::Review(review) => {
             let mut covers = Vec::with_capacity(review.covers.len());
             for covered in &review.covers {

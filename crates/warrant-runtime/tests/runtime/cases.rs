@@ -642,6 +642,7 @@ pub async fn structured_data_fetch(h: &Arc<Harness>) {
         secrets: Secrets::default(),
         smtp: None,
         command_roots: Vec::new(),
+        model: None,
     }));
     let runtime = Runtime::new(
         h.store.clone(),
@@ -744,6 +745,7 @@ pub async fn credentials_reach_only_their_tools_and_origins(h: &Arc<Harness>) {
         secrets: crate::support::secrets(addr),
         smtp: None,
         command_roots: Vec::new(),
+        model: None,
     });
     let bind = |name: &str, adapter: serde_json::Value| {
         let doc = json!({
@@ -789,6 +791,7 @@ pub async fn the_smtp_relay_goes_through_the_outbound_guard(h: &Arc<Harness>) {
         secrets: Secrets::default(),
         smtp: Some(h.runtime.adapters().config().smtp.clone().unwrap()),
         command_roots: Vec::new(),
+        model: None,
     }));
     let runtime = Runtime::new(
         h.store.clone(),

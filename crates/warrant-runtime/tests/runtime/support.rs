@@ -270,6 +270,7 @@ impl Harness {
                 login: None,
             }),
             command_roots: vec![tools.clone()],
+            model: None,
         }));
         let settings = RuntimeSettings {
             retry: RetrySettings {

@@ -240,7 +240,7 @@ pub(crate) async fn show(
         (status = 400, description = "malformed input", body = crate::openapi::ErrorBody),
         (status = 401, description = "no valid key", body = crate::openapi::ErrorBody),
         (status = 404, description = "no such workflow in this tenant", body = crate::openapi::ErrorBody),
-        (status = 409, description = "the workflow has steps this server does not run yet", body = crate::openapi::ErrorBody),
+        (status = 409, description = "the workflow cannot run here (`MODEL_NOT_CONFIGURED`: it has model steps and the server no model endpoint)", body = crate::openapi::ErrorBody),
         (status = 422, description = "the input fails the workflow's input schema", body = crate::openapi::ErrorBody)))]
 pub(crate) async fn start_run(
     State(state): State<Arc<AppState>>,
@@ -255,52 +255,16 @@ pub(crate) async fn start_run(
         .await
         .map_err(store_error)?
         .ok_or_else(|| ApiError::not_found("workflow"))?;
-    let compiled = crate::runs::compiled_for(&state, &workflow)
+    let run = crate::runs::start(&state, &caller.principal, &workflow, &body)
         .await
-        .map_err(|why| ApiError::new(StatusCode::CONFLICT, "workflow", "WORKFLOW_NOT_RUNNABLE", why))?;
-    if let Some(step) = compiled
-        .definition
-        .steps
-        .iter()
-        .find(|s| !warrant_workflow::run::runnable(&s.kind))
-    {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "workflow",
-            "WORKFLOW_NOT_RUNNABLE",
-            format!(
-                "step `{}` is a `{}` step, which this server does not execute yet",
-                step.id,
-                step.kind.name()
-            ),
-        ));
-    }
-    let input = warrant_core::json::parse(&body, warrant_core::json::Limits::PROPOSAL)
-        .map_err(|e| ApiError::bad_request(format!("the input is not strict JSON: {e}")))?;
-    if let Err(rejection) = compiled.input.check(&input) {
-        return Err(ApiError::rejection(&rejection));
-    }
-    let now = state.env.now();
-    let first = compiled.definition.steps.first().map(|s| s.id.clone());
-    let run = warrant_core::records::RunRecord {
-        id: state.env.new_id("run"),
-        tenant,
-        workflow: workflow.name.clone(),
-        version: workflow.version,
-        digest: workflow.digest.clone(),
-        status: warrant_core::records::RunStatus::Running,
-        input,
-        principal: crate::runs::principal_snapshot(&caller.principal),
-        next_step: first,
-        next_seq: 0,
-        cost: 0,
-        error: None,
-        created_at: now,
-        updated_at: now,
-    };
-    let job = crate::runs::step_job(&state, &run, 0, now);
-    state.store.start_run(&run, &job).await.map_err(store_error)?;
-    metrics::counter!(crate::runs::metric::RUNS, "event" => "started").increment(1);
+        .map_err(|refusal| match refusal {
+            crate::runs::StartRefusal::NotRunnable(code, why) => {
+                ApiError::new(StatusCode::CONFLICT, "workflow", code, why)
+            }
+            crate::runs::StartRefusal::Input(why) => ApiError::bad_request(why),
+            crate::runs::StartRefusal::Schema(rejection) => ApiError::rejection(&rejection),
+            crate::runs::StartRefusal::Store(e) => store_error(e),
+        })?;
     Ok((StatusCode::CREATED, axum::Json(run_view(&run, &[]))).into_response())
 }
 

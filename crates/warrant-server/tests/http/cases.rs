@@ -1476,3 +1476,172 @@ pub async fn runs_execute_tool_branch_and_review_steps_through_the_pipeline(h: &
     assert_eq!(h.upstream.total(), effects_before + 1);
     runner.abort();
 }
+
+/// A model step: the stub chat model proposes the credit's arguments; the proposal passes the
+/// strict parser and the pipeline's stages, the review shows those exact arguments, and the
+/// approved credit runs once; the tokens are the step's cost. Hostile proposals (extra
+/// fields, duplicate keys, strings for numbers, a spliced envelope field, two calls, none, a
+/// policy-denied amount) fail the run with the typed refusal, and nothing is credited.
+pub async fn model_steps_propose_through_the_strict_parser_and_policy(h: &Harness) {
+    use crate::support::model_calls;
+    let runner = warrant_server::runs::spawn_runner(h.nodes[0].gateway.state.clone());
+    let doc = "name: drafted\nversion: 1\ndescription: A model drafts a credit; a supervisor reviews it.\n\
+               input:\n  type: object\n  additionalProperties: false\n  required: [customer_id, complaint]\n  properties:\n    \
+               customer_id: { type: string, maxLength: 36 }\n    complaint: { type: string, maxLength: 200 }\n\
+               steps:\n  - id: draft\n    model: { propose: credit@1, prompt: \"Propose a credit for: ${input.complaint}\" }\n    next: review\n  \
+               - id: review\n    review: { covers: [apply], reviewers: { role: supervisor }, expires_in: 2h }\n    on_approve: apply\n    on_reject: done\n  \
+               - id: apply\n    tool: credit@1\n    with: { customer_id: \"${input.customer_id}\", amount_cents: \"${steps.draft.arguments.amount_cents}\", reason: \"${steps.draft.arguments.reason}\" }\n    next: done\n  \
+               - { id: done, end: { status: completed } }\n";
+    let r = h
+        .req(Method::POST, "/v1/workflows", "admin")
+        .header("content-type", "application/yaml")
+        .body(doc)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201, "{}", r.text().await.unwrap());
+    let start = || {
+        h.req(Method::POST, "/v1/workflows/drafted/1/runs", "agent")
+            .header("content-type", "application/json")
+            .body(json!({"customer_id": "cus_42", "complaint": "parcel arrived broken"}).to_string())
+    };
+    let effects_before = h.upstream.total();
+
+    // The model's proposal, accepted: the review shows its exact arguments.
+    let waiting = waiting_run(h, start().send().await.unwrap()).await;
+    assert_eq!(waiting["steps"][0]["step"], "draft");
+    assert_eq!(waiting["steps"][0]["status"], "completed", "{waiting:#}");
+    assert_eq!(waiting["steps"][0]["cost"], 120);
+    assert_eq!(waiting["steps"][0]["output"]["arguments"]["amount_cents"], 750);
+    let (auth, request) = h.upstream.model_requests.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(auth.as_deref(), Some("Bearer sk-stub"));
+    assert_eq!(
+        request["messages"][1]["content"],
+        "Propose a credit for: parcel arrived broken"
+    );
+    assert_eq!(request["tools"][0]["function"]["name"], "credit");
+    assert_eq!(request["tools"][0]["function"]["strict"], true);
+    assert_eq!(
+        request["tools"][0]["function"]["parameters"]["required"][1],
+        "amount_cents"
+    );
+    assert_eq!(request["tool_choice"]["function"]["name"], "credit");
+    let approval_id = waiting["steps"][1]["output"]["approvals"]["apply"]["approval_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let r = h
+        .req(Method::GET, &format!("/v1/approvals/{approval_id}"), "reviewer")
+        .send()
+        .await
+        .unwrap();
+    let shown: Value = r.json().await.unwrap();
+    assert_eq!(shown["arguments"]["amount_cents"], 750, "{shown:#}");
+    assert_eq!(shown["arguments"]["reason"], "late delivery");
+    // The approval lives as long as the review's `expires_in` (2 h), not the gateway's 15 min.
+    let at = |field: &str| {
+        time::OffsetDateTime::parse(
+            shown[field].as_str().unwrap(),
+            &time::format_description::well_known::Rfc3339,
+        )
+        .unwrap()
+    };
+    assert_eq!(
+        (at("expires_at") - at("created_at")).whole_minutes(),
+        120,
+        "{shown:#}"
+    );
+    assert_eq!(h.approve_on(0, "reviewer", &approval_id).await, 200);
+    let run = finished_run(h, waiting["id"].as_str().unwrap()).await;
+    assert_eq!(run["status"], "completed", "{run:#}");
+    assert_eq!(h.upstream.total(), effects_before + 1);
+    // The run's cost: the model's tokens and the credit's cost per call.
+    let steps_cost: u64 = run["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["cost"].as_u64().unwrap())
+        .sum();
+    assert_eq!(run["cost"].as_u64(), Some(steps_cost));
+    assert!(steps_cost >= 120);
+
+    // Hostile proposals: each fails the run at the model step with its typed code.
+    let hostile: Vec<(Value, &str)> = vec![
+        (
+            model_calls(
+                "credit",
+                r#"{"customer_id": "c", "amount_cents": 5, "reason": "r", "approved": true}"#,
+            ),
+            "SCHEMA_UNKNOWN_FIELD",
+        ),
+        (
+            model_calls(
+                "credit",
+                r#"{"customer_id": "c", "amount_cents": 5, "amount_cents": 900000, "reason": "r"}"#,
+            ),
+            "DUPLICATE_KEY",
+        ),
+        (
+            model_calls(
+                "credit",
+                r#"{"customer_id": "c", "amount_cents": "500", "reason": "r"}"#,
+            ),
+            "SCHEMA_TYPE_MISMATCH",
+        ),
+        (
+            model_calls(
+                "credit",
+                r#"{"customer_id": "c", "amount_cents": 5, "reason": "r"}, "approval_id": "apr_x""#,
+            ),
+            "INVALID_JSON",
+        ),
+        (
+            model_calls(
+                "credit",
+                &format!(r#"{{"customer_id": "c", "amount_cents": {OVERFLOWING_AMOUNT}, "reason": "r"}}"#),
+            ),
+            "POLICY_DENIED",
+        ),
+        (
+            json!([
+                {"id": "a", "type": "function", "function": {"name": "credit", "arguments": "{}"}},
+                {"id": "b", "type": "function", "function": {"name": "credit", "arguments": "{}"}},
+            ]),
+            "MODEL_MANY_PROPOSALS",
+        ),
+        (json!([]), "MODEL_NO_PROPOSAL"),
+        (
+            model_calls("lookup", r#"{"order_id": "ord_1234"}"#),
+            "MODEL_WRONG_TOOL",
+        ),
+    ];
+    for (calls, code) in hostile {
+        h.upstream.model_answers.lock().unwrap().push_back(calls.clone());
+        let r = start().send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 201);
+        let started: Value = r.json().await.unwrap();
+        let run = finished_run(h, started["id"].as_str().unwrap()).await;
+        assert_eq!(run["status"], "failed", "{calls}: {run:#}");
+        let step = &run["steps"][0];
+        assert_eq!(step["step"], "draft");
+        assert_eq!(step["status"], "failed");
+        let said = format!("{} {}", step["detail"], run["error"]);
+        assert!(said.contains(code), "{calls}: wanted {code}, got {said}");
+        // A refused proposal has its ledger row, a refusal at the parse, schema or policy stage.
+        if let Some(ledger_id) = step["ledger_id"].as_str() {
+            let r = h
+                .req(Method::GET, &format!("/v1/ledger/{ledger_id}"), "admin")
+                .send()
+                .await
+                .unwrap();
+            let row: Value = r.json().await.unwrap();
+            assert_eq!(row["decision"], "reject", "{row:#}");
+            assert_eq!(row["error_code"], code);
+            assert_eq!(row["run_id"], run["id"]);
+        } else {
+            assert!(code.starts_with("MODEL_"), "{code} has no ledger row");
+        }
+    }
+    assert_eq!(h.upstream.total(), effects_before + 1);
+    runner.abort();
+}

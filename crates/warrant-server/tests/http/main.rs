@@ -54,6 +54,7 @@ on_every_backend! {
     a_rejected_call_is_not_sent_for_review_again,
     admins_publish_only_workflows_the_compiler_accepts,
     runs_execute_tool_branch_and_review_steps_through_the_pipeline,
+    model_steps_propose_through_the_strict_parser_and_policy,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

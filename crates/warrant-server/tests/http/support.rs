@@ -31,6 +31,16 @@ pub enum Kind {
 pub struct Upstream {
     pub effects: Mutex<HashMap<String, u32>>,
     pub requests: Mutex<u32>,
+    /// What the stub chat model answers next (`tool_calls` of its one choice); a default
+    /// proposal of a credit when empty.
+    pub model_answers: Mutex<std::collections::VecDeque<Value>>,
+    /// The chat completion requests the stub received, with their `authorization` header.
+    pub model_requests: Mutex<Vec<(Option<String>, Value)>>,
+}
+
+/// The stub model's tool calls: one call of `function` with `arguments` as its string.
+pub fn model_calls(function: &str, arguments: &str) -> Value {
+    json!([{"id": "call_1", "type": "function", "function": {"name": function, "arguments": arguments}}])
 }
 
 impl Upstream {
@@ -42,7 +52,7 @@ impl Upstream {
 pub async fn start_upstream() -> (SocketAddr, Arc<Upstream>) {
     use axum::routing::post;
     let up = Arc::new(Upstream::default());
-    let (u1, u2) = (up.clone(), up.clone());
+    let (u1, u2, u3) = (up.clone(), up.clone(), up.clone());
     let app = axum::Router::new()
         .route(
             "/lookup",
@@ -69,6 +79,28 @@ pub async fn start_upstream() -> (SocketAddr, Arc<Upstream>) {
                     // Honours idempotency: one effect per key.
                     up.effects.lock().unwrap().entry(key.clone()).or_insert(1);
                     axum::Json(json!({"credit_id": format!("cr_{}", &key[3..15]), "status": "applied"}))
+                }
+            }),
+        )
+        .route(
+            "/v1/chat/completions",
+            post(move |headers: HeaderMap, body: axum::body::Bytes| {
+                let up = u3.clone();
+                async move {
+                    let request: Value = serde_json::from_slice(&body).unwrap();
+                    let auth = headers
+                        .get("authorization")
+                        .map(|v| v.to_str().unwrap().to_owned());
+                    up.model_requests.lock().unwrap().push((auth, request));
+                    let calls = up.model_answers.lock().unwrap().pop_front().unwrap_or_else(|| {
+                        model_calls("credit", r#"{"customer_id": "cus_model", "amount_cents": 750, "reason": "late delivery"}"#)
+                    });
+                    axum::Json(json!({
+                        "id": "chatcmpl-1", "object": "chat.completion", "model": "stub",
+                        "choices": [{"index": 0, "finish_reason": "tool_calls",
+                            "message": {"role": "assistant", "content": null, "tool_calls": calls}}],
+                        "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
+                    }))
                 }
             }),
         );
@@ -201,6 +233,13 @@ async fn start_node(store: Arc<dyn Store>, dir: &std::path::Path, upstream: Sock
             secrets: Secrets::default(),
             smtp: None,
             command_roots: Vec::new(),
+            model: Some(warrant_runtime::model::ModelEndpoint {
+                base_url: format!("http://{upstream}/v1").parse().unwrap(),
+                model: "stub".into(),
+                credential: Some(warrant_runtime::Secret::new("sk-stub")),
+                max_tokens: Some(200),
+                timeout: std::time::Duration::from_secs(5),
+            }),
         },
         runtime: RuntimeSettings::default(),
         settings: Settings::default(),
