@@ -27,6 +27,7 @@ mod direct;
 mod lines;
 mod raw;
 pub(crate) mod tools;
+mod workflows;
 
 use std::sync::Arc;
 
@@ -351,10 +352,13 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let (principal, _) = self.caller(&context).await?;
-        Ok(ListToolsResult::with_all_items(tools::visible(
-            &self.state.tool_index(),
-            &principal,
-        )))
+        let mut tools = tools::visible(&self.state.tool_index(), &principal);
+        tools.extend(
+            workflows::visible(&self.state, &principal)
+                .await
+                .map_err(|e| internal_error(&e))?,
+        );
+        Ok(ListToolsResult::with_all_items(tools))
     }
 
     async fn call_tool(

@@ -307,6 +307,7 @@ impl Harness {
             ),
             ("reader", "reader-1", vec!["orders:read"], vec!["agent"]),
             ("reviewer", "sup-1", vec![], vec!["supervisor"]),
+            ("admin", "root", vec![], vec!["admin"]),
         ] {
             let generated = keys::generate();
             store
@@ -897,6 +898,97 @@ async fn stdio_serves_the_same_tools(h: &Harness) {
     server.await.unwrap().unwrap();
 }
 
+/// A published workflow is a tool (`workflow.<name>`, effect `async`) for a caller whose grants
+/// cover its contracts' scopes; calling it starts a run through the same code as HTTP, with
+/// the client's own argument bytes held to the workflow's input schema, and answers the run id.
+async fn workflows_are_tools_that_start_runs(h: &Harness) {
+    let doc = "name: order_check\nversion: 1\ndescription: Look an order up.\ninput:\n  type: object\n  \
+               additionalProperties: false\n  required: [order_id]\n  properties:\n    order_id: { type: string, maxLength: 20 }\n\
+               steps:\n  - id: look\n    tool: lookup@1\n    with: { order_id: \"${input.order_id}\" }\n    next: done\n  \
+               - { id: done, end: { status: completed } }\n";
+    let http = reqwest::Client::new();
+    let r = http
+        .post(format!("{}/v1/workflows", h.base))
+        .bearer_auth(&h.keys["admin"])
+        .header("content-type", "application/yaml")
+        .body(doc)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201, "{}", r.text().await.unwrap());
+    let runner = warrant_server::runs::spawn_runner(h.gateway.state.clone());
+
+    let agent = h.client("agent").await.unwrap();
+    let tools = agent.list_all_tools().await.unwrap();
+    let tools = by_name(&tools);
+    let tool = tools["workflow.order_check"];
+    assert_eq!(tool.input_schema["required"], json!(["order_id"]));
+    assert_eq!(tool.annotations.as_ref().unwrap().read_only_hint, Some(false));
+    assert_eq!(tool.meta.as_ref().unwrap().0["io.warrant/effect"], "async");
+    assert_eq!(tool.meta.as_ref().unwrap().0["io.warrant/version"], 1);
+    // The reviewer holds no `orders:read`: the workflow is not its tool, and it cannot start it.
+    let reviewer = h.client("reviewer").await.unwrap();
+    let names: Vec<String> = reviewer
+        .list_all_tools()
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    assert!(!names.iter().any(|n| n.starts_with("workflow.")), "{names:?}");
+    let refused = call_ok(
+        &reviewer,
+        call("workflow.order_check", json!({"order_id": "ord_abc123"}), None),
+    )
+    .await
+    .unwrap();
+    assert_eq!(refused.is_error, Some(true));
+    assert_eq!(structured(&refused)["code"], "WORKFLOW_NOT_FOUND");
+
+    // The input is held to the workflow's input schema.
+    let bad = call_ok(
+        &agent,
+        call("workflow.order_check", json!({"order_id": "ord_1", "x": 1}), None),
+    )
+    .await
+    .unwrap();
+    assert_eq!(bad.is_error, Some(true), "{}", text(&bad));
+    assert_eq!(structured(&bad)["stage"], "schema", "{}", text(&bad));
+    let lookups_before = *h.upstream.lookups.lock().unwrap();
+    let started = call_ok(
+        &agent,
+        call("workflow.order_check", json!({"order_id": "ord_abc123"}), None),
+    )
+    .await
+    .unwrap();
+    assert_eq!(started.is_error, Some(false), "{}", text(&started));
+    let run_id = structured(&started)["run_id"].as_str().unwrap().to_owned();
+    assert!(run_id.starts_with("run_"));
+    assert_eq!(structured(&started)["status"], "running");
+    // The run goes on without the caller, and its tool step is a governed call.
+    let mut run = Value::Null;
+    for _ in 0..100 {
+        run = http
+            .get(format!("{}/v1/runs/{run_id}", h.base))
+            .bearer_auth(&h.keys["agent"])
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if run["status"] == "completed" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(run["status"], "completed", "{run:#}");
+    assert_eq!(*h.upstream.lookups.lock().unwrap(), lookups_before + 1);
+    runner.abort();
+    agent.cancel().await.unwrap();
+    reviewer.cancel().await.unwrap();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Both backends
 // ---------------------------------------------------------------------------------------------
@@ -934,4 +1026,5 @@ on_every_backend! {
     refusals_are_tool_errors,
     keys_are_checked_before_mcp,
     stdio_serves_the_same_tools,
+    workflows_are_tools_that_start_runs,
 }

@@ -55,6 +55,11 @@ impl RawCall {
         self.id == *id && self.name == name
     }
 
+    /// `params.arguments` as written (`{}` when absent).
+    pub(crate) fn arguments(&self) -> &[u8] {
+        self.arguments.as_deref().unwrap_or(b"{}")
+    }
+
     /// The proposal: `{"tool": <name>, "version": <version>, <members>, <extra>, "arguments":
     /// <arguments>}` with every value the client wrote as it wrote it; `extra` are envelope
     /// members the lane adds (each `"key":value,`).

@@ -240,6 +240,9 @@ pub(crate) async fn call(
     meta: &JsonObject,
 ) -> CallToolResult {
     let name = request.name.into_owned();
+    if name.starts_with(super::workflows::PREFIX) {
+        return super::workflows::call(state, principal, trace, &name, raw).await;
+    }
     let mut extra = Vec::new();
     let client_key = meta_field(meta, &KEY_FIELDS, "idempotency_key", &mut extra).map(str::to_owned);
     let approval_id = meta_field(meta, &APPROVAL_FIELDS, "approval", &mut extra).map(str::to_owned);
@@ -449,7 +452,13 @@ fn rejected(rejection: &Rejection, base: Value) -> CallToolResult {
 }
 
 /// A refused call: `refused: <stage> <CODE>: <detail>` and the same as structured content.
-fn refusal(stage: &str, code: &str, message: &str, pointer: Option<&str>, base: Value) -> CallToolResult {
+pub(crate) fn refusal(
+    stage: &str,
+    code: &str,
+    message: &str,
+    pointer: Option<&str>,
+    base: Value,
+) -> CallToolResult {
     let mut structured = base;
     extend(
         &mut structured,
@@ -463,7 +472,7 @@ fn refusal(stage: &str, code: &str, message: &str, pointer: Option<&str>, base: 
 }
 
 /// A store failure or a lost task: logged with an incident id, answered without details.
-fn internal(error: &dyn std::fmt::Display, trace: &str) -> CallToolResult {
+pub(crate) fn internal(error: &dyn std::fmt::Display, trace: &str) -> CallToolResult {
     let incident = hex::encode(rand::random::<[u8; 8]>());
     tracing::error!(incident, %error, "mcp: internal error");
     refusal(
