@@ -286,6 +286,12 @@ impl Gateway {
             warrant_runtime::model::ModelClient::new(endpoint, warrant_runtime::net::SafeClient::new(policy))
         });
         let adapters = Arc::new(Adapters::new(config.adapters));
+        adapters.register(
+            crate::authoring::VALIDATOR_KIND,
+            Arc::new(crate::authoring::ValidatorFactory {
+                registry: registry.clone(),
+            }),
+        );
         let unusable_bindings = crate::state::unusable_bindings(&adapters, &contracts);
         let runtime = Runtime::new(
             store.clone(),

@@ -6,6 +6,7 @@
 //! the core and runtime never see a request.
 
 pub mod auth;
+pub mod authoring;
 pub mod bootstrap;
 pub mod error;
 pub mod mcp;

@@ -4,7 +4,6 @@
 //! listing every violation with its rule and the path that proves it. A published version
 //! pins the content id of every contract it calls and never changes.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::Router;
@@ -14,12 +13,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Value, json};
-use warrant_core::contract::read_document;
 use warrant_core::records::{Publication, WorkflowRecord};
-use warrant_core::registry::Pin;
 use warrant_core::store::StoreError;
-use warrant_workflow::compile::{Compiled, Found, Violation};
-use warrant_workflow::definition::{self, ToolRef};
+use warrant_workflow::compile::Violation;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -40,9 +36,7 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/v1/runs/{id}/cancel", axum::routing::post(cancel_run))
 }
 
-fn violations(list: &[Violation]) -> Value {
-    Value::Array(list.iter().map(Violation::to_json).collect())
-}
+use crate::authoring::{Refusal, coverage, violations};
 
 fn refused(code: &str, list: &[Violation]) -> ApiError {
     ApiError::new(
@@ -77,53 +71,20 @@ pub(crate) async fn publish(
     let tenant = caller.principal.tenant().to_owned();
     let format = crate::routes::document_format(&headers, "a workflow")?;
     let text = std::str::from_utf8(&body).map_err(|_| ApiError::bad_request("the workflow is not UTF-8"))?;
-    let document = read_document(text, format).map_err(|e| {
-        ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "workflow",
-            "WORKFLOW_SYNTAX",
-            e.to_string(),
-        )
-    })?;
-    let definition = definition::from_document(&document).map_err(|problems| {
-        let list: Vec<Violation> = problems
-            .into_iter()
-            .map(|p| Violation {
-                rule: warrant_workflow::Rule::Grammar,
-                step: None,
-                pointer: p.pointer,
-                message: p.message,
-                path: None,
-            })
-            .collect();
-        refused("WORKFLOW_INVALID", &list)
-    })?;
-    // The registry is asynchronous and the compiler is not: resolve every reference first.
     let now = state.env.now();
-    let mut catalog: BTreeMap<ToolRef, Found> = BTreeMap::new();
-    for tool in definition.tool_refs() {
-        let content_id;
-        let pin = match tool {
-            ToolRef::Version { name, version } => Pin::Version(name, *version),
-            ToolRef::Content(id) => {
-                content_id = id.to_string();
-                Pin::ContentId(&content_id)
-            }
-        };
-        let found = match state
-            .registry
-            .find_pinned(&tenant, pin, now)
-            .await
-            .map_err(store_error)?
-        {
-            Some((contract, false)) => Found::Active(contract),
-            Some((contract, true)) => Found::Retired(contract),
-            None => Found::Unknown,
-        };
-        catalog.insert(tool.clone(), found);
-    }
-    let compiled =
-        warrant_workflow::compile(definition, &catalog).map_err(|list| refused("WORKFLOW_REFUSED", &list))?;
+    let (document, compiled) = crate::authoring::compile_text(&state.registry, &tenant, text, format, now)
+        .await
+        .map_err(|refusal| match refusal {
+            Refusal::Syntax(message) => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "workflow",
+                "WORKFLOW_SYNTAX",
+                message,
+            ),
+            Refusal::Invalid(list) => refused("WORKFLOW_INVALID", &list),
+            Refusal::Refused(list) => refused("WORKFLOW_REFUSED", &list),
+            Refusal::Store(e) => store_error(e),
+        })?;
     let record = WorkflowRecord {
         tenant,
         name: compiled.definition.name.clone(),
@@ -160,25 +121,6 @@ pub(crate) async fn publish(
 
 fn store_error(e: StoreError) -> ApiError {
     ApiError::from(e)
-}
-
-fn coverage(compiled: &Compiled) -> Value {
-    Value::Array(
-        compiled
-            .coverage
-            .iter()
-            .map(|c| {
-                json!({
-                    "step": c.step,
-                    "tool": c.tool,
-                    "content_id": c.content_id.to_string(),
-                    "effect": c.effect.as_str(),
-                    "review_required": c.review_required,
-                    "reviews": c.reviews,
-                })
-            })
-            .collect(),
-    )
 }
 
 fn summary(w: &WorkflowRecord) -> Value {

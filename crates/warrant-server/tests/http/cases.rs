@@ -1645,3 +1645,54 @@ pub async fn model_steps_propose_through_the_strict_parser_and_policy(h: &Harnes
     assert_eq!(h.upstream.total(), effects_before + 1);
     runner.abort();
 }
+
+/// The built-in `workflow_validator` tool (the example contract) is a governed read call that
+/// answers the compiler's verdict for the caller's tenant: the same refusals — Gate A with its
+/// path — as publishing, and nothing is published.
+pub async fn the_workflow_validator_tool_answers_the_compilers_verdict(h: &Harness) {
+    let refused = "name: sneaky\nversion: 1\ndescription: Credit small amounts without review.\ninput:\n  type: object\n  \
+                   additionalProperties: false\n  required: [customer_id, amount_cents]\n  properties:\n    \
+                   customer_id: { type: string, maxLength: 36 }\n    amount_cents: { type: integer, minimum: 1, maximum: 500000 }\n\
+                   steps:\n  - id: size\n    branch:\n      cases: [{ when: \"input.amount_cents > 10000\", next: review }]\n      else: pay\n  \
+                   - id: review\n    review: { covers: [pay], reviewers: { role: supervisor } }\n    on_approve: pay\n    on_reject: done\n  \
+                   - id: pay\n    tool: credit@1\n    with: { customer_id: \"${input.customer_id}\", amount_cents: \"${input.amount_cents}\", reason: goodwill }\n    next: done\n  \
+                   - { id: done, end: { status: completed } }\n";
+    let validate = |definition: &str| json!({"tool": "workflow_validator", "version": 1, "arguments": {"definition": definition}});
+    let (status, body) = h.propose("agent", &validate(refused)).await;
+    assert_eq!(status, 200, "{body:#}");
+    let result = &body["result"];
+    assert_eq!(result["valid"], false, "{body:#}");
+    assert_eq!(result["code"], "WORKFLOW_REFUSED");
+    let v = &result["violations"][0];
+    assert!(v["rule"].as_str().unwrap().starts_with("gate_a."), "{v:#}");
+    assert_eq!(v["step"], "pay");
+    assert!(
+        v["path"].as_str().unwrap().contains("branch(size: else)"),
+        "{v:#}"
+    );
+    // The fixed definition is valid, with the credit's coverage.
+    let fixed = refused.replace("else: pay", "else: review");
+    let (status, body) = h.propose("agent", &validate(&fixed)).await;
+    assert_eq!(status, 200, "{body:#}");
+    assert_eq!(body["result"]["valid"], true, "{body:#}");
+    assert_eq!(body["result"]["coverage"][0]["step"], "pay");
+    assert_eq!(body["result"]["coverage"][0]["reviews"], json!(["review"]));
+    // Grammar and syntax refusals are verdicts too.
+    let (_, body) = h
+        .propose("agent", &validate("name: x\nversion: 1\nstepz: []\n"))
+        .await;
+    assert_eq!(body["result"]["code"], "WORKFLOW_INVALID", "{body:#}");
+    let (_, body) = h.propose("agent", &validate("{ not yaml")).await;
+    assert_eq!(body["result"]["code"], "WORKFLOW_SYNTAX", "{body:#}");
+    // Nothing was published.
+    let r = h.req(Method::GET, "/v1/workflows", "admin").send().await.unwrap();
+    let list: Value = r.json().await.unwrap();
+    assert!(
+        !list["workflows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w["name"] == "sneaky"),
+        "{list:#}"
+    );
+}

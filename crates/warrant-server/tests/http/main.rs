@@ -55,6 +55,7 @@ on_every_backend! {
     admins_publish_only_workflows_the_compiler_accepts,
     runs_execute_tool_branch_and_review_steps_through_the_pipeline,
     model_steps_propose_through_the_strict_parser_and_policy,
+    the_workflow_validator_tool_answers_the_compilers_verdict,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -113,6 +113,10 @@ pub async fn start_upstream() -> (SocketAddr, Arc<Upstream>) {
 pub fn contracts(upstream: SocketAddr) -> Vec<(String, String)> {
     vec![
         (
+            "workflow_validator.yaml".into(),
+            include_str!("../../../../examples/contracts/workflow_validator.v1.yaml").into(),
+        ),
+        (
             "lookup.yaml".into(),
             format!(
                 r#"
@@ -179,6 +183,7 @@ adapter: {{ kind: http, url: "http://{upstream}/credit" }}
 
 const POLICY: &str = r#"
 permit (principal in Warrant::Role::"agent", action in Warrant::Action::"lookup", resource);
+permit (principal in Warrant::Role::"agent", action in Warrant::Action::"workflow_validator", resource);
 permit (principal in Warrant::Role::"agent", action in Warrant::Action::"credit", resource)
 when { resource.tenant == principal.tenant };
 permit (principal in Warrant::Role::"supervisor", action in Warrant::Action::"review:credit", resource);
@@ -309,7 +314,7 @@ impl Harness {
                 "agent",
                 "acme",
                 "agent-7",
-                vec!["orders:read", "credits:write"],
+                vec!["orders:read", "credits:write", "workflows:validate"],
                 vec!["agent"],
             ),
             ("reviewer", "acme", "sup-1", vec![], vec!["supervisor"]),
