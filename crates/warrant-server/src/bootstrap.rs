@@ -329,6 +329,7 @@ impl Gateway {
             registry,
             policy,
             adapters,
+            runs_due: Arc::new(tokio::sync::Notify::new()),
             model,
             env,
             metrics,

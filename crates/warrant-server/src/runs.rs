@@ -36,12 +36,21 @@ use crate::state::AppState;
 
 /// The job kind of a run's next step.
 pub const STEP_JOB: &str = "workflow.step";
-/// How long a claimed step is a node's before another may take it.
-const LEASE: Duration = Duration::from_secs(60);
+/// How long a claimed step is a node's before another may take it: longer than the longest
+/// step — a tool step's call deadline, or a model step's request — with a margin, so a live
+/// node keeps its step and a dead node's step is taken over soon after.
+fn lease(state: &AppState) -> Duration {
+    let model = state
+        .model
+        .as_ref()
+        .map_or(Duration::ZERO, |m| m.endpoint().timeout);
+    state.runtime.settings().retry.deadline.max(model) + Duration::from_secs(10)
+}
 /// A job is dead after this many attempts (its run is then failed by the dead-letter sweep).
 const MAX_ATTEMPTS: u32 = 20;
-/// How often an idle runner looks for due steps.
-const IDLE_POLL: Duration = Duration::from_millis(200);
+/// How often an idle runner looks for due steps (steps this node makes due wake it at once:
+/// [`AppState::runs_due`]).
+const IDLE_POLL: Duration = Duration::from_secs(1);
 
 /// A published workflow compiled for running: its steps resolved to the contracts it pinned.
 ///
@@ -197,11 +206,12 @@ pub fn step_job(state: &AppState, run: &RunRecord, seq: u32, at: time::OffsetDat
 /// Runs due steps until the task is dropped.
 pub fn spawn_runner(state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let worker = state.env.new_id("runner");
-        let cache: Mutex<HashMap<String, Arc<Compiled>>> = Mutex::new(HashMap::new());
+        let worker: Arc<str> = state.env.new_id("runner").into();
+        let lease = lease(&state);
+        let cache: Arc<Cache> = Arc::new(Mutex::new(HashMap::new()));
         loop {
             let now = state.env.now();
-            let jobs = match state.store.claim_jobs(&worker, STEP_JOB, 8, LEASE, now).await {
+            let jobs = match state.store.claim_jobs(&worker, STEP_JOB, CLAIM, lease, now).await {
                 Ok(jobs) => jobs,
                 Err(error) => {
                     tracing::warn!(%error, "the workflow runner cannot claim steps");
@@ -210,35 +220,53 @@ pub fn spawn_runner(state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
                 }
             };
             if jobs.is_empty() {
-                tokio::time::sleep(IDLE_POLL).await;
+                // Woken at once by a step this node made due; another node's within the poll.
+                tokio::select! {
+                    () = state.runs_due.notified() => {}
+                    () = tokio::time::sleep(IDLE_POLL) => {}
+                }
                 continue;
             }
+            // The claimed steps (each of another run) run side by side, each within its lease.
+            let mut running = tokio::task::JoinSet::new();
             for job in jobs {
-                let completion = match run_job(&state, &cache, &job).await {
-                    Ok(()) => JobCompletion::Done,
-                    // The last attempt: the run fails with the reason rather than wait forever.
-                    Err(Retry(error)) if job.attempts >= MAX_ATTEMPTS => {
-                        abandon(&state, &job, &error).await;
-                        JobCompletion::Dead { error }
-                    }
-                    Err(Retry(error)) => {
-                        let wait = Duration::from_secs(2_u64.saturating_pow(job.attempts.min(10)).min(300));
-                        JobCompletion::Retry {
-                            run_at: state.env.now() + wait,
-                            error,
-                        }
-                    }
-                };
-                if let Err(error) = state
-                    .store
-                    .complete_job(&job.job.id, &worker, &completion, state.env.now())
-                    .await
-                {
-                    tracing::warn!(%error, job = %job.job.id, "a workflow step's job could not be completed");
-                }
+                let (state, cache, worker) = (state.clone(), cache.clone(), worker.clone());
+                running.spawn(async move { finish(&state, &cache, &worker, &job).await });
             }
+            while running.join_next().await.is_some() {}
         }
     })
+}
+
+/// Compiled workflows by definition digest.
+type Cache = Mutex<HashMap<String, Arc<Compiled>>>;
+/// The most steps one claim takes.
+const CLAIM: u32 = 16;
+
+/// Runs one claimed step and completes its job: done, tried again later with backoff, or dead
+/// after its last attempt (its run then fails with the reason rather than wait forever).
+async fn finish(state: &AppState, cache: &Cache, worker: &str, job: &Job) {
+    let completion = match run_job(state, cache, job).await {
+        Ok(()) => JobCompletion::Done,
+        Err(Retry(error)) if job.attempts >= MAX_ATTEMPTS => {
+            abandon(state, job, &error).await;
+            JobCompletion::Dead { error }
+        }
+        Err(Retry(error)) => {
+            let wait = Duration::from_secs(2_u64.saturating_pow(job.attempts.min(10)).min(300));
+            JobCompletion::Retry {
+                run_at: state.env.now() + wait,
+                error,
+            }
+        }
+    };
+    if let Err(error) = state
+        .store
+        .complete_job(&job.job.id, worker, &completion, state.env.now())
+        .await
+    {
+        tracing::warn!(%error, job = %job.job.id, "a workflow step's job could not be completed");
+    }
 }
 
 /// Metric names of the authored lane.
@@ -262,6 +290,9 @@ async fn record_step(
     now: time::OffsetDateTime,
 ) -> Result<bool, StoreError> {
     let recorded = state.store.advance_run(tenant, record, next, now).await?;
+    if recorded && matches!(next, RunAdvance::Next { .. }) {
+        state.runs_due.notify_one();
+    }
     if recorded {
         metrics::histogram!(metric::STEP_SECONDS, "kind" => record.kind.clone())
             .record(started.elapsed().as_secs_f64());
@@ -309,11 +340,7 @@ impl From<StoreError> for Retry {
     }
 }
 
-async fn run_job(
-    state: &AppState,
-    cache: &Mutex<HashMap<String, Arc<Compiled>>>,
-    job: &Job,
-) -> Result<(), Retry> {
+async fn run_job(state: &AppState, cache: &Cache, job: &Job) -> Result<(), Retry> {
     let started = std::time::Instant::now();
     let run_id = job
         .job

@@ -95,6 +95,8 @@ pub struct AppState {
     pub policy: Arc<ReloadablePolicy>,
     /// The adapters (to validate bindings at registration).
     pub adapters: Arc<Adapters>,
+    /// Wakes this node's workflow runner: a run started or a step made due here.
+    pub runs_due: Arc<tokio::sync::Notify>,
     /// The chat model of workflows' `model` steps, when the operator configured one.
     pub model: Option<warrant_runtime::model::ModelClient>,
     /// Time and ids.
