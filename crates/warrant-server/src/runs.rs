@@ -253,7 +253,9 @@ async fn finish(state: &AppState, cache: &Cache, worker: &str, job: &Job) {
             JobCompletion::Dead { error }
         }
         Err(Retry(error)) => {
-            let wait = Duration::from_secs(2_u64.saturating_pow(job.attempts.min(10)).min(300));
+            // 2 s, 4 s, … up to 30 s: what a step waits for (an unknown outcome's
+            // reconciliation, a busy model endpoint) is usually resolved within a minute.
+            let wait = Duration::from_secs(2_u64.saturating_pow(job.attempts.min(10)).min(30));
             JobCompletion::Retry {
                 run_at: state.env.now() + wait,
                 error,
@@ -868,6 +870,11 @@ async fn call(
                 )
             }
         },
+        // The same call is still in flight (a node died mid-call and its record has not yet
+        // expired or been reconciled): try again later with the same key.
+        Dispatched::Rejected { rejection, .. } if rejection.code() == RejectCode::IdempotencyInFlight => {
+            return Err(Retry(rejection.detail().to_owned()));
+        }
         Dispatched::Rejected { ledger_id, rejection } => {
             let why = format!(
                 "{step_id} refused: {} ({})",
