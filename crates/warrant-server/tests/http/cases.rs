@@ -1696,3 +1696,87 @@ pub async fn the_workflow_validator_tool_answers_the_compilers_verdict(h: &Harne
         "{list:#}"
     );
 }
+
+/// Two nodes on one PostgreSQL database, each with its runner, run many three-step runs
+/// started on either: every run completes, and every tool step's call reached the tool
+/// exactly once (no step is executed twice, however the nodes race for the jobs).
+pub async fn two_nodes_run_each_step_once(h: &Harness) {
+    let runners: Vec<_> = h
+        .nodes
+        .iter()
+        .map(|n| warrant_server::runs::spawn_runner(n.gateway.state.clone()))
+        .collect();
+    let doc = "name: thrice\nversion: 1\ndescription: Three lookups.\ninput:\n  type: object\n  \
+               additionalProperties: false\n  required: [order_id]\n  properties:\n    order_id: { type: string, maxLength: 20 }\n\
+               steps:\n  - id: one\n    tool: lookup@1\n    with: { order_id: \"${input.order_id}\" }\n    next: two\n  \
+               - id: two\n    tool: lookup@1\n    with: { order_id: \"${steps.one.output.order_id}\" }\n    next: three\n  \
+               - id: three\n    tool: lookup@1\n    with: { order_id: \"${steps.two.output.order_id}\" }\n    next: done\n  \
+               - { id: done, end: { status: completed } }\n";
+    let r = h
+        .req(Method::POST, "/v1/workflows", "admin")
+        .header("content-type", "application/yaml")
+        .body(doc)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201, "{}", r.text().await.unwrap());
+    let before = *h.upstream.requests.lock().unwrap();
+    const RUNS: usize = 40;
+    let mut ids = Vec::new();
+    for i in 0..RUNS {
+        let r = h
+            .req_on(i % 2, Method::POST, "/v1/workflows/thrice/1/runs", "agent")
+            .header("content-type", "application/json")
+            .body(json!({"order_id": format!("ord_{i:04}")}).to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 201);
+        let run: Value = r.json().await.unwrap();
+        ids.push(run["id"].as_str().unwrap().to_owned());
+    }
+    for id in &ids {
+        let run = finished_run(h, id).await;
+        assert_eq!(run["status"], "completed", "{run:#}");
+        let steps: Vec<&str> = run["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["step"].as_str().unwrap())
+            .collect();
+        assert_eq!(steps, ["one", "two", "three", "done"], "{run:#}");
+    }
+    assert_eq!(
+        *h.upstream.requests.lock().unwrap() - before,
+        u32::try_from(3 * RUNS).unwrap(),
+        "a step reached the tool more than once"
+    );
+    // Each step has one ledger row of its call.
+    let rows = h
+        .store
+        .list_ledger(
+            "acme",
+            &warrant_core::records::LedgerFilter {
+                tool: Some("lookup".into()),
+                limit: 500,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let mut per_step = std::collections::HashMap::new();
+    for row in rows
+        .entries
+        .iter()
+        .filter(|r| r.run_id.as_ref().is_some_and(|r| ids.contains(r)))
+    {
+        *per_step
+            .entry((row.run_id.clone(), row.step_id.clone()))
+            .or_insert(0) += 1;
+    }
+    assert_eq!(per_step.len(), 3 * RUNS);
+    assert!(per_step.values().all(|n| *n == 1), "{per_step:?}");
+    for r in runners {
+        r.abort();
+    }
+}

@@ -66,3 +66,12 @@ async fn two_nodes_on_one_postgres_race_one_key_and_one_approval() {
     cases::two_nodes_race(&h).await;
     h.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_nodes_on_one_postgres_run_each_step_once() {
+    let Some(h) = support::Harness::new(support::Kind::Postgres, 2).await else {
+        return;
+    };
+    cases::two_nodes_run_each_step_once(&h).await;
+    h.finish().await;
+}
