@@ -255,6 +255,7 @@ impl ApprovalRecord {
                 arguments: Value::Null,
                 created_at: self.expires_at - time::Duration::minutes(15),
                 expires_at: self.expires_at,
+                reviewers: None,
             },
             status: self.status,
             reviewer: self.reviewer.clone(),

@@ -110,6 +110,9 @@ pub struct Call<'a> {
     /// How long an approval this call asks for stays valid (a workflow review's `expires_in`);
     /// [`Settings::approval_ttl`] when `None`.
     pub review_ttl: Option<Duration>,
+    /// Who may decide the approval this call asks for, beyond policy (a workflow review's
+    /// `reviewers`).
+    pub reviewers: Option<&'a ReviewerRule>,
 }
 
 /// How a call is approved: per call when its contract says so, or when a workflow's review
@@ -434,16 +437,8 @@ impl Authority {
             // future of every other call stays small (it is moved whenever it is polled
             // from a new place).
             ApprovalMode::PerCall => {
-                match Box::pin(self.approval_stage(
-                    principal,
-                    &contract,
-                    &proposal,
-                    conflict,
-                    call.review_ttl,
-                    now,
-                    p,
-                ))
-                .await?
+                match Box::pin(self.approval_stage(principal, &contract, &proposal, conflict, call, now, p))
+                    .await?
                 {
                     Ok(ApprovalStep::Proceed(claim)) => Some(claim),
                     Ok(ApprovalStep::Hold(decision)) => return Ok(Ok(decision)),
@@ -614,7 +609,7 @@ impl Authority {
         contract: &Contract,
         proposal: &ValidatedProposal,
         conflict: Option<Rejection>,
-        ttl: Option<Duration>,
+        call: &Call<'_>,
         now: OffsetDateTime,
         p: &mut Progress,
     ) -> Result<Result<ApprovalStep, Rejection>, StoreError> {
@@ -633,7 +628,7 @@ impl Authority {
             None => {
                 p.facts.approval = Some(ApprovalState::RequiredMissing);
                 return Ok(self
-                    .request_approval(principal, contract, proposal, ttl, now, p)
+                    .request_approval(principal, contract, proposal, call, now, p)
                     .await?
                     .map(ApprovalStep::Hold));
             }
@@ -678,7 +673,7 @@ impl Authority {
         principal: &Principal,
         contract: &Contract,
         proposal: &ValidatedProposal,
-        ttl: Option<Duration>,
+        call: &Call<'_>,
         now: OffsetDateTime,
         p: &mut Progress,
     ) -> Result<Result<Decision, Rejection>, StoreError> {
@@ -728,7 +723,8 @@ impl Authority {
                         .clone()
                         .unwrap_or_else(|| Value::Object(proposal.arguments().clone())),
                     created_at: now,
-                    expires_at: now + ttl.unwrap_or(self.settings.approval_ttl),
+                    expires_at: now + call.review_ttl.unwrap_or(self.settings.approval_ttl),
+                    reviewers: call.reviewers.cloned(),
                 };
                 self.store.create_approval(&new).await?;
                 metrics::counter!(metric::APPROVAL_REQUESTS).increment(1);
@@ -877,12 +873,23 @@ impl Authority {
         };
         let empty = serde_json::Map::new();
         let arguments = request.request.arguments.as_object().unwrap_or(&empty);
-        Ok(Some(self.policy.authorize(&PolicyRequest {
+        let verdict = self.policy.authorize(&PolicyRequest {
             principal: reviewer,
             action: PolicyAction::Review,
             contract: &contract,
             arguments,
-        })))
+        });
+        // A workflow review's `reviewers` narrows who policy allows; it never widens it.
+        if verdict == PolicyVerdict::Allow
+            && let Some(rule) = &request.request.reviewers
+            && !rule.admits(reviewer)
+        {
+            return Ok(Some(PolicyVerdict::Deny {
+                policies: vec!["workflow.reviewers".to_owned()],
+                errors: Vec::new(),
+            }));
+        }
+        Ok(Some(verdict))
     }
 }
 

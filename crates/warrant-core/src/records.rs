@@ -359,6 +359,49 @@ text_enum! {
     }
 }
 
+/// Who may decide an approval, on top of what policy's `review` action allows: a workflow
+/// review's `reviewers`. Policy must allow the reviewer too.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReviewerRule {
+    /// Principals holding this role.
+    Role(String),
+    /// These principals.
+    Principals(Vec<String>),
+}
+
+impl ReviewerRule {
+    /// Whether `reviewer` is one this rule admits.
+    #[must_use]
+    pub fn admits(&self, reviewer: &crate::authority::Principal) -> bool {
+        match self {
+            ReviewerRule::Role(role) => reviewer.roles().contains(role),
+            ReviewerRule::Principals(ids) => ids.iter().any(|id| id == reviewer.id()),
+        }
+    }
+
+    /// `{"role": …}` or `{"principals": […]}`, as stored and shown.
+    #[must_use]
+    pub fn to_json(&self) -> Value {
+        match self {
+            ReviewerRule::Role(role) => serde_json::json!({ "role": role }),
+            ReviewerRule::Principals(ids) => serde_json::json!({ "principals": ids }),
+        }
+    }
+
+    /// The rule of [`ReviewerRule::to_json`]'s form.
+    #[must_use]
+    pub fn from_json(value: &Value) -> Option<Self> {
+        if let Some(role) = value.get("role").and_then(Value::as_str) {
+            return Some(ReviewerRule::Role(role.to_owned()));
+        }
+        let ids = value.get("principals")?.as_array()?;
+        ids.iter()
+            .map(|v| v.as_str().map(str::to_owned))
+            .collect::<Option<Vec<_>>>()
+            .map(ReviewerRule::Principals)
+    }
+}
+
 /// A new approval request, bound to the exact call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewApproval {
@@ -382,6 +425,9 @@ pub struct NewApproval {
     pub created_at: OffsetDateTime,
     /// Expires.
     pub expires_at: OffsetDateTime,
+    /// Who may decide, beyond policy (a workflow review's `reviewers`); anyone policy allows
+    /// when `None`.
+    pub reviewers: Option<ReviewerRule>,
 }
 
 /// A stored approval request.

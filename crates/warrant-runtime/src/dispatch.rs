@@ -107,6 +107,8 @@ pub struct OwnedCall {
     pub review: bool,
     /// How long an approval this call asks for stays valid ([`Call::review_ttl`]).
     pub review_ttl: Option<time::Duration>,
+    /// Who may decide the approval this call asks for, beyond policy ([`Call::reviewers`]).
+    pub reviewers: Option<warrant_core::records::ReviewerRule>,
 }
 
 impl OwnedCall {
@@ -121,6 +123,7 @@ impl OwnedCall {
             step_id: self.step_id.as_deref(),
             review: self.review,
             review_ttl: self.review_ttl,
+            reviewers: self.reviewers.as_ref(),
         }
     }
 }

@@ -330,6 +330,7 @@ impl Gateway {
             policy,
             adapters,
             runs_due: Arc::new(tokio::sync::Notify::new()),
+            runs_ended: tokio::sync::broadcast::channel(1024).0,
             model,
             env,
             metrics,

@@ -190,6 +190,10 @@ pub struct Approval {
     decided_at: Option<String>,
     /// Consumed (RFC 3339).
     consumed_at: Option<String>,
+    /// Who may decide beyond policy, for an approval a workflow review asked for:
+    /// `{"role": …}` or `{"principals": […]}`.
+    #[schema(value_type = Option<Object>)]
+    reviewers: Option<serde_json::Value>,
 }
 
 /// Approvals.

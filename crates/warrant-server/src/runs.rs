@@ -23,7 +23,7 @@ use warrant_core::json::Limits;
 use warrant_core::pipeline::Call;
 use warrant_core::proposal::Envelope;
 use warrant_core::records::{
-    Job, JobCompletion, NewJob, RunAdvance, RunRecord, RunStatus, RunStep, WorkflowRecord,
+    Job, JobCompletion, NewJob, ReviewerRule, RunAdvance, RunRecord, RunStatus, RunStep, WorkflowRecord,
 };
 use warrant_core::store::StoreError;
 use warrant_runtime::model::ModelError;
@@ -300,6 +300,8 @@ async fn record_step(
             .record(started.elapsed().as_secs_f64());
         if let RunAdvance::End { status, .. } = next {
             metrics::counter!(metric::RUNS, "event" => status.as_str()).increment(1);
+            // No listener is not an error.
+            let _ = state.runs_ended.send((record.run_id.clone(), *status));
         }
     }
     Ok(recorded)
@@ -597,16 +599,22 @@ async fn ask(
         let why = "the run's principal is not readable".to_owned();
         return fail(state, started, run, seq, step_id, "review", why).await;
     };
-    // The approval lives as long as the review's `expires_in` says.
-    let ttl = compiled
+    // The approval lives as long as the review's `expires_in` says, and only its `reviewers`
+    // (among those policy allows) may decide it.
+    let review = compiled
         .definition
         .steps
         .iter()
         .find(|s| s.id == step_id)
         .and_then(|s| match &s.kind {
-            StepKind::Review(r) => time::Duration::try_from(r.expires_in).ok(),
+            StepKind::Review(r) => Some(r),
             _ => None,
         });
+    let ttl = review.and_then(|r| time::Duration::try_from(r.expires_in).ok());
+    let reviewers = review.map(|r| match &r.reviewers {
+        definition::Reviewers::Role(role) => ReviewerRule::Role(role.clone()),
+        definition::Reviewers::Principals(ids) => ReviewerRule::Principals(ids.clone()),
+    });
     let mut approvals = Map::new();
     for (tool, arguments) in covers {
         let Some(contract) = compiled.contracts.get(&tool) else {
@@ -616,6 +624,7 @@ async fn ask(
         let key = format!("{}.{tool}.{visit}", run.id);
         let mut owned = tool_call(state, run, step_id, contract, arguments, key.clone(), None, true);
         owned.review_ttl = ttl;
+        owned.reviewers.clone_from(&reviewers);
         match submit(
             state.authority.clone(),
             state.runtime.clone(),
@@ -690,6 +699,7 @@ fn tool_call(
         step_id: Some(step_id.to_owned()),
         review,
         review_ttl: None,
+        reviewers: None,
     }
 }
 

@@ -97,6 +97,9 @@ pub struct AppState {
     pub adapters: Arc<Adapters>,
     /// Wakes this node's workflow runner: a run started or a step made due here.
     pub runs_due: Arc<tokio::sync::Notify>,
+    /// Runs that ended on this node (run id, final status), for whoever listens (benchmarks
+    /// today; a lost message only means a listener polls the store instead).
+    pub runs_ended: tokio::sync::broadcast::Sender<(String, warrant_core::records::RunStatus)>,
     /// The chat model of workflows' `model` steps, when the operator configured one.
     pub model: Option<warrant_runtime::model::ModelClient>,
     /// Time and ids.

@@ -482,7 +482,7 @@ fn idempotency_of(row: &impl RowExt) -> Result<IdempotencyRecord, StoreError> {
 macro_rules! approval_columns {
     () => {
         "id, tenant, contract_id, tool, proposer, payload_digest, idempotency_key, arguments, \
-     status, reviewer, reason, created_at, expires_at, decided_at, consumed_at, consumed_by"
+     status, reviewer, reason, created_at, expires_at, decided_at, consumed_at, consumed_by, reviewers"
     };
 }
 
@@ -505,6 +505,13 @@ fn approval_of(row: &impl RowExt) -> Result<ApprovalRequest, StoreError> {
             arguments: json_of(&row.text("arguments")?)?,
             created_at: from_ms(row.int("created_at")?)?,
             expires_at: from_ms(row.int("expires_at")?)?,
+            reviewers: match opt_json_of(row.opt_text("reviewers")?)? {
+                None => None,
+                Some(v) => Some(
+                    ReviewerRule::from_json(&v)
+                        .ok_or_else(|| StoreError::Corrupt("approval reviewers".into()))?,
+                ),
+            },
         },
         status: parse_enum(&row.text("status")?, ApprovalStatus::parse, "approval status")?,
         reviewer: row.opt_text("reviewer")?,
@@ -1737,9 +1744,10 @@ impl Store for SqlStore {
 
     async fn create_approval(&self, a: &NewApproval) -> Result<(), StoreError> {
         let sql = "INSERT INTO approvals (id, tenant, contract_id, tool, proposer, payload_digest, idempotency_key, \
-                   arguments, status, created_at, expires_at) \
-                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9, $10)";
+                   arguments, status, created_at, expires_at, reviewers) \
+                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9, $10, $11)";
         let arguments = json_text(&a.arguments);
+        let reviewers = a.reviewers.as_ref().map(|r| json_text(&r.to_json()));
         write_op!(self, [a = a.clone()], |ex| {
             let params = args![
                 &a.id,
@@ -1752,6 +1760,7 @@ impl Store for SqlStore {
                 &arguments,
                 ms(a.created_at),
                 ms(a.expires_at),
+                &reviewers,
             ];
             ex.execute(sql, &params).await?;
             Ok(())

@@ -50,6 +50,7 @@ async fn the_sweeper_purges_what_expired() {
         amount: 1,
         limit: 5,
         expires_at: past,
+        reviewers: None,
     };
     store.reserve_budget("acme", &[reservation]).await.unwrap();
     store

@@ -48,6 +48,7 @@ pub fn approval_json(a: &ApprovalRequest) -> Value {
         "reason": a.reason,
         "decided_at": a.decided_at.map(rfc3339),
         "consumed_at": a.consumed_at.map(rfc3339),
+        "reviewers": r.reviewers.as_ref().map(warrant_core::records::ReviewerRule::to_json),
     })
 }
 

@@ -1643,6 +1643,54 @@ pub async fn model_steps_propose_through_the_strict_parser_and_policy(h: &Harnes
         }
     }
     assert_eq!(h.upstream.total(), effects_before + 1);
+
+    // A review's `reviewers` narrows who policy allows: a supervisor it does not name can
+    // neither see nor decide the approval.
+    let named = doc.replace("name: drafted", "name: named").replace(
+        "reviewers: { role: supervisor }",
+        "reviewers: { principals: [sup-9] }",
+    );
+    let r = h
+        .req(Method::POST, "/v1/workflows", "admin")
+        .header("content-type", "application/yaml")
+        .body(named)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201, "{}", r.text().await.unwrap());
+    let r = h
+        .req(Method::POST, "/v1/workflows/named/1/runs", "agent")
+        .header("content-type", "application/json")
+        .body(json!({"customer_id": "cus_43", "complaint": "late"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    let waiting = waiting_run(h, r).await;
+    let id = waiting["steps"][1]["output"]["approvals"]["apply"]["approval_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let stored = h
+        .store
+        .get_approval("acme", &id, time::OffsetDateTime::now_utc())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        stored.request.reviewers,
+        Some(warrant_core::records::ReviewerRule::Principals(vec![
+            "sup-9".into()
+        ]))
+    );
+    let decided = h.approve_on(0, "reviewer", &id).await;
+    assert!(decided == 403 || decided == 404, "{decided}");
+    let r = h
+        .req(Method::GET, "/v1/approvals?status=pending", "reviewer")
+        .send()
+        .await
+        .unwrap();
+    let listed: Value = r.json().await.unwrap();
+    assert!(!listed.to_string().contains(&id), "{listed:#}");
     runner.abort();
 }
 

@@ -811,6 +811,7 @@ fn approval(id: &str, tenant: &str, at: OffsetDateTime) -> NewApproval {
         arguments: json!({"customer_id": "cus_8f3k2m9q", "amount_cents": 2500}),
         created_at: at,
         expires_at: at + secs(900),
+        reviewers: None,
     }
 }
 
