@@ -50,7 +50,6 @@ async fn the_sweeper_purges_what_expired() {
         amount: 1,
         limit: 5,
         expires_at: past,
-        reviewers: None,
     };
     store.reserve_budget("acme", &[reservation]).await.unwrap();
     store
@@ -65,6 +64,7 @@ async fn the_sweeper_purges_what_expired() {
             arguments: json!({}),
             created_at: past,
             expires_at: past + time::Duration::minutes(15),
+            reviewers: None,
         })
         .await
         .unwrap();
