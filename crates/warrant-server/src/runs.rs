@@ -741,6 +741,7 @@ async fn decision(
     let now = state.env.now();
     let mut all_approved = true;
     let mut refused: Option<String> = None;
+    let mut expired = false;
     for (tool, a) in &approvals {
         let id = a.get("approval_id").and_then(Value::as_str).unwrap_or_default();
         let status = state
@@ -753,9 +754,14 @@ async fn decision(
             Some(ApprovalStatus::Pending) => all_approved = false,
             Some(ApprovalStatus::Rejected) => refused = Some(format!("the call of `{tool}` was rejected")),
             Some(ApprovalStatus::Expired) | None => {
-                refused = Some(format!("the approval of `{tool}` expired"))
+                expired = true;
+                refused = Some(format!("the approval of `{tool}` expired"));
             }
         }
+    }
+    if expired && review.on_expiry == definition::OnExpiry::Fail {
+        let why = refused.unwrap_or_default();
+        return fail(state, started, run, seq, step_id, "review", why).await;
     }
     let (status, next, detail) = match (refused, all_approved) {
         (Some(why), _) => ("rejected", review.on_reject.clone(), Some(why)),

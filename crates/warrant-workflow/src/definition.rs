@@ -252,12 +252,24 @@ pub struct ReviewStep {
     pub covers: Vec<String>,
     /// Who may decide.
     pub reviewers: Reviewers,
-    /// How long the approval waits; expiry follows `on_reject`.
+    /// How long the approval waits.
     pub expires_in: Duration,
+    /// What expiry does: follow `on_reject` (the default) or fail the run.
+    pub on_expiry: OnExpiry,
     /// Where an approval leads.
     pub on_approve: String,
     /// Where a rejection (or expiry) leads.
     pub on_reject: String,
+}
+
+/// What a review's expiry does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnExpiry {
+    /// Follow `on_reject`, as a rejection would.
+    #[default]
+    Reject,
+    /// End the run as failed.
+    Fail,
 }
 
 /// Who may decide a review (policy decides too: the `review` action).
@@ -724,7 +736,11 @@ impl Reader {
 
     fn review(&mut self, map: &Map<String, Value>, pointer: &str) -> Option<ReviewStep> {
         let at = child(pointer, "review");
-        let inner = self.object(map.get("review")?, &at, &["covers", "reviewers", "expires_in"])?;
+        let inner = self.object(
+            map.get("review")?,
+            &at,
+            &["covers", "reviewers", "expires_in", "on_expiry"],
+        )?;
         let covers = match inner.get("covers").and_then(Value::as_array) {
             Some(items) if !items.is_empty() => {
                 let mut covers = Vec::new();
@@ -763,12 +779,24 @@ impl Reader {
                 None
             }
         };
+        let on_expiry = match inner.get("on_expiry").map(|v| v.as_str()) {
+            None | Some(Some("reject")) => Some(OnExpiry::Reject),
+            Some(Some("fail")) => Some(OnExpiry::Fail),
+            Some(_) => {
+                self.push(
+                    &child(&at, "on_expiry"),
+                    "must be `reject` (follow on_reject) or `fail`",
+                );
+                None
+            }
+        };
         let on_approve = self.step_name(map, "on_approve", pointer);
         let on_reject = self.step_name(map, "on_reject", pointer);
         Some(ReviewStep {
             covers: covers?,
             reviewers: reviewers?,
             expires_in: expires_in?,
+            on_expiry: on_expiry?,
             on_approve: on_approve?,
             on_reject: on_reject?,
         })

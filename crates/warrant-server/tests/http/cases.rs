@@ -1446,6 +1446,32 @@ pub async fn runs_execute_tool_branch_and_review_steps_through_the_pipeline(h: &
     assert_eq!(run["steps"][3]["step"], "done");
     assert_eq!(h.upstream.total(), effects_before + 1);
 
+    // Expired: `on_expiry: fail` fails the run (the default follows `on_reject`).
+    let expiring = workflow_doc("expiring", true).replace(
+        "reviewers: { role: supervisor } }",
+        "reviewers: { role: supervisor }, expires_in: 1s, on_expiry: fail }",
+    );
+    let r = h
+        .req(Method::POST, "/v1/workflows", "admin")
+        .header("content-type", "application/yaml")
+        .body(expiring)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201, "{}", r.text().await.unwrap());
+    let r = h
+        .req(Method::POST, "/v1/workflows/expiring/1/runs", "agent")
+        .header("content-type", "application/json")
+        .body(json!({"customer_id": "cus_expired", "order_id": "ord_5678"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    let waiting = waiting_run(h, r).await;
+    let run = finished_run(h, waiting["id"].as_str().unwrap()).await;
+    assert_eq!(run["status"], "failed", "{run:#}");
+    assert!(run["error"].as_str().unwrap().contains("expired"), "{run:#}");
+    assert_eq!(h.upstream.total(), effects_before + 1);
+
     // Cancelled while waiting: an approval given afterwards runs nothing.
     let waiting = waiting_run(h, start_refund("cus_cancelled").send().await.unwrap()).await;
     let run_id = waiting["id"].as_str().unwrap();
