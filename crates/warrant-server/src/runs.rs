@@ -159,6 +159,7 @@ pub async fn start(
         .start_run(&run, &job)
         .await
         .map_err(StartRefusal::Store)?;
+    state.runs_due.notify_one();
     metrics::counter!(metric::RUNS, "event" => "started").increment(1);
     Ok(run)
 }
