@@ -262,26 +262,35 @@ impl Authority {
         &self.env
     }
 
+    /// A proposal's ledger row as it starts: its id, the principal, trace, run and step.
+    fn progress(&self, principal: &Principal, call: &Call<'_>, now: OffsetDateTime) -> (String, Progress) {
+        let ledger_id = self.env.new_id("led");
+        let mut row = LedgerEntry::new(
+            ledger_id.clone(),
+            principal.tenant(),
+            principal.id(),
+            call.trace_id,
+            "",
+            now,
+        );
+        row.run_id = call.run_id.map(str::to_owned);
+        row.step_id = call.step_id.map(str::to_owned);
+        (
+            ledger_id,
+            Progress {
+                row,
+                facts: Facts::default(),
+            },
+        )
+    }
+
     /// Decides one proposal for an authenticated principal.
     ///
     /// # Errors
     /// [`StoreError`] when the store cannot record or answer; nothing is allowed then.
     pub async fn decide(&self, principal: &Principal, call: &Call<'_>) -> Result<Decided, StoreError> {
         let now = self.env.now();
-        let ledger_id = self.env.new_id("led");
-        let mut p = Progress {
-            row: LedgerEntry::new(
-                ledger_id.clone(),
-                principal.tenant(),
-                principal.id(),
-                call.trace_id,
-                "",
-                now,
-            ),
-            facts: Facts::default(),
-        };
-        p.row.run_id = call.run_id.map(str::to_owned);
-        p.row.step_id = call.step_id.map(str::to_owned);
+        let (ledger_id, mut p) = self.progress(principal, call, now);
         let decision = match self.stages(principal, call, now, &mut p).await? {
             Ok(decision) => decision,
             Err(rejection) => Decision::Reject(rejection),
@@ -563,20 +572,7 @@ impl Authority {
         call: &Call<'_>,
     ) -> Result<Result<ValidatedProposal, (Rejection, String)>, StoreError> {
         let now = self.env.now();
-        let ledger_id = self.env.new_id("led");
-        let mut p = Progress {
-            row: LedgerEntry::new(
-                ledger_id.clone(),
-                principal.tenant(),
-                principal.id(),
-                call.trace_id,
-                "",
-                now,
-            ),
-            facts: Facts::default(),
-        };
-        p.row.run_id = call.run_id.map(str::to_owned);
-        p.row.step_id = call.step_id.map(str::to_owned);
+        let (ledger_id, mut p) = self.progress(principal, call, now);
         let rejection = match envelope {
             Ok(envelope) => {
                 p.row.tool = truncated(envelope.tool(), 64).to_owned();

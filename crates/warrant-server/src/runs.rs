@@ -602,15 +602,7 @@ async fn ask(
     };
     // The approval lives as long as the review's `expires_in` says, and only its `reviewers`
     // (among those policy allows) may decide it.
-    let review = compiled
-        .definition
-        .steps
-        .iter()
-        .find(|s| s.id == step_id)
-        .and_then(|s| match &s.kind {
-            StepKind::Review(r) => Some(r),
-            _ => None,
-        });
+    let review = review_of(compiled, step_id);
     let ttl = review.and_then(|r| time::Duration::try_from(r.expires_in).ok());
     let reviewers = review.map(|r| match &r.reviewers {
         definition::Reviewers::Role(role) => ReviewerRule::Role(role.clone()),
@@ -704,6 +696,19 @@ fn tool_call(
     }
 }
 
+/// The review step `step_id`, if it is one.
+fn review_of<'c>(compiled: &'c Compiled, step_id: &str) -> Option<&'c definition::ReviewStep> {
+    compiled
+        .definition
+        .steps
+        .iter()
+        .find(|s| s.id == step_id)
+        .and_then(|s| match &s.kind {
+            StepKind::Review(r) => Some(r),
+            _ => None,
+        })
+}
+
 /// How often a waiting review looks at its approvals.
 const REVIEW_POLL: Duration = Duration::from_secs(1);
 
@@ -719,15 +724,7 @@ async fn decision(
     asked: &RunStep,
 ) -> Result<(), Retry> {
     use warrant_core::records::ApprovalStatus;
-    let review = compiled
-        .definition
-        .steps
-        .iter()
-        .find(|s| s.id == step_id)
-        .and_then(|s| match &s.kind {
-            StepKind::Review(r) => Some(r.clone()),
-            _ => None,
-        });
+    let review = review_of(compiled, step_id);
     let Some(review) = review else {
         let why = format!("`{step_id}` is not a review");
         return fail(state, started, run, seq, step_id, "review", why).await;

@@ -1243,6 +1243,28 @@ pub async fn admins_publish_only_workflows_the_compiler_accepts(h: &Harness) {
     assert_eq!(list["workflows"], json!([]));
 }
 
+/// Publishes a workflow definition as the tenant's admin (201).
+async fn publish(h: &Harness, definition: impl Into<reqwest::Body>) {
+    let r = h
+        .req(Method::POST, "/v1/workflows", "admin")
+        .header("content-type", "application/yaml")
+        .body(definition)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201, "{}", r.text().await.unwrap());
+}
+
+/// Starts a run at `path` with `input` as the agent; the answer to the POST.
+async fn start_run(h: &Harness, path: &str, input: Value) -> reqwest::Response {
+    h.req(Method::POST, path, "agent")
+        .header("content-type", "application/json")
+        .body(input.to_string())
+        .send()
+        .await
+        .unwrap()
+}
+
 /// Starts a run (the answer to its POST) and polls it until it waits for a review.
 async fn waiting_run(h: &Harness, started: reqwest::Response) -> Value {
     assert_eq!(started.status().as_u16(), 201);
@@ -1289,14 +1311,7 @@ pub async fn runs_execute_tool_branch_and_review_steps_through_the_pipeline(h: &
                - id: paid\n    branch:\n      cases: [{ when: \"steps.look.output.status == 'paid' && steps.look.output.total_cents > 1000\", next: again }]\n      else: unpaid\n  \
                - id: again\n    tool: lookup@1\n    with: { order_id: \"${steps.look.output.order_id}\" }\n    next: done\n  \
                - id: unpaid\n    end: { status: failed }\n  - id: done\n    end: { status: completed }\n";
-    let r = h
-        .req(Method::POST, "/v1/workflows", "admin")
-        .header("content-type", "application/yaml")
-        .body(doc)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 201, "{}", r.text().await.unwrap());
+    publish(h, doc).await;
     let start = |input: Value| {
         h.req(Method::POST, "/v1/workflows/triage/1/runs", "agent")
             .header("content-type", "application/json")
@@ -1451,22 +1466,17 @@ pub async fn runs_execute_tool_branch_and_review_steps_through_the_pipeline(h: &
         "reviewers: { role: supervisor } }",
         "reviewers: { role: supervisor }, expires_in: 1s, on_expiry: fail }",
     );
-    let r = h
-        .req(Method::POST, "/v1/workflows", "admin")
-        .header("content-type", "application/yaml")
-        .body(expiring)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 201, "{}", r.text().await.unwrap());
-    let r = h
-        .req(Method::POST, "/v1/workflows/expiring/1/runs", "agent")
-        .header("content-type", "application/json")
-        .body(json!({"customer_id": "cus_expired", "order_id": "ord_5678"}).to_string())
-        .send()
-        .await
-        .unwrap();
-    let waiting = waiting_run(h, r).await;
+    publish(h, expiring).await;
+    let waiting = waiting_run(
+        h,
+        start_run(
+            h,
+            "/v1/workflows/expiring/1/runs",
+            json!({"customer_id": "cus_expired", "order_id": "ord_5678"}),
+        )
+        .await,
+    )
+    .await;
     let run = finished_run(h, waiting["id"].as_str().unwrap()).await;
     assert_eq!(run["status"], "failed", "{run:#}");
     assert!(run["error"].as_str().unwrap().contains("expired"), "{run:#}");
@@ -1518,14 +1528,7 @@ pub async fn model_steps_propose_through_the_strict_parser_and_policy(h: &Harnes
                - id: review\n    review: { covers: [apply], reviewers: { role: supervisor }, expires_in: 2h }\n    on_approve: apply\n    on_reject: done\n  \
                - id: apply\n    tool: credit@1\n    with: { customer_id: \"${input.customer_id}\", amount_cents: \"${steps.draft.arguments.amount_cents}\", reason: \"${steps.draft.arguments.reason}\" }\n    next: done\n  \
                - { id: done, end: { status: completed } }\n";
-    let r = h
-        .req(Method::POST, "/v1/workflows", "admin")
-        .header("content-type", "application/yaml")
-        .body(doc)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 201, "{}", r.text().await.unwrap());
+    publish(h, doc).await;
     let start = || {
         h.req(Method::POST, "/v1/workflows/drafted/1/runs", "agent")
             .header("content-type", "application/json")
@@ -1676,22 +1679,17 @@ pub async fn model_steps_propose_through_the_strict_parser_and_policy(h: &Harnes
         "reviewers: { role: supervisor }",
         "reviewers: { principals: [sup-9] }",
     );
-    let r = h
-        .req(Method::POST, "/v1/workflows", "admin")
-        .header("content-type", "application/yaml")
-        .body(named)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 201, "{}", r.text().await.unwrap());
-    let r = h
-        .req(Method::POST, "/v1/workflows/named/1/runs", "agent")
-        .header("content-type", "application/json")
-        .body(json!({"customer_id": "cus_43", "complaint": "late"}).to_string())
-        .send()
-        .await
-        .unwrap();
-    let waiting = waiting_run(h, r).await;
+    publish(h, named).await;
+    let waiting = waiting_run(
+        h,
+        start_run(
+            h,
+            "/v1/workflows/named/1/runs",
+            json!({"customer_id": "cus_43", "complaint": "late"}),
+        )
+        .await,
+    )
+    .await;
     let id = waiting["steps"][1]["output"]["approvals"]["apply"]["approval_id"]
         .as_str()
         .unwrap()
@@ -1786,14 +1784,7 @@ pub async fn two_nodes_run_each_step_once(h: &Harness) {
                - id: two\n    tool: lookup@1\n    with: { order_id: \"${steps.one.output.order_id}\" }\n    next: three\n  \
                - id: three\n    tool: lookup@1\n    with: { order_id: \"${steps.two.output.order_id}\" }\n    next: done\n  \
                - { id: done, end: { status: completed } }\n";
-    let r = h
-        .req(Method::POST, "/v1/workflows", "admin")
-        .header("content-type", "application/yaml")
-        .body(doc)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 201, "{}", r.text().await.unwrap());
+    publish(h, doc).await;
     let before = *h.upstream.requests.lock().unwrap();
     const RUNS: usize = 40;
     let mut ids = Vec::new();
