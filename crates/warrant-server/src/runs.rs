@@ -182,6 +182,19 @@ fn principal_of(run: &RunRecord) -> Option<Principal> {
     principal.with_roles(strings("roles")).ok()
 }
 
+/// Whether the principal a run acts for still holds a key that is not revoked.
+async fn principal_active(state: &AppState, run: &RunRecord) -> Result<bool, StoreError> {
+    let Some(id) = run.principal.get("id").and_then(Value::as_str) else {
+        return Ok(false);
+    };
+    Ok(state
+        .store
+        .list_api_keys(&run.tenant)
+        .await?
+        .iter()
+        .any(|k| k.key.principal == id && k.revoked_at.is_none()))
+}
+
 /// The principal snapshot a run records.
 pub fn principal_snapshot(principal: &Principal) -> Value {
     json!({
@@ -410,6 +423,23 @@ async fn run_job(state: &AppState, cache: &Cache, job: &Job) -> Result<(), Retry
             let why = format!("step `{step_id}` would be entered more than its max_visits ({max})");
             return fail(state, started, &run, seq, &step_id, "max_visits", why).await;
         }
+    }
+    // A step that acts (a call, a proposal, a review's request) acts for the principal that
+    // started the run: once every key of that principal is revoked, the run stops.
+    let acts = compiled
+        .definition
+        .steps
+        .iter()
+        .find(|s| s.id == step_id)
+        .is_some_and(|s| {
+            matches!(
+                s.kind,
+                StepKind::Tool(_) | StepKind::Model(_) | StepKind::Review(_)
+            )
+        });
+    if acts && !principal_active(state, &run).await? {
+        let why = "every key of the principal that started the run was revoked: the run stops".to_owned();
+        return fail(state, started, &run, seq, &step_id, "principal", why).await;
     }
     let scope = scope_of(&run, &steps);
     let now = state.env.now();

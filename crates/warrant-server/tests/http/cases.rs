@@ -1510,6 +1510,46 @@ pub async fn runs_execute_tool_branch_and_review_steps_through_the_pipeline(h: &
     assert_eq!(after["status"], "cancelled");
     assert_eq!(after["steps"].as_array().unwrap().len(), 2);
     assert_eq!(h.upstream.total(), effects_before + 1);
+
+    // Revoked: a run acts for the principal that started it; once every key of that principal
+    // is revoked, its next acting step stops the run, and an approval runs nothing.
+    let r = h
+        .req(Method::POST, "/v1/keys", "admin")
+        .json(&json!({"principal": "temp-7", "grants": ["orders:read", "credits:write"], "roles": ["agent"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let made: Value = r.json().await.unwrap();
+    let temp = made["key"].as_str().unwrap().to_owned();
+    let r = h
+        .http
+        .post(format!("{}/v1/workflows/refund/1/runs", h.nodes[0].base))
+        .bearer_auth(&temp)
+        .json(&json!({"customer_id": "cus_revoked", "order_id": "ord_5678"}))
+        .send()
+        .await
+        .unwrap();
+    let waiting = waiting_run(h, r).await;
+    let id = waiting["steps"][1]["output"]["approvals"]["credit"]["approval_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let r = h
+        .req(
+            Method::DELETE,
+            &format!("/v1/keys/{}", made["id"].as_str().unwrap()),
+            "admin",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    assert_eq!(h.approve_on(0, "reviewer", &id).await, 200);
+    let run = finished_run(h, waiting["id"].as_str().unwrap()).await;
+    assert_eq!(run["status"], "failed", "{run:#}");
+    assert!(run["error"].as_str().unwrap().contains("revoked"), "{run:#}");
+    assert_eq!(h.upstream.total(), effects_before + 1);
     runner.abort();
 }
 
