@@ -649,6 +649,37 @@ pub struct Job {
     pub last_error: Option<String>,
 }
 
+/// A step's job handed on by the worker that records the step (`Store::advance_run`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handoff {
+    /// The worker holding the step's job.
+    pub worker: String,
+    /// The step's job: completed with the step.
+    pub job_id: String,
+    /// The lease of the next step's job, claimed by the same worker when it is due.
+    pub lease_until: OffsetDateTime,
+}
+
+/// What `Store::advance_run` did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Advanced {
+    /// Nothing: the run does not expect this step (recorded by another worker, or ended).
+    Stale,
+    /// The step is recorded, with what follows it.
+    Recorded {
+        /// The next step's job, already claimed by the handoff's worker.
+        next: Option<Box<Job>>,
+    },
+}
+
+impl Advanced {
+    /// Whether the step was recorded.
+    #[must_use]
+    pub fn recorded(&self) -> bool {
+        matches!(self, Advanced::Recorded { .. })
+    }
+}
+
 /// How a worker finished a job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JobCompletion {

@@ -113,15 +113,19 @@ pub trait Store: Send + Sync + 'static {
     /// Starts a run: its record and the job of its first step, in one transaction.
     async fn start_run(&self, run: &RunRecord, job: &NewJob) -> Result<(), StoreError>;
     /// Records step `step.seq` of a run and what follows it, in one transaction — only while
-    /// the run is running and expects that step (`next_seq == step.seq`); `false` when it does
-    /// not (another worker recorded it, or the run ended).
+    /// the run is running and expects that step (`next_seq == step.seq`); [`Advanced::Stale`]
+    /// when it does not (another worker recorded it, or the run ended). With a `handoff`, the
+    /// same transaction completes the step's job (held by the handoff's worker) and inserts the
+    /// next step's job — when it is due by `now` — already claimed by that worker, which runs
+    /// it next without a claim of its own.
     async fn advance_run(
         &self,
         tenant: &str,
         step: &RunStep,
         advance: &RunAdvance,
+        handoff: Option<&Handoff>,
         now: OffsetDateTime,
-    ) -> Result<bool, StoreError>;
+    ) -> Result<Advanced, StoreError>;
     /// One run of `tenant`.
     async fn get_run(&self, tenant: &str, id: &str) -> Result<Option<RunRecord>, StoreError>;
     /// The recorded steps of a run of `tenant`, in order.

@@ -276,6 +276,22 @@ async fn measure(label: &str, store: Arc<dyn Store>, n: usize, width: usize) {
     let state = gateway.state.clone();
     let record = publish(&state).await;
     let runner = warrant_server::runs::spawn_runner(state.clone());
+    // The principal holds a key (a run's acting steps check that it still does).
+    let generated = warrant_store::keys::generate();
+    state
+        .store
+        .create_api_key(&warrant_core::records::NewApiKey {
+            id: generated.id,
+            key_hash: generated.hash,
+            tenant: "acme".into(),
+            principal: "bench-agent".into(),
+            grants: vec!["orders:read".into()],
+            roles: vec!["agent".into()],
+            label: None,
+            created_at: state.env.now(),
+        })
+        .await
+        .unwrap();
     let principal = Principal::new("bench-agent", "acme", ["orders:read".to_owned()])
         .unwrap()
         .with_roles(["agent".to_owned()])

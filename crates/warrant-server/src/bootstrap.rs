@@ -331,6 +331,7 @@ impl Gateway {
             adapters,
             runs_due: Arc::new(tokio::sync::Notify::new()),
             runs_ended: tokio::sync::broadcast::channel(1024).0,
+            live_principals: Arc::default(),
             model,
             env,
             metrics,

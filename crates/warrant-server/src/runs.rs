@@ -23,7 +23,8 @@ use warrant_core::json::Limits;
 use warrant_core::pipeline::Call;
 use warrant_core::proposal::Envelope;
 use warrant_core::records::{
-    Job, JobCompletion, NewJob, ReviewerRule, RunAdvance, RunRecord, RunStatus, RunStep, WorkflowRecord,
+    Advanced, Handoff, Job, JobCompletion, NewJob, ReviewerRule, RunAdvance, RunRecord, RunStatus, RunStep,
+    WorkflowRecord,
 };
 use warrant_core::store::StoreError;
 use warrant_runtime::model::ModelError;
@@ -187,12 +188,29 @@ async fn principal_active(state: &AppState, run: &RunRecord) -> Result<bool, Sto
     let Some(id) = run.principal.get("id").and_then(Value::as_str) else {
         return Ok(false);
     };
-    Ok(state
+    let who = (run.tenant.clone(), id.to_owned());
+    let seen = state
+        .live_principals
+        .lock()
+        .ok()
+        .and_then(|l| l.get(&who).copied());
+    if seen.is_some_and(|at| at.elapsed() < LIVE_FOR) {
+        return Ok(true);
+    }
+    let live = state
         .store
         .list_api_keys(&run.tenant)
         .await?
         .iter()
-        .any(|k| k.key.principal == id && k.revoked_at.is_none()))
+        .any(|k| k.key.principal == id && k.revoked_at.is_none());
+    if let Ok(mut l) = state.live_principals.lock() {
+        if live {
+            l.insert(who, std::time::Instant::now());
+        } else {
+            l.remove(&who);
+        }
+    }
+    Ok(live)
 }
 
 /// The principal snapshot a run records.
@@ -222,7 +240,7 @@ pub fn spawn_runner(state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let worker: Arc<str> = state.env.new_id("runner").into();
         let lease = lease(&state);
-        let cache: Arc<Cache> = Arc::new(Mutex::new(HashMap::new()));
+        let cache: Arc<Cache> = Arc::new(Cache::default());
         loop {
             let now = state.env.now();
             let jobs = match state.store.claim_jobs(&worker, STEP_JOB, CLAIM, lease, now).await {
@@ -245,7 +263,7 @@ pub fn spawn_runner(state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
             let mut running = tokio::task::JoinSet::new();
             for job in jobs {
                 let (state, cache, worker) = (state.clone(), cache.clone(), worker.clone());
-                running.spawn(async move { finish(&state, &cache, &worker, &job).await });
+                running.spawn(async move { finish(&state, &cache, &worker, lease, &job).await });
             }
             while running.join_next().await.is_some() {}
         }
@@ -253,36 +271,83 @@ pub fn spawn_runner(state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
 }
 
 /// Compiled workflows by definition digest.
-type Cache = Mutex<HashMap<String, Arc<Compiled>>>;
+#[derive(Default)]
+struct Cache {
+    /// Compiled workflows by definition digest.
+    compiled: Mutex<HashMap<String, Arc<Compiled>>>,
+}
+
+/// How long a principal seen holding a live key is trusted to still hold it.
+const LIVE_FOR: Duration = crate::auth::KEY_CACHE_TTL;
 /// The most steps one claim takes.
 const CLAIM: u32 = 16;
 
 /// Runs one claimed step and completes its job: done, tried again later with backoff, or dead
 /// after its last attempt (its run then fails with the reason rather than wait forever).
-async fn finish(state: &AppState, cache: &Cache, worker: &str, job: &Job) {
-    let completion = match run_job(state, cache, job).await {
-        Ok(()) => JobCompletion::Done,
-        Err(Retry(error)) if job.attempts >= MAX_ATTEMPTS => {
-            abandon(state, job, &error).await;
-            JobCompletion::Dead { error }
-        }
-        Err(Retry(error)) => {
-            // 2 s, 4 s, … up to 30 s: what a step waits for (an unknown outcome's
-            // reconciliation, a busy model endpoint) is usually resolved within a minute.
-            let wait = Duration::from_secs(2_u64.saturating_pow(job.attempts.min(10)).min(30));
-            JobCompletion::Retry {
-                run_at: state.env.now() + wait,
-                error,
+async fn finish(state: &AppState, cache: &Cache, worker: &str, lease: Duration, job: &Job) {
+    let mut job = job.clone();
+    loop {
+        let hand = Hand {
+            handoff: Handoff {
+                worker: worker.to_owned(),
+                job_id: job.job.id.clone(),
+                lease_until: state.env.now() + lease,
+            },
+            outcome: None,
+        };
+        let (result, hand) = HAND
+            .scope(std::cell::RefCell::new(hand), async {
+                let result = run_job(state, cache, &job).await;
+                (result, HAND.with(|h| h.borrow_mut().outcome.take()))
+            })
+            .await;
+        let completion = match result {
+            // Recorded with its step: the job is done, and the next one (if due) is ours.
+            Ok(()) if hand.is_some() => match hand.and_then(|next| next) {
+                Some(next) => {
+                    job = *next;
+                    continue;
+                }
+                None => return,
+            },
+            Ok(()) => JobCompletion::Done,
+            Err(Retry(error)) if job.attempts >= MAX_ATTEMPTS => {
+                abandon(state, &job, &error).await;
+                JobCompletion::Dead { error }
             }
+            Err(Retry(error)) => {
+                // 2 s, 4 s, … up to 30 s: what a step waits for (an unknown outcome's
+                // reconciliation, a busy model endpoint) is usually resolved within a minute.
+                let wait = Duration::from_secs(2_u64.saturating_pow(job.attempts.min(10)).min(30));
+                JobCompletion::Retry {
+                    run_at: state.env.now() + wait,
+                    error,
+                }
+            }
+        };
+        if let Err(error) = state
+            .store
+            .complete_job(&job.job.id, worker, &completion, state.env.now())
+            .await
+        {
+            tracing::warn!(%error, job = %job.job.id, "a workflow step's job could not be completed");
         }
-    };
-    if let Err(error) = state
-        .store
-        .complete_job(&job.job.id, worker, &completion, state.env.now())
-        .await
-    {
-        tracing::warn!(%error, job = %job.job.id, "a workflow step's job could not be completed");
+        return;
     }
+}
+
+/// The handoff of the step a task is running (see [`Store::advance_run`]): set by
+/// [`finish`] around the step, read by [`record_step`] — a task-local rather than a parameter
+/// of every step function, which all end in `record_step`.
+struct Hand {
+    handoff: Handoff,
+    /// Set when the step was recorded with its handoff: the next step's job, if it was
+    /// handed to this worker.
+    outcome: Option<Option<Box<Job>>>,
+}
+
+tokio::task_local! {
+    static HAND: std::cell::RefCell<Hand>;
 }
 
 /// Metric names of the authored lane.
@@ -305,20 +370,29 @@ async fn record_step(
     next: &RunAdvance,
     now: time::OffsetDateTime,
 ) -> Result<bool, StoreError> {
-    let recorded = state.store.advance_run(tenant, record, next, now).await?;
-    if recorded && matches!(next, RunAdvance::Next { .. }) {
+    let handoff = HAND.try_with(|h| h.borrow().handoff.clone()).ok();
+    let advanced = state
+        .store
+        .advance_run(tenant, record, next, handoff.as_ref(), now)
+        .await?;
+    let Advanced::Recorded { next: handed } = advanced else {
+        return Ok(false);
+    };
+    if handoff.is_some() {
+        let _ = HAND.try_with(|h| h.borrow_mut().outcome = Some(handed.clone()));
+    }
+    // A next step not handed to this worker (due later, or no handoff) is another claim's.
+    if handed.is_none() && matches!(next, RunAdvance::Next { .. }) {
         state.runs_due.notify_one();
     }
-    if recorded {
-        metrics::histogram!(metric::STEP_SECONDS, "kind" => record.kind.clone())
-            .record(started.elapsed().as_secs_f64());
-        if let RunAdvance::End { status, .. } = next {
-            metrics::counter!(metric::RUNS, "event" => status.as_str()).increment(1);
-            // No listener is not an error.
-            let _ = state.runs_ended.send((record.run_id.clone(), *status));
-        }
+    metrics::histogram!(metric::STEP_SECONDS, "kind" => record.kind.clone())
+        .record(started.elapsed().as_secs_f64());
+    if let RunAdvance::End { status, .. } = next {
+        metrics::counter!(metric::RUNS, "event" => status.as_str()).increment(1);
+        // No listener is not an error.
+        let _ = state.runs_ended.send((record.run_id.clone(), *status));
     }
-    Ok(recorded)
+    Ok(true)
 }
 
 /// Fails the run of a step job that used its last attempt.
@@ -384,7 +458,11 @@ async fn run_job(state: &AppState, cache: &Cache, job: &Job) -> Result<(), Retry
         return Ok(());
     };
     let compiled = {
-        let cached = cache.lock().ok().and_then(|c| c.get(&run.digest).cloned());
+        let cached = cache
+            .compiled
+            .lock()
+            .ok()
+            .and_then(|c| c.get(&run.digest).cloned());
         match cached {
             Some(c) => c,
             None => {
@@ -399,7 +477,7 @@ async fn run_job(state: &AppState, cache: &Cache, job: &Job) -> Result<(), Retry
                     Ok(c) => Arc::new(c),
                     Err(why) => return fail(state, started, &run, seq, &step_id, "definition", why).await,
                 };
-                if let Ok(mut c) = cache.lock() {
+                if let Ok(mut c) = cache.compiled.lock() {
                     c.insert(run.digest.clone(), compiled.clone());
                 }
                 compiled

@@ -97,6 +97,10 @@ pub struct AppState {
     pub adapters: Arc<Adapters>,
     /// Wakes this node's workflow runner: a run started or a step made due here.
     pub runs_due: Arc<tokio::sync::Notify>,
+    /// (tenant, principal) a run's step saw holding a key that is not revoked, and when:
+    /// trusted for [`crate::auth::KEY_CACHE_TTL`] like a cached key, and forgotten at once
+    /// when a key is revoked through this node.
+    pub live_principals: Arc<std::sync::Mutex<LivePrincipals>>,
     /// Runs that ended on this node (run id, final status), for whoever listens (benchmarks
     /// today; a lost message only means a listener polls the store instead).
     pub runs_ended: tokio::sync::broadcast::Sender<(String, warrant_core::records::RunStatus)>,
@@ -360,3 +364,6 @@ impl std::fmt::Debug for AppState {
             .finish_non_exhaustive()
     }
 }
+
+/// (tenant, principal) → when a run's step last saw it holding a key that is not revoked.
+pub type LivePrincipals = std::collections::HashMap<(String, String), std::time::Instant>;

@@ -485,8 +485,9 @@ impl Store for MemoryStore {
         tenant: &str,
         step: &RunStep,
         advance: &RunAdvance,
+        handoff: Option<&Handoff>,
         now: OffsetDateTime,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Advanced, StoreError> {
         self.with(|s| {
             let expected = s.runs.get(&step.run_id).is_some_and(|r| {
                 r.tenant == tenant
@@ -494,17 +495,37 @@ impl Store for MemoryStore {
                     && matches!(r.status, RunStatus::Running | RunStatus::Waiting)
             });
             if !expected {
-                return Ok(false);
+                return Ok(Advanced::Stale);
             }
+            let mut next = None;
             if let Some(job) = advance.job() {
                 s.enqueue(job)?;
+                if let Some(h) = handoff
+                    && job.run_at <= now
+                    && let Some(j) = s.jobs.get_mut(&job.id)
+                {
+                    j.status = JobStatus::Running;
+                    j.attempts = 1;
+                    j.locked_by = Some(h.worker.clone());
+                    j.locked_until = Some(trunc(h.lease_until));
+                    next = Some(Box::new(j.clone()));
+                }
+            }
+            if let Some(h) = handoff
+                && let Some(j) = s.jobs.get_mut(&h.job_id).filter(|j| {
+                    j.status == JobStatus::Running && j.locked_by.as_deref() == Some(h.worker.as_str())
+                })
+            {
+                j.status = JobStatus::Done;
+                j.locked_by = None;
+                j.locked_until = None;
             }
             let Some(run) = s.runs.get_mut(&step.run_id) else {
-                return Ok(false);
+                return Ok(Advanced::Stale);
             };
-            let (status, next, error) = advance.outcome();
+            let (status, next_step, error) = advance.outcome();
             run.status = status;
-            run.next_step = next;
+            run.next_step = next_step;
             run.next_seq += 1;
             run.cost = run.cost.saturating_add(step.cost);
             run.error = error;
@@ -512,7 +533,7 @@ impl Store for MemoryStore {
             let mut recorded = step.clone();
             recorded.finished_at = trunc(recorded.finished_at);
             s.run_steps.insert((step.run_id.clone(), step.seq), recorded);
-            Ok(true)
+            Ok(Advanced::Recorded { next })
         })
     }
 

@@ -1154,20 +1154,27 @@ impl Store for SqlStore {
         tenant: &str,
         step: &RunStep,
         advance: &RunAdvance,
+        handoff: Option<&Handoff>,
         now: OffsetDateTime,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Advanced, StoreError> {
         let update = "UPDATE runs SET status = $1, next_step = $2, next_seq = next_seq + 1, cost = cost + $3, \
                       error = $4, updated_at = $5 WHERE tenant = $6 AND id = $7 AND next_seq = $8 \
                       AND status IN ('running', 'waiting')";
         let insert = "INSERT INTO run_steps (run_id, seq, step_id, kind, status, output, ledger_id, cost, detail, \
                       finished_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+        let done = "UPDATE jobs SET status = 'done', locked_by = NULL, locked_until = NULL, updated_at = $1 \
+                    WHERE id = $2 AND locked_by = $3 AND status = 'running'";
+        let claimed = "INSERT INTO jobs (id, tenant, kind, payload, status, attempts, max_attempts, run_at, \
+                       locked_by, locked_until, created_at, updated_at) \
+                       VALUES ($1, $2, $3, $4, 'running', 1, $5, $6, $7, $8, $6, $6)";
         let output = step.output.as_ref().map(json_text);
         write_op!(
             self,
             [
                 tenant = tenant.to_owned(),
                 step = step.clone(),
-                advance = advance.clone()
+                advance = advance.clone(),
+                handoff = handoff.cloned()
             ],
             |ex| {
                 let (status, next, error) = advance.outcome();
@@ -1183,7 +1190,7 @@ impl Store for SqlStore {
                     i64::from(step.seq),
                 ];
                 if ex.execute(update, &params).await? != 1 {
-                    return Ok(false);
+                    return Ok(Advanced::Stale);
                 }
                 let params = args![
                     &step.run_id,
@@ -1198,10 +1205,41 @@ impl Store for SqlStore {
                     ms(step.finished_at),
                 ];
                 ex.execute(insert, &params).await?;
-                if let Some(job) = advance.job() {
-                    enqueue_in(ex, job).await?;
+                if let Some(h) = &handoff {
+                    ex.execute(done, &args![ms(now), &h.job_id, &h.worker]).await?;
                 }
-                Ok(true)
+                let mut next = None;
+                match (advance.job(), &handoff) {
+                    (Some(job), Some(h)) if job.run_at <= now => {
+                        let payload = json_text(&job.payload);
+                        let params = args![
+                            &job.id,
+                            &job.tenant,
+                            &job.kind,
+                            &payload,
+                            i64::from(job.max_attempts.max(1)),
+                            ms(job.run_at),
+                            &h.worker,
+                            ms(h.lease_until),
+                        ];
+                        ex.execute(claimed, &params).await?;
+                        next = Some(Box::new(Job {
+                            job: NewJob {
+                                run_at: from_ms(ms(job.run_at))?,
+                                max_attempts: job.max_attempts.max(1),
+                                ..job.clone()
+                            },
+                            status: JobStatus::Running,
+                            attempts: 1,
+                            locked_by: Some(h.worker.clone()),
+                            locked_until: Some(from_ms(ms(h.lease_until))?),
+                            last_error: None,
+                        }));
+                    }
+                    (Some(job), _) => enqueue_in(ex, job).await?,
+                    (None, _) => {}
+                }
+                Ok(Advanced::Recorded { next })
             }
         )
     }

@@ -157,6 +157,9 @@ pub(crate) async fn revoke(
     {
         // Refused here from now on; other nodes within `KEY_CACHE_TTL`.
         state.keys.forget(&id);
+        if let Ok(mut live) = state.live_principals.lock() {
+            live.clear();
+        }
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::not_found("key"))

@@ -2184,9 +2184,19 @@ pub async fn runs_advance_one_step_at_a_time(b: &Backend) {
         step: "done".into(),
         job: step_job("job_r1_1", 1),
     };
-    assert!(s.advance_run("acme", &step, &next, T0 + secs(1)).await.unwrap());
+    assert!(
+        s.advance_run("acme", &step, &next, None, T0 + secs(1))
+            .await
+            .unwrap()
+            .recorded()
+    );
     // The same step again (a second worker): refused, nothing recorded twice.
-    assert!(!s.advance_run("acme", &step, &next, T0 + secs(2)).await.unwrap());
+    assert!(
+        !s.advance_run("acme", &step, &next, None, T0 + secs(2))
+            .await
+            .unwrap()
+            .recorded()
+    );
     // Another tenant cannot advance it.
     let end_step = RunStep {
         seq: 1,
@@ -2202,21 +2212,28 @@ pub async fn runs_advance_one_step_at_a_time(b: &Backend) {
         error: None,
     };
     assert!(
-        !s.advance_run("globex", &end_step, &end, T0 + secs(2))
+        !s.advance_run("globex", &end_step, &end, None, T0 + secs(2))
             .await
             .unwrap()
+            .recorded()
     );
     assert!(
-        s.advance_run("acme", &end_step, &end, T0 + secs(2))
+        s.advance_run("acme", &end_step, &end, None, T0 + secs(2))
             .await
             .unwrap()
+            .recorded()
     );
     // An ended run takes no further step.
     let late = RunStep {
         seq: 2,
         ..end_step.clone()
     };
-    assert!(!s.advance_run("acme", &late, &end, T0 + secs(3)).await.unwrap());
+    assert!(
+        !s.advance_run("acme", &late, &end, None, T0 + secs(3))
+            .await
+            .unwrap()
+            .recorded()
+    );
 
     let done = s.get_run("acme", "run_1").await.unwrap().unwrap();
     assert_eq!(done.status, RunStatus::Completed);
@@ -2257,8 +2274,119 @@ pub async fn runs_advance_one_step_at_a_time(b: &Backend) {
         ..step.clone()
     };
     assert!(
-        !s.advance_run("acme", &first_step, &next, T0 + secs(8))
+        !s.advance_run("acme", &first_step, &next, None, T0 + secs(8))
+            .await
+            .unwrap()
+            .recorded()
+    );
+}
+
+/// A worker that records a step hands its job on in the same transaction: the step's job is
+/// done, and the next step's job — due now — is already its own (no other worker claims it);
+/// a next step due later is only enqueued. A stale step hands nothing on.
+pub async fn a_recorded_step_hands_its_job_on(b: &Backend) {
+    let s = b.store();
+    let job = |id: &str, seq: u32, at: OffsetDateTime| NewJob {
+        id: id.into(),
+        tenant: "acme".into(),
+        kind: "workflow.step".into(),
+        payload: json!({"run_id": "run_h", "seq": seq}),
+        run_at: at,
+        max_attempts: 5,
+    };
+    let run = RunRecord {
+        id: "run_h".into(),
+        tenant: "acme".into(),
+        workflow: "refund".into(),
+        version: 1,
+        digest: "sha256:aa".into(),
+        status: RunStatus::Running,
+        input: json!({}),
+        principal: json!({"id": "agent-7", "tenant": "acme", "grants": [], "roles": []}),
+        next_step: Some("one".into()),
+        next_seq: 0,
+        cost: 0,
+        error: None,
+        created_at: T0,
+        updated_at: T0,
+    };
+    s.start_run(&run, &job("job_h0", 0, T0)).await.unwrap();
+    let lease = Duration::from_secs(30);
+    let claimed = s.claim_jobs("w1", "workflow.step", 10, lease, T0).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    let step = |seq: u32, id: &str| RunStep {
+        run_id: "run_h".into(),
+        seq,
+        step_id: id.into(),
+        kind: "tool".into(),
+        status: "completed".into(),
+        output: Some(json!({})),
+        ledger_id: None,
+        cost: 0,
+        detail: None,
+        finished_at: T0 + secs(1),
+    };
+    let handoff = Handoff {
+        worker: "w1".into(),
+        job_id: "job_h0".into(),
+        lease_until: T0 + secs(31),
+    };
+    let next = RunAdvance::Next {
+        step: "two".into(),
+        job: job("job_h1", 1, T0 + secs(1)),
+    };
+    let advanced = s
+        .advance_run("acme", &step(0, "one"), &next, Some(&handoff), T0 + secs(1))
+        .await
+        .unwrap();
+    let Advanced::Recorded { next: Some(handed) } = advanced else {
+        panic!("not handed on: {advanced:?}");
+    };
+    assert_eq!(handed.job.id, "job_h1");
+    assert_eq!(handed.locked_by.as_deref(), Some("w1"));
+    assert_eq!(handed.attempts, 1);
+    // Nobody else claims it, and the step's job is done (completing it again does nothing).
+    assert!(
+        s.claim_jobs("w2", "workflow.step", 10, lease, T0 + secs(2))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        !s.complete_job("job_h0", "w1", &JobCompletion::Done, T0 + secs(2))
             .await
             .unwrap()
     );
+    // The next step due later is only enqueued; a stale step hands nothing on.
+    let handoff = Handoff {
+        worker: "w1".into(),
+        job_id: "job_h1".into(),
+        lease_until: T0 + secs(32),
+    };
+    let later = RunAdvance::Wait {
+        step: "two".into(),
+        job: job("job_h2", 2, T0 + secs(60)),
+    };
+    let advanced = s
+        .advance_run("acme", &step(1, "two"), &later, Some(&handoff), T0 + secs(2))
+        .await
+        .unwrap();
+    assert_eq!(advanced, Advanced::Recorded { next: None });
+    assert!(
+        s.claim_jobs("w2", "workflow.step", 10, lease, T0 + secs(3))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let due = s
+        .claim_jobs("w2", "workflow.step", 10, lease, T0 + secs(61))
+        .await
+        .unwrap();
+    assert_eq!(due.len(), 1);
+    assert_eq!(due[0].job.id, "job_h2");
+    let stale = s
+        .advance_run("acme", &step(1, "two"), &later, Some(&handoff), T0 + secs(62))
+        .await
+        .unwrap();
+    assert_eq!(stale, Advanced::Stale);
 }

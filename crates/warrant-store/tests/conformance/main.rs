@@ -79,4 +79,5 @@ conformance! {
     overdue_rows_are_marked_once,
     workflows_are_immutable_and_tenant_scoped,
     runs_advance_one_step_at_a_time,
+    a_recorded_step_hands_its_job_on,
 }
