@@ -526,7 +526,9 @@ async fn run_job(state: &AppState, cache: &Cache, job: &Job) -> Result<(), Retry
         .last()
         .filter(|last| last.step_id == step_id && last.kind == "review" && last.status == "waiting")
     {
-        return decision(state, started, &compiled, &run, seq, &step_id, asked).await;
+        // A job made by `wake_for_approval` looks once; the review's own polls go on.
+        let woken = job.job.payload.get("wake").is_some_and(|w| w == &json!(true));
+        return decision(state, started, &compiled, &run, seq, &step_id, asked, woken).await;
     }
     match action(&compiled, &step_id, &scope) {
         Err(error) => fail(state, started, &run, seq, &step_id, "step", error.to_string()).await,
@@ -819,9 +821,45 @@ fn review_of<'c>(compiled: &'c Compiled, step_id: &str) -> Option<&'c definition
 
 /// How often a waiting review looks at its approvals.
 const REVIEW_POLL: Duration = Duration::from_secs(1);
+/// The longest a waiting review goes without looking at its approvals.
+const REVIEW_POLL_MAX: Duration = Duration::from_secs(15);
+
+/// Wakes the run an approval belongs to, when it waits for it: a review step's calls carry the
+/// key `<run id>.<step>.<visit>`, so a decided approval names its run; the run's review is then
+/// looked at now instead of at its next poll. (A key of that shape on another call only makes
+/// some waiting run of the same tenant look at its approvals early.)
+pub async fn wake_for_approval(state: &AppState, approval: &warrant_core::records::ApprovalRequest) {
+    let Some(run_id) = approval
+        .request
+        .idempotency_key
+        .as_deref()
+        .and_then(|k| k.split('.').next())
+        .filter(|id| id.starts_with("run_"))
+    else {
+        return;
+    };
+    let run = match state.store.get_run(&approval.request.tenant, run_id).await {
+        Ok(Some(run)) if run.status == RunStatus::Waiting => run,
+        Ok(_) => return,
+        Err(error) => {
+            tracing::warn!(%error, run = run_id, "a decided approval could not wake its run");
+            return;
+        }
+    };
+    let now = state.env.now();
+    let mut job = step_job(state, &run, run.next_seq, now);
+    if let Some(payload) = job.payload.as_object_mut() {
+        payload.insert("wake".into(), json!(true));
+    }
+    match state.store.enqueue_job(&job).await {
+        Ok(()) => state.runs_due.notify_one(),
+        Err(error) => tracing::warn!(%error, run = run_id, "a decided approval could not wake its run"),
+    }
+}
 
 /// Phase two of a review step: every approval approved → `on_approve`; any rejected or expired
 /// → `on_reject`; otherwise look again later.
+#[allow(clippy::too_many_arguments, reason = "the step's place and what it asked")]
 async fn decision(
     state: &AppState,
     started: std::time::Instant,
@@ -830,6 +868,7 @@ async fn decision(
     seq: u32,
     step_id: &str,
     asked: &RunStep,
+    woken: bool,
 ) -> Result<(), Retry> {
     use warrant_core::records::ApprovalStatus;
     let review = review_of(compiled, step_id);
@@ -872,11 +911,17 @@ async fn decision(
     let (status, next, detail) = match (refused, all_approved) {
         (Some(why), _) => ("rejected", review.on_reject.clone(), Some(why)),
         (None, true) => ("approved", review.on_approve.clone(), None),
+        (None, false) if woken => return Ok(()),
         (None, false) => {
-            // Still pending: look again later (a new job; this one is done).
+            // Still pending: look again later (a new job; this one is done) — soon at first,
+            // then less often the longer the review waits (a tenth of the wait so far, at most
+            // `REVIEW_POLL_MAX`): a decision made through any node is seen within that, and
+            // one made through this node wakes the run at once (`wake_for_approval`).
+            let waited = (now - asked.finished_at).unsigned_abs();
+            let wait = (waited / 10).clamp(REVIEW_POLL, REVIEW_POLL_MAX);
             state
                 .store
-                .enqueue_job(&step_job(state, run, seq, now + REVIEW_POLL))
+                .enqueue_job(&step_job(state, run, seq, now + wait))
                 .await?;
             return Ok(());
         }

@@ -148,7 +148,10 @@ async fn review(
         .review(&caller.principal, id, verdict, reason.as_deref())
         .await?
     {
-        Ok(approval) => Ok(Json(approval_json(&approval))),
+        Ok(approval) => {
+            crate::runs::wake_for_approval(state, &approval).await;
+            Ok(Json(approval_json(&approval)))
+        }
         Err(refusal) => Err(match refusal {
             ReviewRefusal::NotFound => ApiError::not_found("approval"),
             ReviewRefusal::Forbidden(_) => ApiError::new(
