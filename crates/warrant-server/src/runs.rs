@@ -241,31 +241,40 @@ pub fn spawn_runner(state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
         let worker: Arc<str> = state.env.new_id("runner").into();
         let lease = lease(&state);
         let cache: Arc<Cache> = Arc::new(Cache::default());
+        // Up to `CLAIM` steps (each of another run) run side by side, each within its lease;
+        // a free place is filled as soon as a step ends, so one slow step holds up no other.
+        let mut running = tokio::task::JoinSet::new();
         loop {
-            let now = state.env.now();
-            let jobs = match state.store.claim_jobs(&worker, STEP_JOB, CLAIM, lease, now).await {
-                Ok(jobs) => jobs,
-                Err(error) => {
-                    tracing::warn!(%error, "the workflow runner cannot claim steps");
-                    tokio::time::sleep(IDLE_POLL * 5).await;
-                    continue;
+            let free = CLAIM.saturating_sub(u32::try_from(running.len()).unwrap_or(CLAIM));
+            let jobs = if free == 0 {
+                Vec::new()
+            } else {
+                let now = state.env.now();
+                match state.store.claim_jobs(&worker, STEP_JOB, free, lease, now).await {
+                    Ok(jobs) => jobs,
+                    Err(error) => {
+                        tracing::warn!(%error, "the workflow runner cannot claim steps");
+                        tokio::time::sleep(IDLE_POLL * 5).await;
+                        continue;
+                    }
                 }
             };
-            if jobs.is_empty() {
-                // Woken at once by a step this node made due; another node's within the poll.
-                tokio::select! {
-                    () = state.runs_due.notified() => {}
-                    () = tokio::time::sleep(IDLE_POLL) => {}
-                }
-                continue;
-            }
-            // The claimed steps (each of another run) run side by side, each within its lease.
-            let mut running = tokio::task::JoinSet::new();
+            // A full claim may have left more due steps: claim again before waiting.
+            let full = free > 0 && u32::try_from(jobs.len()).is_ok_and(|n| n == free);
             for job in jobs {
                 let (state, cache, worker) = (state.clone(), cache.clone(), worker.clone());
                 running.spawn(async move { finish(&state, &cache, &worker, lease, &job).await });
             }
-            while running.join_next().await.is_some() {}
+            if full && running.len() < CLAIM as usize {
+                continue;
+            }
+            // Wait for a place to free up, a step this node made due (woken at once), or
+            // another node's (within the poll).
+            tokio::select! {
+                Some(_) = running.join_next(), if !running.is_empty() => {}
+                () = state.runs_due.notified() => {}
+                () = tokio::time::sleep(IDLE_POLL) => {}
+            }
         }
     })
 }
