@@ -21,6 +21,7 @@ use warrant_policy::{CedarEngine, PolicyLoadError, PolicySource};
 const CREDIT: &str = include_str!("../../../examples/contracts/create_support_credit.v1.yaml");
 const LOOKUP: &str = include_str!("../../../examples/contracts/lookup_order.v1.yaml");
 const EMAIL: &str = include_str!("../../../examples/contracts/send_email.v1.yaml");
+const VALIDATOR: &str = include_str!("../../../examples/contracts/workflow_validator.v1.yaml");
 const SUPPORT_POLICIES: &str = include_str!("../../../examples/policies/support.cedar");
 const EMAIL_POLICIES: &str = include_str!("../../../examples/policies/email.cedar");
 const GUARD_POLICIES: &str = include_str!("../../../examples/policies/guards.cedar");
@@ -30,7 +31,12 @@ fn contract(text: &str) -> Arc<Contract> {
 }
 
 fn contracts() -> Vec<Arc<Contract>> {
-    vec![contract(CREDIT), contract(LOOKUP), contract(EMAIL)]
+    vec![
+        contract(CREDIT),
+        contract(LOOKUP),
+        contract(EMAIL),
+        contract(VALIDATOR),
+    ]
 }
 
 fn policies_dir() -> PathBuf {
@@ -122,6 +128,7 @@ fn examples_load_with_annotated_ids_in_file_order() {
             "support.supervisor-credit",
             "support.supervisor-review-credit",
             "tenants.own-contracts",
+            "workflows.agent-validate",
         ]
     );
 }
@@ -699,8 +706,12 @@ fn generated_schema_for_the_examples() {
             "review:lookup_order@1",
             "review:send_email",
             "review:send_email@1",
+            "review:workflow_validator",
+            "review:workflow_validator@1",
             "send_email",
             "send_email@1",
+            "workflow_validator",
+            "workflow_validator@1",
         ]
     );
     assert_eq!(actions["invoke"], json!({}));

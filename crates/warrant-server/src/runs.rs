@@ -241,43 +241,31 @@ pub fn spawn_runner(state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
         let worker: Arc<str> = state.env.new_id("runner").into();
         let lease = lease(&state);
         let cache: Arc<Cache> = Arc::new(Cache::default());
-        // Up to `CLAIM` steps (each of another run) run side by side, each within its lease;
-        // a free place is filled as soon as steps are due, so one slow step holds up no other.
-        // Claims are made when steps may be due — on start, when woken by a step this node made
-        // due, on the poll for other nodes', and after a full claim — not whenever a step ends.
-        let mut running = tokio::task::JoinSet::new();
-        let mut due = true;
-        // One poll a second however often steps end (a sleep renewed on every wake would
-        // never fire on a busy node).
-        let mut poll = tokio::time::interval(IDLE_POLL);
-        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let free = CLAIM.saturating_sub(u32::try_from(running.len()).unwrap_or(CLAIM));
-            if due && free > 0 {
-                let now = state.env.now();
-                let jobs = match state.store.claim_jobs(&worker, STEP_JOB, free, lease, now).await {
-                    Ok(jobs) => jobs,
-                    Err(error) => {
-                        tracing::warn!(%error, "the workflow runner cannot claim steps");
-                        tokio::time::sleep(IDLE_POLL * 5).await;
-                        continue;
-                    }
-                };
-                // A full claim may have left more due steps.
-                due = u32::try_from(jobs.len()).is_ok_and(|n| n == free);
-                for job in jobs {
-                    let (state, cache, worker) = (state.clone(), cache.clone(), worker.clone());
-                    running.spawn(async move { finish(&state, &cache, &worker, lease, &job).await });
-                }
-                if due {
+            let now = state.env.now();
+            let jobs = match state.store.claim_jobs(&worker, STEP_JOB, CLAIM, lease, now).await {
+                Ok(jobs) => jobs,
+                Err(error) => {
+                    tracing::warn!(%error, "the workflow runner cannot claim steps");
+                    tokio::time::sleep(IDLE_POLL * 5).await;
                     continue;
                 }
+            };
+            if jobs.is_empty() {
+                // Woken at once by a step this node made due; another node's within the poll.
+                tokio::select! {
+                    () = state.runs_due.notified() => {}
+                    () = tokio::time::sleep(IDLE_POLL) => {}
+                }
+                continue;
             }
-            tokio::select! {
-                Some(_) = running.join_next(), if !running.is_empty() => {}
-                () = state.runs_due.notified() => due = true,
-                _ = poll.tick() => due = true,
+            // The claimed steps (each of another run) run side by side, each within its lease.
+            let mut running = tokio::task::JoinSet::new();
+            for job in jobs {
+                let (state, cache, worker) = (state.clone(), cache.clone(), worker.clone());
+                running.spawn(async move { finish(&state, &cache, &worker, lease, &job).await });
             }
+            while running.join_next().await.is_some() {}
         }
     })
 }
