@@ -286,6 +286,7 @@ const CLAIM: u32 = 16;
 /// after its last attempt (its run then fails with the reason rather than wait forever).
 async fn finish(state: &AppState, cache: &Cache, worker: &str, lease: Duration, job: &Job) {
     let mut job = job.clone();
+    let mut steps = None;
     loop {
         let hand = Hand {
             handoff: Handoff {
@@ -293,19 +294,24 @@ async fn finish(state: &AppState, cache: &Cache, worker: &str, lease: Duration, 
                 job_id: job.job.id.clone(),
                 lease_until: state.env.now() + lease,
             },
+            steps: steps.take(),
             outcome: None,
         };
         let (result, hand) = HAND
             .scope(std::cell::RefCell::new(hand), async {
                 let result = run_job(state, cache, &job).await;
-                (result, HAND.with(|h| h.borrow_mut().outcome.take()))
+                (
+                    result,
+                    HAND.with(|h| std::mem::replace(&mut *h.borrow_mut(), Hand::empty())),
+                )
             })
             .await;
         let completion = match result {
             // Recorded with its step: the job is done, and the next one (if due) is ours.
-            Ok(()) if hand.is_some() => match hand.and_then(|next| next) {
+            Ok(()) if hand.outcome.is_some() => match hand.outcome.and_then(|next| next) {
                 Some(next) => {
                     job = *next;
+                    steps = hand.steps;
                     continue;
                 }
                 None => return,
@@ -341,9 +347,26 @@ async fn finish(state: &AppState, cache: &Cache, worker: &str, lease: Duration, 
 /// of every step function, which all end in `record_step`.
 struct Hand {
     handoff: Handoff,
+    /// The run's recorded steps as this task knows them (the step it records is added):
+    /// handed on with the next step's job, so that step need not read them again.
+    steps: Option<(String, Vec<RunStep>)>,
     /// Set when the step was recorded with its handoff: the next step's job, if it was
     /// handed to this worker.
     outcome: Option<Option<Box<Job>>>,
+}
+
+impl Hand {
+    fn empty() -> Self {
+        Hand {
+            handoff: Handoff {
+                worker: String::new(),
+                job_id: String::new(),
+                lease_until: time::OffsetDateTime::UNIX_EPOCH,
+            },
+            steps: None,
+            outcome: None,
+        }
+    }
 }
 
 tokio::task_local! {
@@ -379,7 +402,13 @@ async fn record_step(
         return Ok(false);
     };
     if handoff.is_some() {
-        let _ = HAND.try_with(|h| h.borrow_mut().outcome = Some(handed.clone()));
+        let _ = HAND.try_with(|h| {
+            let mut h = h.borrow_mut();
+            h.outcome = Some(handed.clone());
+            if let Some((_, steps)) = h.steps.as_mut() {
+                steps.push(record.clone());
+            }
+        });
     }
     // A next step not handed to this worker (due later, or no handoff) is another claim's.
     if handed.is_none() && matches!(next, RunAdvance::Next { .. }) {
@@ -484,7 +513,18 @@ async fn run_job(state: &AppState, cache: &Cache, job: &Job) -> Result<(), Retry
             }
         }
     };
-    let steps = state.store.run_steps(&run.tenant, &run.id).await?;
+    // The steps a handed-on job brings (complete when as many as the run has recorded), else
+    // the store's.
+    let known = HAND
+        .try_with(|h| h.borrow_mut().steps.take())
+        .ok()
+        .flatten()
+        .filter(|(id, steps)| *id == run.id && steps.len() == run.next_seq as usize);
+    let steps = match known {
+        Some((_, steps)) => steps,
+        None => state.store.run_steps(&run.tenant, &run.id).await?,
+    };
+    let _ = HAND.try_with(|h| h.borrow_mut().steps = Some((run.id.clone(), steps.clone())));
     if let Some(max) = compiled
         .definition
         .steps
