@@ -898,7 +898,7 @@ async fn stdio_serves_the_same_tools(h: &Harness) {
     server.await.unwrap().unwrap();
 }
 
-/// A published workflow is a tool (`workflow.<name>`, effect `async`) for a caller whose grants
+/// A published workflow is a tool (`workflow-<name>`, effect `async`) for a caller whose grants
 /// cover its contracts' scopes; calling it starts a run through the same code as HTTP, with
 /// the client's own argument bytes held to the workflow's input schema, and answers the run id.
 async fn workflows_are_tools_that_start_runs(h: &Harness) {
@@ -921,7 +921,17 @@ async fn workflows_are_tools_that_start_runs(h: &Harness) {
     let agent = h.client("agent").await.unwrap();
     let tools = agent.list_all_tools().await.unwrap();
     let tools = by_name(&tools);
-    let tool = tools["workflow.order_check"];
+    let tool = tools["workflow-order_check"];
+    // Every tool name is a valid function name for the model APIs clients bridge tools to.
+    for name in tools.keys() {
+        assert!(
+            name.len() <= 64
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'),
+            "{name}"
+        );
+    }
     assert_eq!(tool.input_schema["required"], json!(["order_id"]));
     assert_eq!(tool.annotations.as_ref().unwrap().read_only_hint, Some(false));
     assert_eq!(tool.meta.as_ref().unwrap().0["io.warrant/effect"], "async");
@@ -935,10 +945,10 @@ async fn workflows_are_tools_that_start_runs(h: &Harness) {
         .iter()
         .map(|t| t.name.to_string())
         .collect();
-    assert!(!names.iter().any(|n| n.starts_with("workflow.")), "{names:?}");
+    assert!(!names.iter().any(|n| n.starts_with("workflow-")), "{names:?}");
     let refused = call_ok(
         &reviewer,
-        call("workflow.order_check", json!({"order_id": "ord_abc123"}), None),
+        call("workflow-order_check", json!({"order_id": "ord_abc123"}), None),
     )
     .await
     .unwrap();
@@ -948,7 +958,7 @@ async fn workflows_are_tools_that_start_runs(h: &Harness) {
     // The input is held to the workflow's input schema.
     let bad = call_ok(
         &agent,
-        call("workflow.order_check", json!({"order_id": "ord_1", "x": 1}), None),
+        call("workflow-order_check", json!({"order_id": "ord_1", "x": 1}), None),
     )
     .await
     .unwrap();
@@ -957,7 +967,7 @@ async fn workflows_are_tools_that_start_runs(h: &Harness) {
     let lookups_before = *h.upstream.lookups.lock().unwrap();
     let started = call_ok(
         &agent,
-        call("workflow.order_check", json!({"order_id": "ord_abc123"}), None),
+        call("workflow-order_check", json!({"order_id": "ord_abc123"}), None),
     )
     .await
     .unwrap();

@@ -1,4 +1,4 @@
-//! Published workflows as MCP tools: `workflow.<name>` starts a run of the newest published
+//! Published workflows as MCP tools: `workflow-<name>` starts a run of the newest published
 //! version of `<name>` with the call's arguments as its input, and answers the run's id and
 //! status at once (the tool's effect class is `async`: the run goes on without the caller).
 //!
@@ -7,7 +7,8 @@
 //! `POST /v1/workflows/{name}/{version}/runs`. A caller sees, and may start, a workflow only
 //! when its grants cover the scopes of every contract the workflow calls or proposes (the same
 //! rule that hides a contract tool it could not call). Contract names are `[a-z][a-z0-9_]*`,
-//! so `workflow.…` never names a contract.
+//! so `workflow-…` never names a contract; and a hyphen, unlike a dot, is allowed in the
+//! function names of the model APIs clients bridge MCP tools to (`^[a-zA-Z0-9_-]{1,64}$`).
 
 use std::sync::Arc;
 
@@ -24,7 +25,7 @@ use crate::runs::StartRefusal;
 use crate::state::AppState;
 
 /// The prefix of a workflow's tool name.
-pub(crate) const PREFIX: &str = "workflow.";
+pub(crate) const PREFIX: &str = "workflow-";
 
 /// The newest version of each workflow of the caller's tenant that it may start.
 async fn startable(state: &AppState, principal: &Principal) -> Result<Vec<WorkflowRecord>, StoreError> {
@@ -106,7 +107,7 @@ fn tool(record: &WorkflowRecord) -> Tool {
     tool
 }
 
-/// `tools/call` of `workflow.<name>`: starts a run.
+/// `tools/call` of `workflow-<name>`: starts a run.
 pub(crate) async fn call(
     state: &Arc<AppState>,
     principal: Principal,
