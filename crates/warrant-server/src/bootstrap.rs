@@ -332,6 +332,7 @@ impl Gateway {
             runs_due: Arc::new(tokio::sync::Notify::new()),
             runs_ended: tokio::sync::broadcast::channel(1024).0,
             live_principals: Arc::default(),
+            compiled_workflows: Arc::default(),
             model,
             env,
             metrics,

@@ -12,8 +12,7 @@
 //! a step tried again after a crash replays the stored outcome, or reconciles an unknown one,
 //! and never repeats an effect; a bounded loop's next visit is a new operation.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
@@ -58,7 +57,10 @@ const IDLE_POLL: Duration = Duration::from_secs(1);
 /// # Errors
 /// Why it cannot be compiled (a pinned contract no longer readable; never for a definition
 /// that was published by this version of the compiler).
-pub async fn compiled_for(state: &AppState, record: &WorkflowRecord) -> Result<Compiled, String> {
+pub async fn compiled_for(state: &AppState, record: &WorkflowRecord) -> Result<Arc<Compiled>, String> {
+    if let Some(compiled) = cached(state, &record.tenant, &record.digest) {
+        return Ok(compiled);
+    }
     let definition = definition::from_document(&record.document)
         .map_err(|p| p.first().map_or_else(String::new, ToString::to_string))?;
     let now = state.env.now();
@@ -85,8 +87,25 @@ pub async fn compiled_for(state: &AppState, record: &WorkflowRecord) -> Result<C
             })?;
         catalog.insert(tool.clone(), Found::Active(contract));
     }
-    warrant_workflow::compile(definition, &catalog)
-        .map_err(|v| v.first().map_or_else(String::new, ToString::to_string))
+    let compiled = Arc::new(
+        warrant_workflow::compile(definition, &catalog)
+            .map_err(|v| v.first().map_or_else(String::new, ToString::to_string))?,
+    );
+    if let Ok(mut c) = state.compiled_workflows.lock() {
+        c.insert((record.tenant.clone(), record.digest.clone()), compiled.clone());
+    }
+    Ok(compiled)
+}
+
+/// A workflow this node compiled already, by tenant and definition digest (the same
+/// definition pins other contracts in another tenant).
+fn cached(state: &AppState, tenant: &str, digest: &str) -> Option<Arc<Compiled>> {
+    state
+        .compiled_workflows
+        .lock()
+        .ok()?
+        .get(&(tenant.to_owned(), digest.to_owned()))
+        .cloned()
 }
 
 /// Why a run was not started.
@@ -240,7 +259,6 @@ pub fn spawn_runner(state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let worker: Arc<str> = state.env.new_id("runner").into();
         let lease = lease(&state);
-        let cache: Arc<Cache> = Arc::new(Cache::default());
         loop {
             let now = state.env.now();
             let jobs = match state.store.claim_jobs(&worker, STEP_JOB, CLAIM, lease, now).await {
@@ -262,19 +280,12 @@ pub fn spawn_runner(state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
             // The claimed steps (each of another run) run side by side, each within its lease.
             let mut running = tokio::task::JoinSet::new();
             for job in jobs {
-                let (state, cache, worker) = (state.clone(), cache.clone(), worker.clone());
-                running.spawn(async move { finish(&state, &cache, &worker, lease, &job).await });
+                let (state, worker) = (state.clone(), worker.clone());
+                running.spawn(async move { finish(&state, &worker, lease, &job).await });
             }
             while running.join_next().await.is_some() {}
         }
     })
-}
-
-/// Compiled workflows by definition digest.
-#[derive(Default)]
-struct Cache {
-    /// Compiled workflows by definition digest.
-    compiled: Mutex<HashMap<String, Arc<Compiled>>>,
 }
 
 /// How long a principal seen holding a live key is trusted to still hold it.
@@ -284,7 +295,7 @@ const CLAIM: u32 = 16;
 
 /// Runs one claimed step and completes its job: done, tried again later with backoff, or dead
 /// after its last attempt (its run then fails with the reason rather than wait forever).
-async fn finish(state: &AppState, cache: &Cache, worker: &str, lease: Duration, job: &Job) {
+async fn finish(state: &AppState, worker: &str, lease: Duration, job: &Job) {
     let mut job = job.clone();
     let mut steps = None;
     loop {
@@ -297,21 +308,22 @@ async fn finish(state: &AppState, cache: &Cache, worker: &str, lease: Duration, 
             steps: steps.take(),
             outcome: None,
         };
-        let (result, hand) = HAND
+        let (result, outcome, known) = HAND
             .scope(std::cell::RefCell::new(hand), async {
-                let result = run_job(state, cache, &job).await;
-                (
-                    result,
-                    HAND.with(|h| std::mem::replace(&mut *h.borrow_mut(), Hand::empty())),
-                )
+                let result = run_job(state, &job).await;
+                let (outcome, steps) = HAND.with(|h| {
+                    let mut h = h.borrow_mut();
+                    (h.outcome.take(), h.steps.take())
+                });
+                (result, outcome, steps)
             })
             .await;
         let completion = match result {
             // Recorded with its step: the job is done, and the next one (if due) is ours.
-            Ok(()) if hand.outcome.is_some() => match hand.outcome.and_then(|next| next) {
+            Ok(()) if outcome.is_some() => match outcome.and_then(|next| next) {
                 Some(next) => {
                     job = *next;
-                    steps = hand.steps;
+                    steps = known;
                     continue;
                 }
                 None => return,
@@ -353,20 +365,6 @@ struct Hand {
     /// Set when the step was recorded with its handoff: the next step's job, if it was
     /// handed to this worker.
     outcome: Option<Option<Box<Job>>>,
-}
-
-impl Hand {
-    fn empty() -> Self {
-        Hand {
-            handoff: Handoff {
-                worker: String::new(),
-                job_id: String::new(),
-                lease_until: time::OffsetDateTime::UNIX_EPOCH,
-            },
-            steps: None,
-            outcome: None,
-        }
-    }
 }
 
 tokio::task_local! {
@@ -461,7 +459,7 @@ impl From<StoreError> for Retry {
     }
 }
 
-async fn run_job(state: &AppState, cache: &Cache, job: &Job) -> Result<(), Retry> {
+async fn run_job(state: &AppState, job: &Job) -> Result<(), Retry> {
     let started = std::time::Instant::now();
     let run_id = job
         .job
@@ -486,30 +484,17 @@ async fn run_job(state: &AppState, cache: &Cache, job: &Job) -> Result<(), Retry
     let Some(step_id) = run.next_step.clone() else {
         return Ok(());
     };
-    let compiled = {
-        let cached = cache
-            .compiled
-            .lock()
-            .ok()
-            .and_then(|c| c.get(&run.digest).cloned());
-        match cached {
-            Some(c) => c,
-            None => {
-                let record = state
-                    .store
-                    .get_workflow(&run.tenant, &run.workflow, run.version)
-                    .await?
-                    .ok_or_else(|| {
-                        Retry(format!("workflow {}@{} is not stored", run.workflow, run.version))
-                    })?;
-                let compiled = match compiled_for(state, &record).await {
-                    Ok(c) => Arc::new(c),
-                    Err(why) => return fail(state, started, &run, seq, &step_id, "definition", why).await,
-                };
-                if let Ok(mut c) = cache.compiled.lock() {
-                    c.insert(run.digest.clone(), compiled.clone());
-                }
-                compiled
+    let compiled = match cached(state, &run.tenant, &run.digest) {
+        Some(c) => c,
+        None => {
+            let record = state
+                .store
+                .get_workflow(&run.tenant, &run.workflow, run.version)
+                .await?
+                .ok_or_else(|| Retry(format!("workflow {}@{} is not stored", run.workflow, run.version)))?;
+            match compiled_for(state, &record).await {
+                Ok(c) => c,
+                Err(why) => return fail(state, started, &run, seq, &step_id, "definition", why).await,
             }
         }
     };

@@ -101,6 +101,9 @@ pub struct AppState {
     /// trusted for [`crate::auth::KEY_CACHE_TTL`] like a cached key, and forgotten at once
     /// when a key is revoked through this node.
     pub live_principals: Arc<std::sync::Mutex<LivePrincipals>>,
+    /// Published workflows this node compiled, by (tenant, definition digest): a published
+    /// version and the contracts it pinned never change.
+    pub compiled_workflows: Arc<std::sync::Mutex<CompiledWorkflows>>,
     /// Runs that ended on this node (run id, final status), for whoever listens (benchmarks
     /// today; a lost message only means a listener polls the store instead).
     pub runs_ended: tokio::sync::broadcast::Sender<(String, warrant_core::records::RunStatus)>,
@@ -367,3 +370,7 @@ impl std::fmt::Debug for AppState {
 
 /// (tenant, principal) → when a run's step last saw it holding a key that is not revoked.
 pub type LivePrincipals = std::collections::HashMap<(String, String), std::time::Instant>;
+
+/// (tenant, definition digest) → the published workflow compiled against its pinned contracts.
+pub type CompiledWorkflows =
+    std::collections::HashMap<(String, String), Arc<warrant_workflow::compile::Compiled>>;

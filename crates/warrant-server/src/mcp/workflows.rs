@@ -117,11 +117,23 @@ pub(crate) async fn call(
 ) -> CallToolResult {
     let base = json!({"trace_id": trace});
     let workflow = name.strip_prefix(PREFIX).unwrap_or(name);
-    let records = match startable(state, &principal).await {
-        Ok(r) => r,
+    // The newest version of that one workflow, if this caller may start it.
+    let newest = match state.store.list_workflows(principal.tenant()).await {
+        Ok(all) => all
+            .into_iter()
+            .filter(|r| r.name == workflow)
+            .max_by_key(|r| r.version),
         Err(e) => return internal(&e, &trace),
     };
-    let Some(record) = records.into_iter().find(|r| r.name == workflow) else {
+    let record = match newest {
+        Some(record) => match may_start(state, &principal, &record).await {
+            Ok(true) => Some(record),
+            Ok(false) => None,
+            Err(e) => return internal(&e, &trace),
+        },
+        None => None,
+    };
+    let Some(record) = record else {
         return refusal(
             "workflow",
             "WORKFLOW_NOT_FOUND",

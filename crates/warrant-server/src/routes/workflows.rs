@@ -18,6 +18,7 @@ use warrant_core::store::StoreError;
 use warrant_workflow::compile::Violation;
 
 use crate::auth::Caller;
+use crate::authoring::{Refusal, coverage, violations};
 use crate::error::ApiError;
 use crate::routes::rfc3339;
 use crate::state::AppState;
@@ -35,8 +36,6 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/v1/runs/{id}", get(show_run))
         .route("/v1/runs/{id}/cancel", axum::routing::post(cancel_run))
 }
-
-use crate::authoring::{Refusal, coverage, violations};
 
 fn refused(code: &str, list: &[Violation]) -> ApiError {
     ApiError::new(
