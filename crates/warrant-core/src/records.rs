@@ -660,6 +660,45 @@ pub struct Handoff {
     pub lease_until: OffsetDateTime,
 }
 
+/// What a workflow's tool step records when its call commits, in the transaction that
+/// records the call's outcome (`Store::finish_step_attempt`): the step (its `output` is the
+/// call's committed result) and what follows it. A step costs its call's writes and nothing more.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepFollowUp {
+    /// The tenant of the run.
+    pub tenant: String,
+    /// The step's record as it reads once the call commits (`output`, `ledger_id` and
+    /// `finished_at` are filled in then).
+    pub step: RunStep,
+    /// What follows the step.
+    pub advance: RunAdvance,
+    /// The step's job, handed on (see `Store::advance_run`).
+    pub handoff: Option<Handoff>,
+}
+
+impl StepFollowUp {
+    /// The step's record when `finish` is a commit of the call recorded as `ledger_id` (its
+    /// result is the step's output), finished `now`; `None` for any other outcome, which the
+    /// step records itself.
+    #[must_use]
+    pub fn committed_step(
+        &self,
+        finish: &AttemptFinish,
+        ledger_id: &str,
+        now: OffsetDateTime,
+    ) -> Option<RunStep> {
+        match (finish.outcome, &finish.result) {
+            (Outcome::Committed, Some(result)) => Some(RunStep {
+                output: Some(result.clone()),
+                ledger_id: Some(ledger_id.to_owned()),
+                finished_at: now,
+                ..self.step.clone()
+            }),
+            _ => None,
+        }
+    }
+}
+
 /// What `Store::advance_run` did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Advanced {

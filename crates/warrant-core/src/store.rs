@@ -228,6 +228,32 @@ pub trait Store: Send + Sync + 'static {
         finish: &AttemptFinish,
         now: OffsetDateTime,
     ) -> Result<(), StoreError>;
+    /// [`Store::finish_attempt`], and — when `finish` says the call committed and the finish is
+    /// recorded — `then`'s step and what follows it ([`Store::advance_run`], with the committed
+    /// result as the step's output), in the same transaction. `None` when the step was not
+    /// recorded (the call did not commit): the caller records the step itself. A stale step
+    /// (the run ended or moved on) leaves the call's outcome recorded and answers
+    /// `Some(Advanced::Stale)`.
+    ///
+    /// The default records the two one after the other (for stores without transactions).
+    async fn finish_step_attempt(
+        &self,
+        tenant: &str,
+        ledger_id: &str,
+        scope: Option<&IdempotencyScope>,
+        finish: &AttemptFinish,
+        now: OffsetDateTime,
+        then: &StepFollowUp,
+    ) -> Result<Option<Advanced>, StoreError> {
+        self.finish_attempt(tenant, ledger_id, scope, finish, now).await?;
+        let Some(step) = then.committed_step(finish, ledger_id, now) else {
+            return Ok(None);
+        };
+        let advanced = self
+            .advance_run(&then.tenant, &step, &then.advance, then.handoff.as_ref(), now)
+            .await?;
+        Ok(Some(advanced))
+    }
     /// Records an attempt's outcome that arrived after reconciliation resolved its row (the
     /// call outlived `stale_after`): when reconciliation recorded that the effect did not
     /// happen and `finish` says it committed, the row is corrected (outcome `committed`, the

@@ -21,6 +21,7 @@ use warrant_core::Rejection;
 use warrant_core::authority::Principal;
 use warrant_core::decision::{ApprovalNeeded, Decision};
 use warrant_core::pipeline::{Authority, Call, Facts};
+use warrant_core::records::StepFollowUp;
 use warrant_core::store::StoreError;
 
 use crate::execute::{Execution, Runtime};
@@ -67,10 +68,25 @@ pub async fn dispatch(
     principal: &Principal,
     call: &Call<'_>,
 ) -> Result<(Dispatched, Facts), StoreError> {
+    dispatch_then(authority, runtime, principal, call, None).await
+}
+
+/// [`dispatch`], with a workflow step's record committed with the call's outcome when the
+/// call commits ([`Runtime::execute_then`]).
+///
+/// # Errors
+/// As [`dispatch`].
+pub async fn dispatch_then(
+    authority: &Authority,
+    runtime: &Runtime,
+    principal: &Principal,
+    call: &Call<'_>,
+    then: Option<&StepFollowUp>,
+) -> Result<(Dispatched, Facts), StoreError> {
     let decided = authority.decide(principal, call).await?;
     let dispatched = match decided.decision {
         Decision::Allow(allowed) => {
-            let execution = runtime.execute(allowed).await?;
+            let execution = runtime.execute_then(allowed, then).await?;
             if let Some(counter) = &execution.exhausted {
                 authority.note_exhausted(principal.tenant(), counter);
             }
@@ -109,6 +125,9 @@ pub struct OwnedCall {
     pub review_ttl: Option<time::Duration>,
     /// Who may decide the approval this call asks for, beyond policy ([`Call::reviewers`]).
     pub reviewers: Option<warrant_core::records::ReviewerRule>,
+    /// A workflow step's record, committed with the call's outcome when it commits
+    /// ([`dispatch_then`]).
+    pub then: Option<Arc<StepFollowUp>>,
 }
 
 impl OwnedCall {
@@ -142,9 +161,15 @@ pub async fn submit(
 ) -> Result<Dispatched, StoreError> {
     let owner = runtime.clone();
     let work = async move {
-        dispatch(&authority, &runtime, &principal, &call.as_call())
-            .await
-            .map(|(dispatched, _)| dispatched)
+        dispatch_then(
+            &authority,
+            &runtime,
+            &principal,
+            &call.as_call(),
+            call.then.as_deref(),
+        )
+        .await
+        .map(|(dispatched, _)| dispatched)
     };
     match owner.own(work).await {
         Ok(answer) => answer,

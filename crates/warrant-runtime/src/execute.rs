@@ -22,8 +22,8 @@ use time::OffsetDateTime;
 use warrant_core::decision::{Allowed, OperationId, Outcome};
 use warrant_core::env::Env;
 use warrant_core::records::{
-    self, AttemptFinish, AttemptStart, BudgetOutcome, BudgetReservation, Charge, IdempotencyRecord,
-    IdempotencyScope, IdempotencyStatus, LateOutcome, LedgerEntry,
+    self, Advanced, AttemptFinish, AttemptStart, BudgetOutcome, BudgetReservation, Charge, IdempotencyRecord,
+    IdempotencyScope, IdempotencyStatus, LateOutcome, LedgerEntry, StepFollowUp,
 };
 use warrant_core::registry::Registry;
 use warrant_core::store::{Store, StoreError};
@@ -115,6 +115,9 @@ pub struct Execution {
     /// `attempting`, and reconciliation resolves it. Distinct from a store failure before
     /// anything ran, which `execute` returns as an error.
     pub unrecorded: bool,
+    /// A workflow step's record, when it committed with the call's outcome
+    /// ([`Runtime::execute_then`]): what `Store::finish_step_attempt` did.
+    pub followed: Option<Advanced>,
 }
 
 impl Execution {
@@ -129,6 +132,7 @@ impl Execution {
             detail: None,
             exhausted: None,
             unrecorded: false,
+            followed: None,
         }
     }
 }
@@ -224,6 +228,20 @@ impl Runtime {
     /// A read without idempotency key whose row cannot be written is an error too: it had no
     /// effect, and it is missing from the ledger.
     pub async fn execute(&self, allowed: Box<Allowed>) -> Result<Execution, StoreError> {
+        self.execute_then(allowed, None).await
+    }
+
+    /// [`Runtime::execute`], and, when the call commits, `then` — a workflow step's record and
+    /// what follows it — in the transaction that records the outcome
+    /// ([`Execution::followed`]).
+    ///
+    /// # Errors
+    /// As [`Runtime::execute`].
+    pub async fn execute_then(
+        &self,
+        allowed: Box<Allowed>,
+        then: Option<&StepFollowUp>,
+    ) -> Result<Execution, StoreError> {
         let started = Instant::now();
         let contract = Arc::clone(allowed.contract());
         let entry = allowed.ledger_entry();
@@ -254,6 +272,7 @@ impl Runtime {
                     detail: Some(detail),
                     exhausted: None,
                     unrecorded: false,
+                    followed: None,
                 });
             }
         };
@@ -298,7 +317,7 @@ impl Runtime {
                 return Ok(done);
             }
         }
-        self.run(&allowed, entry, adapter.as_ref(), write_ahead, started)
+        self.run(&allowed, entry, adapter.as_ref(), write_ahead, then, started)
             .await
     }
 
@@ -325,6 +344,7 @@ impl Runtime {
                     result: Ok(replayed_outcome(&record)),
                     exhausted: None,
                     unrecorded: false,
+                    followed: None,
                 });
             }
             AttemptStart::KeyReused => at_key(
@@ -397,6 +417,7 @@ impl Runtime {
             detail: None,
             exhausted: None,
             unrecorded: false,
+            followed: None,
         }))
     }
 
@@ -425,6 +446,7 @@ impl Runtime {
         entry: &LedgerEntry,
         adapter: &dyn Adapter,
         write_ahead: bool,
+        then: Option<&StepFollowUp>,
         started: Instant,
     ) -> Result<Execution, StoreError> {
         let contract = allowed.contract();
@@ -461,6 +483,7 @@ impl Runtime {
             detail: ended.detail,
             exhausted: None,
             unrecorded: false,
+            followed: None,
         };
         if !write_ahead {
             let reservations = &allowed.claims().reservations;
@@ -483,11 +506,20 @@ impl Runtime {
             }
             return Ok(done);
         }
-        match self
-            .store
-            .finish_attempt(&entry.tenant, &entry.id, scope, &finish, self.env.now())
-            .await
-        {
+        let now = self.env.now();
+        let finished = match then {
+            Some(then) => self
+                .store
+                .finish_step_attempt(&entry.tenant, &entry.id, scope, &finish, now, then)
+                .await
+                .map(|followed| done.followed = followed),
+            None => {
+                self.store
+                    .finish_attempt(&entry.tenant, &entry.id, scope, &finish, now)
+                    .await
+            }
+        };
+        match finished {
             Ok(()) => {}
             // A reconciler took the row for abandoned (the call outlived `stale_after`) and
             // resolved it first. If it found no effect and the tool has now committed, the row

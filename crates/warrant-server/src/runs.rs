@@ -23,7 +23,7 @@ use warrant_core::pipeline::Call;
 use warrant_core::proposal::Envelope;
 use warrant_core::records::{
     Advanced, Handoff, Job, JobCompletion, NewJob, ReviewerRule, RunAdvance, RunRecord, RunStatus, RunStep,
-    WorkflowRecord,
+    StepFollowUp, WorkflowRecord,
 };
 use warrant_core::store::StoreError;
 use warrant_runtime::model::ModelError;
@@ -391,15 +391,32 @@ async fn record_step(
     next: &RunAdvance,
     now: time::OffsetDateTime,
 ) -> Result<bool, StoreError> {
-    let handoff = HAND.try_with(|h| h.borrow().handoff.clone()).ok();
+    let handoff = handoff();
     let advanced = state
         .store
         .advance_run(tenant, record, next, handoff.as_ref(), now)
         .await?;
+    Ok(recorded(state, started, record, next, advanced))
+}
+
+/// The handoff of the step this task runs, if any.
+fn handoff() -> Option<Handoff> {
+    HAND.try_with(|h| h.borrow().handoff.clone()).ok()
+}
+
+/// Counts a step the store has recorded (or found stale: `false`) with what follows it, and
+/// keeps what the step's task hands on.
+fn recorded(
+    state: &AppState,
+    started: std::time::Instant,
+    record: &RunStep,
+    next: &RunAdvance,
+    advanced: Advanced,
+) -> bool {
     let Advanced::Recorded { next: handed } = advanced else {
-        return Ok(false);
+        return false;
     };
-    if handoff.is_some() {
+    if HAND.try_with(|_| ()).is_ok() {
         let _ = HAND.try_with(|h| {
             let mut h = h.borrow_mut();
             h.outcome = Some(handed.clone());
@@ -419,7 +436,7 @@ async fn record_step(
         // No listener is not an error.
         let _ = state.runs_ended.send((record.run_id.clone(), *status));
     }
-    Ok(true)
+    true
 }
 
 /// Fails the run of a step job that used its last attempt.
@@ -828,6 +845,7 @@ fn tool_call(
         review,
         review_ttl: None,
         reviewers: None,
+        then: None,
     }
 }
 
@@ -988,8 +1006,47 @@ async fn call(
         .await;
     };
     let review = approval.is_some();
-    let owned = tool_call(state, run, step_id, contract, arguments, key, approval, review);
+    let mut owned = tool_call(state, run, step_id, contract, arguments, key, approval, review);
+    // The committed step's record and its next step commit with the call's outcome (one
+    // durable write for the call's end and the step's); any other outcome is recorded below.
+    let now = state.env.now();
+    let follow = StepFollowUp {
+        tenant: run.tenant.clone(),
+        step: step_record(
+            run,
+            seq,
+            step_id,
+            "tool",
+            "completed",
+            None,
+            None,
+            contract.cost_per_call(),
+            None,
+            now,
+        ),
+        advance: RunAdvance::Next {
+            step: next.clone(),
+            job: step_job(state, run, seq + 1, now),
+        },
+        handoff: handoff(),
+    };
+    owned.then = Some(Arc::new(follow));
+    let then = owned.then.clone();
     let dispatched = submit(state.authority.clone(), state.runtime.clone(), principal, owned).await?;
+    if let (Dispatched::Executed(e), Some(then)) = (&dispatched, then)
+        && let Some(advanced) = e.followed.clone()
+    {
+        let record = RunStep {
+            output: match &e.result {
+                Ok(Outcome::Committed(result)) => Some(result.clone()),
+                _ => None,
+            },
+            ledger_id: Some(e.ledger_id.clone()),
+            ..then.step.clone()
+        };
+        recorded(state, started, &record, &then.advance, advanced);
+        return Ok(());
+    }
     let now = state.env.now();
     let failed = |code: String, ledger_id: String| {
         step_record(

@@ -716,6 +716,91 @@ async fn charge_in<E: Exec>(
 /// The statements that finish an attempt, in the caller's transaction: the ledger row's
 /// outcome (only a row still `attempting` or `unknown`), the committed spend, and the
 /// idempotency record (kept with its result, or released).
+/// Records a step of a run and what follows it (see `Store::advance_run`).
+async fn advance_in<E: Exec>(
+    ex: &mut E,
+    tenant: &str,
+    step: &RunStep,
+    advance: &RunAdvance,
+    handoff: Option<&Handoff>,
+    now: OffsetDateTime,
+) -> Result<Advanced, StoreError> {
+    let update = "UPDATE runs SET status = $1, next_step = $2, next_seq = next_seq + 1, cost = cost + $3, \
+                      error = $4, updated_at = $5 WHERE tenant = $6 AND id = $7 AND next_seq = $8 \
+                      AND status IN ('running', 'waiting')";
+    let insert = "INSERT INTO run_steps (run_id, seq, step_id, kind, status, output, ledger_id, cost, detail, \
+                      finished_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+    let done = "UPDATE jobs SET status = 'done', locked_by = NULL, locked_until = NULL, updated_at = $1 \
+                    WHERE id = $2 AND locked_by = $3 AND status = 'running'";
+    let claimed = "INSERT INTO jobs (id, tenant, kind, payload, status, attempts, max_attempts, run_at, \
+                       locked_by, locked_until, created_at, updated_at) \
+                       VALUES ($1, $2, $3, $4, 'running', 1, $5, $6, $7, $8, $6, $6)";
+    let output = step.output.as_ref().map(json_text);
+    let (status, next, error) = advance.outcome();
+    let cost = i64::try_from(step.cost).unwrap_or(i64::MAX);
+    let params = args![
+        status.as_str(),
+        &next,
+        cost,
+        &error,
+        ms(now),
+        tenant,
+        &step.run_id,
+        i64::from(step.seq),
+    ];
+    if ex.execute(update, &params).await? != 1 {
+        return Ok(Advanced::Stale);
+    }
+    let params = args![
+        &step.run_id,
+        i64::from(step.seq),
+        &step.step_id,
+        &step.kind,
+        &step.status,
+        &output,
+        &step.ledger_id,
+        cost,
+        &step.detail,
+        ms(step.finished_at),
+    ];
+    ex.execute(insert, &params).await?;
+    if let Some(h) = &handoff {
+        ex.execute(done, &args![ms(now), &h.job_id, &h.worker]).await?;
+    }
+    let mut next = None;
+    match (advance.job(), handoff) {
+        (Some(job), Some(h)) if job.run_at <= now => {
+            let payload = json_text(&job.payload);
+            let params = args![
+                &job.id,
+                &job.tenant,
+                &job.kind,
+                &payload,
+                i64::from(job.max_attempts.max(1)),
+                ms(job.run_at),
+                &h.worker,
+                ms(h.lease_until),
+            ];
+            ex.execute(claimed, &params).await?;
+            next = Some(Box::new(Job {
+                job: NewJob {
+                    run_at: from_ms(ms(job.run_at))?,
+                    max_attempts: job.max_attempts.max(1),
+                    ..job.clone()
+                },
+                status: JobStatus::Running,
+                attempts: 1,
+                locked_by: Some(h.worker.clone()),
+                locked_until: Some(from_ms(ms(h.lease_until))?),
+                last_error: None,
+            }));
+        }
+        (Some(job), _) => enqueue_in(ex, job).await?,
+        (None, _) => {}
+    }
+    Ok(Advanced::Recorded { next })
+}
+
 async fn finish_in<E: Exec>(
     ex: &mut E,
     tenant: &str,
@@ -1157,17 +1242,6 @@ impl Store for SqlStore {
         handoff: Option<&Handoff>,
         now: OffsetDateTime,
     ) -> Result<Advanced, StoreError> {
-        let update = "UPDATE runs SET status = $1, next_step = $2, next_seq = next_seq + 1, cost = cost + $3, \
-                      error = $4, updated_at = $5 WHERE tenant = $6 AND id = $7 AND next_seq = $8 \
-                      AND status IN ('running', 'waiting')";
-        let insert = "INSERT INTO run_steps (run_id, seq, step_id, kind, status, output, ledger_id, cost, detail, \
-                      finished_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
-        let done = "UPDATE jobs SET status = 'done', locked_by = NULL, locked_until = NULL, updated_at = $1 \
-                    WHERE id = $2 AND locked_by = $3 AND status = 'running'";
-        let claimed = "INSERT INTO jobs (id, tenant, kind, payload, status, attempts, max_attempts, run_at, \
-                       locked_by, locked_until, created_at, updated_at) \
-                       VALUES ($1, $2, $3, $4, 'running', 1, $5, $6, $7, $8, $6, $6)";
-        let output = step.output.as_ref().map(json_text);
         write_op!(
             self,
             [
@@ -1176,71 +1250,7 @@ impl Store for SqlStore {
                 advance = advance.clone(),
                 handoff = handoff.cloned()
             ],
-            |ex| {
-                let (status, next, error) = advance.outcome();
-                let cost = i64::try_from(step.cost).unwrap_or(i64::MAX);
-                let params = args![
-                    status.as_str(),
-                    &next,
-                    cost,
-                    &error,
-                    ms(now),
-                    &tenant,
-                    &step.run_id,
-                    i64::from(step.seq),
-                ];
-                if ex.execute(update, &params).await? != 1 {
-                    return Ok(Advanced::Stale);
-                }
-                let params = args![
-                    &step.run_id,
-                    i64::from(step.seq),
-                    &step.step_id,
-                    &step.kind,
-                    &step.status,
-                    &output,
-                    &step.ledger_id,
-                    cost,
-                    &step.detail,
-                    ms(step.finished_at),
-                ];
-                ex.execute(insert, &params).await?;
-                if let Some(h) = &handoff {
-                    ex.execute(done, &args![ms(now), &h.job_id, &h.worker]).await?;
-                }
-                let mut next = None;
-                match (advance.job(), &handoff) {
-                    (Some(job), Some(h)) if job.run_at <= now => {
-                        let payload = json_text(&job.payload);
-                        let params = args![
-                            &job.id,
-                            &job.tenant,
-                            &job.kind,
-                            &payload,
-                            i64::from(job.max_attempts.max(1)),
-                            ms(job.run_at),
-                            &h.worker,
-                            ms(h.lease_until),
-                        ];
-                        ex.execute(claimed, &params).await?;
-                        next = Some(Box::new(Job {
-                            job: NewJob {
-                                run_at: from_ms(ms(job.run_at))?,
-                                max_attempts: job.max_attempts.max(1),
-                                ..job.clone()
-                            },
-                            status: JobStatus::Running,
-                            attempts: 1,
-                            locked_by: Some(h.worker.clone()),
-                            locked_until: Some(from_ms(ms(h.lease_until))?),
-                            last_error: None,
-                        }));
-                    }
-                    (Some(job), _) => enqueue_in(ex, job).await?,
-                    (None, _) => {}
-                }
-                Ok(Advanced::Recorded { next })
-            }
+            |ex| advance_in(ex, &tenant, &step, &advance, handoff.as_ref(), now).await
         )
     }
 
@@ -1655,6 +1665,40 @@ impl Store for SqlStore {
                 scope = scope.cloned(),
             ],
             |ex| finish_in(ex, &tenant, &ledger_id, scope.as_ref(), &finishing).await
+        )
+    }
+
+    async fn finish_step_attempt(
+        &self,
+        tenant: &str,
+        ledger_id: &str,
+        scope: Option<&IdempotencyScope>,
+        finish: &AttemptFinish,
+        now: OffsetDateTime,
+        then: &StepFollowUp,
+    ) -> Result<Option<Advanced>, StoreError> {
+        let finishing = Finishing::of(finish, now, scope.is_some())?;
+        let step = then.committed_step(finish, ledger_id, now);
+        write_op!(
+            self,
+            [
+                tenant = tenant.to_owned(),
+                ledger_id = ledger_id.to_owned(),
+                scope = scope.cloned(),
+                then = then.clone(),
+            ],
+            |ex| {
+                finish_in(ex, &tenant, &ledger_id, scope.as_ref(), &finishing).await?;
+                match step {
+                    Some(step) => {
+                        let advanced =
+                            advance_in(ex, &then.tenant, &step, &then.advance, then.handoff.as_ref(), now)
+                                .await?;
+                        Ok(Some(advanced))
+                    }
+                    None => Ok(None),
+                }
+            }
         )
     }
 

@@ -2390,3 +2390,169 @@ pub async fn a_recorded_step_hands_its_job_on(b: &Backend) {
         .unwrap();
     assert_eq!(stale, Advanced::Stale);
 }
+
+/// A workflow's tool call that commits records its step, completes the step's job and hands
+/// the next step's job on in the transaction that records the call's outcome; a call that
+/// does not commit records its outcome alone; a stale step leaves the outcome recorded.
+pub async fn a_committed_step_call_records_its_step_with_its_outcome(b: &Backend) {
+    let s = b.store();
+    let lease = Duration::from_secs(30);
+    let job = |id: &str, run: &str, seq: u32| NewJob {
+        id: id.into(),
+        tenant: "acme".into(),
+        kind: "workflow.step".into(),
+        payload: json!({"run_id": run, "seq": seq}),
+        run_at: T0,
+        max_attempts: 5,
+    };
+    let run = |id: &str| RunRecord {
+        id: id.into(),
+        tenant: "acme".into(),
+        workflow: "refund".into(),
+        version: 1,
+        digest: "sha256:aa".into(),
+        status: RunStatus::Running,
+        input: json!({}),
+        principal: json!({"id": "agent-7", "tenant": "acme", "grants": [], "roles": []}),
+        next_step: Some("one".into()),
+        next_seq: 0,
+        cost: 0,
+        error: None,
+        created_at: T0,
+        updated_at: T0,
+    };
+    let follow = |run: &str, job_id: &str, next_job: &str| StepFollowUp {
+        tenant: "acme".into(),
+        step: RunStep {
+            run_id: run.into(),
+            seq: 0,
+            step_id: "one".into(),
+            kind: "tool".into(),
+            status: "completed".into(),
+            output: None,
+            ledger_id: None,
+            cost: 2,
+            detail: None,
+            finished_at: T0,
+        },
+        advance: RunAdvance::Next {
+            step: "two".into(),
+            job: job(next_job, run, 1),
+        },
+        handoff: Some(Handoff {
+            worker: "w1".into(),
+            job_id: job_id.into(),
+            lease_until: T0 + secs(31),
+        }),
+    };
+    let exp = T0 + secs(3600);
+
+    // Committed: the outcome, the step (with the result and the ledger row), the job handed on.
+    s.start_run(&run("run_c"), &job("job_c0", "run_c", 0))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.claim_jobs("w1", "workflow.step", 10, lease, T0)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    let sc = scope("acme", "run_c.one");
+    s.begin_attempt(&entry("led_c", "acme", T0), Some(&sc), &AttemptClaims::NONE, exp)
+        .await
+        .unwrap();
+    let then = follow("run_c", "job_c0", "job_c1");
+    let done = committed(json!({"credit_id": "cr_9"}));
+    let advanced = s
+        .finish_step_attempt("acme", "led_c", Some(&sc), &done, T0 + secs(1), &then)
+        .await
+        .unwrap();
+    let Some(Advanced::Recorded { next: Some(handed) }) = advanced else {
+        panic!("not recorded and handed on: {advanced:?}");
+    };
+    assert_eq!(
+        (handed.job.id.as_str(), handed.locked_by.as_deref()),
+        ("job_c1", Some("w1"))
+    );
+    let row = s.get_ledger("acme", "led_c").await.unwrap().unwrap();
+    assert_eq!(row.outcome, Some(Outcome::Committed));
+    let steps = s.run_steps("acme", "run_c").await.unwrap();
+    assert_eq!(steps.len(), 1);
+    assert_eq!(
+        (
+            steps[0].output.clone(),
+            steps[0].ledger_id.as_deref(),
+            steps[0].finished_at
+        ),
+        (Some(json!({"credit_id": "cr_9"})), Some("led_c"), T0 + secs(1))
+    );
+    let ran = s.get_run("acme", "run_c").await.unwrap().unwrap();
+    assert_eq!(
+        (ran.next_seq, ran.next_step.as_deref(), ran.cost),
+        (1, Some("two"), 2)
+    );
+    assert!(
+        !s.complete_job("job_c0", "w1", &JobCompletion::Done, T0 + secs(2))
+            .await
+            .unwrap()
+    );
+
+    // Failed: the outcome alone; the step is the caller's to record.
+    s.start_run(&run("run_f"), &job("job_f0", "run_f", 0))
+        .await
+        .unwrap();
+    let sc = scope("acme", "run_f.one");
+    s.begin_attempt(&entry("led_f", "acme", T0), Some(&sc), &AttemptClaims::NONE, exp)
+        .await
+        .unwrap();
+    let advanced = s
+        .finish_step_attempt(
+            "acme",
+            "led_f",
+            Some(&sc),
+            &failed("UPSTREAM_4XX"),
+            T0 + secs(1),
+            &follow("run_f", "job_f0", "job_f1"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(advanced, None);
+    assert_eq!(
+        s.get_ledger("acme", "led_f").await.unwrap().unwrap().outcome,
+        Some(Outcome::Failed)
+    );
+    assert!(s.run_steps("acme", "run_f").await.unwrap().is_empty());
+    assert_eq!(s.get_run("acme", "run_f").await.unwrap().unwrap().next_seq, 0);
+
+    // Stale (the run was cancelled during the call): the outcome stands, no step, no job.
+    s.start_run(&run("run_s"), &job("job_s0", "run_s", 0))
+        .await
+        .unwrap();
+    let sc = scope("acme", "run_s.one");
+    s.begin_attempt(&entry("led_s", "acme", T0), Some(&sc), &AttemptClaims::NONE, exp)
+        .await
+        .unwrap();
+    assert!(s.cancel_run("acme", "run_s", T0).await.unwrap());
+    let advanced = s
+        .finish_step_attempt(
+            "acme",
+            "led_s",
+            Some(&sc),
+            &done,
+            T0 + secs(1),
+            &follow("run_s", "job_s0", "job_s1"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(advanced, Some(Advanced::Stale));
+    assert_eq!(
+        s.get_ledger("acme", "led_s").await.unwrap().unwrap().outcome,
+        Some(Outcome::Committed)
+    );
+    assert_eq!(
+        s.get_idempotency(&sc).await.unwrap().map(|r| r.status),
+        Some(IdempotencyStatus::Committed)
+    );
+    assert!(s.run_steps("acme", "run_s").await.unwrap().is_empty());
+}

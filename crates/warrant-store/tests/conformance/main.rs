@@ -80,4 +80,5 @@ conformance! {
     workflows_are_immutable_and_tenant_scoped,
     runs_advance_one_step_at_a_time,
     a_recorded_step_hands_its_job_on,
+    a_committed_step_call_records_its_step_with_its_outcome,
 }
