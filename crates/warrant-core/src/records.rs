@@ -179,6 +179,11 @@ pub struct LedgerFilter {
     pub since: Option<OffsetDateTime>,
     /// Only rows created before this time.
     pub until: Option<OffsetDateTime>,
+    /// Only the rows of this trace (read within the other conditions: no index of its own,
+    /// so narrow it with a time window on a large ledger).
+    pub trace_id: Option<String>,
+    /// Only the rows of this approval request (its proposal, its consumption).
+    pub approval_id: Option<String>,
     /// Continue after this cursor (from a previous page).
     pub cursor: Option<String>,
     /// Page size (capped at 500).
@@ -981,6 +986,35 @@ impl RunAdvance {
     }
 }
 
+text_enum! {
+    /// What a console sign-in record is.
+    ConsoleSessionKind {
+        /// A signed-in reviewer's session (its token is the session cookie).
+        Session => "session",
+        /// A one-time sign-in link (`warrant console link`), exchanged for a session once.
+        Link => "link",
+    }
+}
+
+/// A reviewer console sign-in: a session or a one-time link. Its token is never stored, only
+/// its hash; the principal is the API key's (by the key's hash), read again on every request,
+/// so revoking the key ends the session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsoleSession {
+    /// SHA-256 (hex) of the token.
+    pub token_hash: String,
+    /// Session or link.
+    pub kind: ConsoleSessionKind,
+    /// The hash of the API key the reviewer signed in with.
+    pub key_hash: String,
+    /// The session's anti-forgery token, in every form it serves.
+    pub csrf: String,
+    /// Created.
+    pub created_at: OffsetDateTime,
+    /// The server-side end of the session (or of the link's validity).
+    pub expires_at: OffsetDateTime,
+}
+
 /// What the sweeper removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PurgeCounts {
@@ -990,6 +1024,8 @@ pub struct PurgeCounts {
     pub budget_counters: u64,
     /// Approvals moved from pending/approved to expired.
     pub approvals_expired: u64,
+    /// Console sessions and sign-in links past their end.
+    pub console_sessions: u64,
 }
 
 /// An unresolved ledger row (`attempting` or `unknown`) a reconciler claimed with

@@ -375,6 +375,26 @@ pub trait Store: Send + Sync + 'static {
     /// Whether any key exists (first start creates the admin key).
     async fn has_api_keys(&self) -> Result<bool, StoreError>;
 
+    // ----- console sessions -----
+
+    /// Stores a console session or sign-in link.
+    async fn create_console_session(&self, session: &ConsoleSession) -> Result<(), StoreError>;
+    /// The console session whose token hashes to `token_hash`, while it has not ended.
+    async fn get_console_session(
+        &self,
+        token_hash: &str,
+        now: OffsetDateTime,
+    ) -> Result<Option<ConsoleSession>, StoreError>;
+    /// Takes (removes and returns) the one-time sign-in link whose token hashes to
+    /// `token_hash`, while it is valid: at most one caller gets it.
+    async fn take_console_link(
+        &self,
+        token_hash: &str,
+        now: OffsetDateTime,
+    ) -> Result<Option<ConsoleSession>, StoreError>;
+    /// Ends a console session (sign-out); whether there was one.
+    async fn delete_console_session(&self, token_hash: &str) -> Result<bool, StoreError>;
+
     // ----- jobs (outbox) -----
 
     /// Enqueues a job.

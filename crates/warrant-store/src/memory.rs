@@ -33,6 +33,7 @@ struct State {
     /// tenant → counter key → (used, expiry); nested so lookups borrow instead of allocating.
     budgets: HashMap<String, HashMap<String, (u64, OffsetDateTime)>>,
     keys: BTreeMap<String, ApiKeyRecord>,
+    console: HashMap<String, ConsoleSession>,
     jobs: BTreeMap<String, Job>,
     /// ledger id → its reconciliation schedule (the SQL backends' `reconcile_*` columns).
     schedules: HashMap<String, Schedule>,
@@ -606,6 +607,13 @@ impl Store for MemoryStore {
                 .filter(|e| filter.principal.as_ref().is_none_or(|p| &e.principal == p))
                 .filter(|e| filter.since.is_none_or(|t| ms(e.created_at) >= ms(t)))
                 .filter(|e| filter.until.is_none_or(|t| ms(e.created_at) < ms(t)))
+                .filter(|e| filter.trace_id.as_ref().is_none_or(|t| &e.trace_id == t))
+                .filter(|e| {
+                    filter
+                        .approval_id
+                        .as_ref()
+                        .is_none_or(|a| e.approval_id.as_ref() == Some(a))
+                })
                 .filter(|e| {
                     cursor
                         .as_ref()
@@ -1138,6 +1146,50 @@ impl Store for MemoryStore {
         })
     }
 
+    async fn create_console_session(&self, c: &ConsoleSession) -> Result<(), StoreError> {
+        self.with(|s| {
+            if s.console.contains_key(&c.token_hash) {
+                return Err(StoreError::Conflict("console session exists".into()));
+            }
+            let mut c = c.clone();
+            c.created_at = trunc(c.created_at);
+            c.expires_at = trunc(c.expires_at);
+            s.console.insert(c.token_hash.clone(), c);
+            Ok(())
+        })
+    }
+
+    async fn get_console_session(
+        &self,
+        token_hash: &str,
+        now: OffsetDateTime,
+    ) -> Result<Option<ConsoleSession>, StoreError> {
+        self.with(|s| {
+            Ok(s.console
+                .get(token_hash)
+                .filter(|c| c.kind == ConsoleSessionKind::Session && c.expires_at > now)
+                .cloned())
+        })
+    }
+
+    async fn take_console_link(
+        &self,
+        token_hash: &str,
+        now: OffsetDateTime,
+    ) -> Result<Option<ConsoleSession>, StoreError> {
+        self.with(|s| {
+            let valid = s
+                .console
+                .get(token_hash)
+                .is_some_and(|c| c.kind == ConsoleSessionKind::Link && c.expires_at > now);
+            Ok(if valid { s.console.remove(token_hash) } else { None })
+        })
+    }
+
+    async fn delete_console_session(&self, token_hash: &str) -> Result<bool, StoreError> {
+        self.with(|s| Ok(s.console.remove(token_hash).is_some()))
+    }
+
     async fn has_api_keys(&self) -> Result<bool, StoreError> {
         self.with(|s| Ok(!s.keys.is_empty()))
     }
@@ -1255,10 +1307,13 @@ impl Store for MemoryStore {
                     approvals_expired += 1;
                 }
             }
+            let sessions = s.console.len();
+            s.console.retain(|_, c| ms(c.expires_at) > now_ms);
             Ok(PurgeCounts {
                 idempotency,
                 budget_counters,
                 approvals_expired,
+                console_sessions: (sessions - s.console.len()) as u64,
             })
         })
     }

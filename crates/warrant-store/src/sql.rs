@@ -544,6 +544,19 @@ fn key_of(row: &impl RowExt) -> Result<ApiKeyRecord, StoreError> {
     })
 }
 
+fn console_session_of(row: &impl RowExt) -> Result<ConsoleSession, StoreError> {
+    let kind = row.text("kind")?;
+    Ok(ConsoleSession {
+        token_hash: row.text("token_hash")?,
+        kind: ConsoleSessionKind::parse(&kind)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown console session kind `{kind}`")))?,
+        key_hash: row.text("key_hash")?,
+        csrf: row.text("csrf")?,
+        created_at: from_ms(row.int("created_at")?)?,
+        expires_at: from_ms(row.int("expires_at")?)?,
+    })
+}
+
 macro_rules! job_columns {
     () => {
         "id, tenant, kind, payload, status, attempts, max_attempts, run_at, locked_by, locked_until, last_error"
@@ -1376,6 +1389,12 @@ impl Store for SqlStore {
         if filter.until.is_some() {
             next(&mut sql, " AND created_at < ?");
         }
+        if filter.trace_id.is_some() {
+            next(&mut sql, " AND trace_id = ?");
+        }
+        if filter.approval_id.is_some() {
+            next(&mut sql, " AND approval_id = ?");
+        }
         if cursor.is_some() {
             let at = next(&mut sql, " AND (created_at < ?");
             next(&mut sql, &format!(" OR (created_at = ${at} AND id < ?))"));
@@ -1400,6 +1419,12 @@ impl Store for SqlStore {
                 }
                 if let Some(until) = filter.until {
                     params.push(Arg::Int(ms(until)));
+                }
+                if let Some(trace) = &filter.trace_id {
+                    params.push(Arg::Text(trace));
+                }
+                if let Some(approval) = &filter.approval_id {
+                    params.push(Arg::Text(approval));
                 }
                 if let Some((at, id)) = &cursor {
                     params.push(Arg::Int(*at));
@@ -2076,6 +2101,56 @@ impl Store for SqlStore {
         })
     }
 
+    async fn create_console_session(&self, c: &ConsoleSession) -> Result<(), StoreError> {
+        let sql = "INSERT INTO console_sessions (token_hash, kind, key_hash, csrf, created_at, expires_at) \
+                   VALUES ($1, $2, $3, $4, $5, $6)";
+        write_op!(self, [c = c.clone()], |ex| {
+            let params = args![
+                &c.token_hash,
+                c.kind.as_str(),
+                &c.key_hash,
+                &c.csrf,
+                ms(c.created_at),
+                ms(c.expires_at),
+            ];
+            ex.execute(sql, &params).await?;
+            Ok(())
+        })
+    }
+
+    async fn get_console_session(
+        &self,
+        token_hash: &str,
+        now: OffsetDateTime,
+    ) -> Result<Option<ConsoleSession>, StoreError> {
+        let sql = "SELECT token_hash, kind, key_hash, csrf, created_at, expires_at FROM console_sessions \
+                   WHERE token_hash = $1 AND kind = 'session' AND expires_at > $2";
+        read_op!(self, [token_hash = token_hash.to_owned()], |ex| {
+            let row = ex.fetch_optional(sql, &args![&token_hash, ms(now)]).await?;
+            row.map(|r| console_session_of(&r)).transpose()
+        })
+    }
+
+    async fn take_console_link(
+        &self,
+        token_hash: &str,
+        now: OffsetDateTime,
+    ) -> Result<Option<ConsoleSession>, StoreError> {
+        let sql = "DELETE FROM console_sessions WHERE token_hash = $1 AND kind = 'link' AND expires_at > $2 \
+                   RETURNING token_hash, kind, key_hash, csrf, created_at, expires_at";
+        write_op!(self, [token_hash = token_hash.to_owned()], |ex| {
+            let row = ex.fetch_optional(sql, &args![&token_hash, ms(now)]).await?;
+            row.map(|r| console_session_of(&r)).transpose()
+        })
+    }
+
+    async fn delete_console_session(&self, token_hash: &str) -> Result<bool, StoreError> {
+        let sql = "DELETE FROM console_sessions WHERE token_hash = $1";
+        write_op!(self, [token_hash = token_hash.to_owned()], |ex| {
+            Ok(ex.execute(sql, &args![&token_hash]).await? == 1)
+        })
+    }
+
     async fn has_api_keys(&self) -> Result<bool, StoreError> {
         read_op!(self, [], |ex| {
             let row = ex
@@ -2190,10 +2265,14 @@ impl Store for SqlStore {
                     &args![now],
                 )
                 .await?;
+            let console_sessions = ex
+                .execute("DELETE FROM console_sessions WHERE expires_at <= $1", &args![now])
+                .await?;
             Ok(PurgeCounts {
                 idempotency,
                 budget_counters,
                 approvals_expired,
+                console_sessions,
             })
         })
     }

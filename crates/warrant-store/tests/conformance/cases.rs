@@ -2556,3 +2556,102 @@ pub async fn a_committed_step_call_records_its_step_with_its_outcome(b: &Backend
     );
     assert!(s.run_steps("acme", "run_s").await.unwrap().is_empty());
 }
+
+/// Console sign-ins: a session is found by its token's hash until it ends or is deleted; a
+/// one-time link is taken once, only while valid, and is never a session; the sweeper removes
+/// what has ended.
+pub async fn console_sessions_end_and_links_are_taken_once(b: &Backend) {
+    let s = b.store();
+    let session = |hash: &str, kind: ConsoleSessionKind, ends: OffsetDateTime| ConsoleSession {
+        token_hash: hash.into(),
+        kind,
+        key_hash: "keyhash_1".into(),
+        csrf: "csrf_1".into(),
+        created_at: T0,
+        expires_at: ends,
+    };
+    let live = session("h_session", ConsoleSessionKind::Session, T0 + secs(600));
+    s.create_console_session(&live).await.unwrap();
+    assert!(s.create_console_session(&live).await.is_err());
+    assert_eq!(
+        s.get_console_session("h_session", T0 + secs(1)).await.unwrap(),
+        Some(live.clone())
+    );
+    assert_eq!(
+        s.get_console_session("h_session", T0 + secs(600)).await.unwrap(),
+        None
+    );
+    assert_eq!(s.get_console_session("h_other", T0).await.unwrap(), None);
+    // A session is not a link.
+    assert_eq!(s.take_console_link("h_session", T0).await.unwrap(), None);
+    assert!(s.delete_console_session("h_session").await.unwrap());
+    assert!(!s.delete_console_session("h_session").await.unwrap());
+    assert_eq!(
+        s.get_console_session("h_session", T0 + secs(1)).await.unwrap(),
+        None
+    );
+
+    let link = session("h_link", ConsoleSessionKind::Link, T0 + secs(300));
+    s.create_console_session(&link).await.unwrap();
+    // A link is not a session.
+    assert_eq!(s.get_console_session("h_link", T0).await.unwrap(), None);
+    let (a, b2) = tokio::join!(
+        s.take_console_link("h_link", T0 + secs(1)),
+        s.take_console_link("h_link", T0 + secs(1))
+    );
+    let taken: Vec<_> = [a.unwrap(), b2.unwrap()].into_iter().flatten().collect();
+    assert_eq!(taken, vec![link]);
+    let late = session("h_late", ConsoleSessionKind::Link, T0 + secs(300));
+    s.create_console_session(&late).await.unwrap();
+    assert_eq!(s.take_console_link("h_late", T0 + secs(300)).await.unwrap(), None);
+
+    let ending = session("h_ending", ConsoleSessionKind::Session, T0 + secs(10));
+    s.create_console_session(&ending).await.unwrap();
+    let counts = s.purge_expired(T0 + secs(400)).await.unwrap();
+    assert_eq!(counts.console_sessions, 2);
+}
+
+/// The ledger is listed by trace and by approval request, within the tenant only.
+pub async fn ledger_lists_by_trace_and_approval(b: &Backend) {
+    let s = b.store();
+    let row = |id: &str, tenant: &str, trace: &str, approval: Option<&str>| LedgerEntry {
+        trace_id: trace.into(),
+        approval_id: approval.map(str::to_owned),
+        ..entry(id, tenant, T0)
+    };
+    for r in [
+        row("led_t1", "acme", "trace_a", Some("apr_1")),
+        row("led_t2", "acme", "trace_a", None),
+        row("led_t3", "acme", "trace_b", Some("apr_1")),
+        row("led_t4", "globex", "trace_a", Some("apr_1")),
+    ] {
+        s.insert_ledger(&r).await.unwrap();
+    }
+    let ids = |page: LedgerPage| {
+        let mut ids: Vec<String> = page.entries.into_iter().map(|e| e.id).collect();
+        ids.sort();
+        ids
+    };
+    let by_trace = LedgerFilter {
+        trace_id: Some("trace_a".into()),
+        limit: 10,
+        ..LedgerFilter::default()
+    };
+    assert_eq!(
+        ids(s.list_ledger("acme", &by_trace).await.unwrap()),
+        ["led_t1", "led_t2"]
+    );
+    let by_approval = LedgerFilter {
+        approval_id: Some("apr_1".into()),
+        limit: 10,
+        ..LedgerFilter::default()
+    };
+    assert_eq!(
+        ids(s.list_ledger("acme", &by_approval).await.unwrap()),
+        ["led_t1", "led_t3"]
+    );
+    assert_eq!(
+        ids(s.list_ledger("globex", &by_approval).await.unwrap()),
+        ["led_t4"]
+    );
+}

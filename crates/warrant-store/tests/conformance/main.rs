@@ -81,4 +81,6 @@ conformance! {
     runs_advance_one_step_at_a_time,
     a_recorded_step_hands_its_job_on,
     a_committed_step_call_records_its_step_with_its_outcome,
+    console_sessions_end_and_links_are_taken_once,
+    ledger_lists_by_trace_and_approval,
 }
