@@ -190,6 +190,31 @@ pub struct LedgerFilter {
     pub limit: u32,
 }
 
+/// Filters for a page of one tenant's approval requests (newest first), on their effective
+/// status ([`ApprovalRequest::as_of`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ApprovalFilter {
+    /// Only this status.
+    pub status: Option<ApprovalStatus>,
+    /// Only this tool.
+    pub tool: Option<String>,
+    /// Only this proposer.
+    pub proposer: Option<String>,
+    /// Continue after this cursor (from a previous page).
+    pub cursor: Option<String>,
+    /// Page size (capped at 500).
+    pub limit: u32,
+}
+
+/// One page of approval requests.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApprovalPage {
+    /// The requests, newest first.
+    pub approvals: Vec<ApprovalRequest>,
+    /// The cursor of the next page, if there is one.
+    pub next_cursor: Option<String>,
+}
+
 /// One page of ledger rows.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LedgerPage {

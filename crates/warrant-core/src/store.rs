@@ -324,6 +324,21 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
         now: OffsetDateTime,
     ) -> Result<Vec<ApprovalRequest>, StoreError>;
+    /// A page of `tenant`'s approval requests matching `filter`, newest first, each with its
+    /// effective status at `now`.
+    async fn page_approvals(
+        &self,
+        tenant: &str,
+        filter: &ApprovalFilter,
+        now: OffsetDateTime,
+    ) -> Result<ApprovalPage, StoreError>;
+    /// How many of `tenant`'s approval requests have the effective `status` at `now`.
+    async fn count_approvals(
+        &self,
+        tenant: &str,
+        status: ApprovalStatus,
+        now: OffsetDateTime,
+    ) -> Result<u64, StoreError>;
     /// Records a reviewer's verdict on a pending, unexpired approval the reviewer did not
     /// propose; atomically, so two reviewers cannot both decide.
     async fn decide_approval(
@@ -706,6 +721,25 @@ pub fn ledger_page(mut entries: Vec<LedgerEntry>, limit: usize) -> LedgerPage {
         None
     };
     LedgerPage { entries, next_cursor }
+}
+
+/// One page from approval requests fetched newest first with one more than `limit` (see
+/// [`ledger_page`]).
+pub fn approval_page(mut approvals: Vec<ApprovalRequest>, limit: usize) -> ApprovalPage {
+    let more = approvals.len() > limit;
+    approvals.truncate(limit);
+    let next_cursor = if more {
+        approvals.last().map(|a| {
+            let ms = a.request.created_at.unix_timestamp_nanos() / 1_000_000;
+            format!("{ms}:{}", a.request.id)
+        })
+    } else {
+        None
+    };
+    ApprovalPage {
+        approvals,
+        next_cursor,
+    }
 }
 
 /// Why `reviewer` may not decide `current` at `now` — not found, not pending, the proposer,

@@ -14,7 +14,7 @@ use time::OffsetDateTime;
 use warrant_core::contract::Namespace;
 use warrant_core::records::*;
 use warrant_core::store::{
-    RegistrationPlan, Store, StoreError, attempt_row, classify_existing, correction_note,
+    RegistrationPlan, Store, StoreError, approval_page, attempt_row, classify_existing, correction_note,
     late_outcome_corrects, ledger_page, may_take_over, parse_ledger_cursor, plan_registration,
     review_refusal, status_after, withheld_row,
 };
@@ -1012,6 +1012,53 @@ impl Store for MemoryStore {
             });
             rows.truncate(limit.clamp(1, 1000) as usize);
             Ok(rows)
+        })
+    }
+
+    async fn page_approvals(
+        &self,
+        tenant: &str,
+        filter: &ApprovalFilter,
+        now: OffsetDateTime,
+    ) -> Result<ApprovalPage, StoreError> {
+        let limit = filter.limit.clamp(1, 500) as usize;
+        let cursor = filter.cursor.as_deref().map(parse_ledger_cursor).transpose()?;
+        let now = trunc(now);
+        self.with(|s| {
+            let mut rows: Vec<ApprovalRequest> = s
+                .approvals
+                .values()
+                .filter(|a| a.request.tenant == tenant)
+                .map(|a| a.clone().as_of(now))
+                .filter(|a| filter.status.is_none_or(|st| a.status == st))
+                .filter(|a| filter.tool.as_ref().is_none_or(|t| &a.request.tool == t))
+                .filter(|a| filter.proposer.as_ref().is_none_or(|p| &a.request.proposer == p))
+                .filter(|a| {
+                    cursor.as_ref().is_none_or(|(at, id)| {
+                        (ms(a.request.created_at), &a.request.id) < (i128::from(*at), id)
+                    })
+                })
+                .collect();
+            rows.sort_by(|a, b| {
+                (ms(b.request.created_at), &b.request.id).cmp(&(ms(a.request.created_at), &a.request.id))
+            });
+            rows.truncate(limit + 1);
+            Ok(approval_page(rows, limit))
+        })
+    }
+
+    async fn count_approvals(
+        &self,
+        tenant: &str,
+        status: ApprovalStatus,
+        now: OffsetDateTime,
+    ) -> Result<u64, StoreError> {
+        let now = trunc(now);
+        self.with(|s| {
+            Ok(s.approvals
+                .values()
+                .filter(|a| a.request.tenant == tenant && (*a).clone().as_of(now).status == status)
+                .count() as u64)
         })
     }
 

@@ -34,9 +34,9 @@ use crate::sqlite::{Sqlite, SqliteExec};
 use warrant_core::contract::Namespace;
 use warrant_core::records::*;
 use warrant_core::store::{
-    RegistrationPlan, Store, StoreError, attempt_row, classify_existing, correction_note, finished_row,
-    late_outcome_corrects, ledger_page, parse_ledger_cursor, plan_registration, review_refusal, status_after,
-    withheld_row,
+    RegistrationPlan, Store, StoreError, approval_page, attempt_row, classify_existing, correction_note,
+    finished_row, late_outcome_corrects, ledger_page, parse_ledger_cursor, plan_registration, review_refusal,
+    status_after, withheld_row,
 };
 
 /// Where the store lives.
@@ -542,6 +542,21 @@ fn key_of(row: &impl RowExt) -> Result<ApiKeyRecord, StoreError> {
         },
         revoked_at: opt_from_ms(row.opt_int("revoked_at")?)?,
     })
+}
+
+/// The condition on an approval's effective status (`ApprovalRequest::as_of`), with `now` as
+/// `$2`: a pending or approved request past its expiry is `expired` before the sweeper writes
+/// it. Each keeps the (tenant, status, created_at) index usable.
+fn effective_status(status: ApprovalStatus) -> &'static str {
+    match status {
+        ApprovalStatus::Pending => " AND status = 'pending' AND expires_at > $2",
+        ApprovalStatus::Approved => " AND status = 'approved' AND expires_at > $2",
+        ApprovalStatus::Expired => {
+            " AND (status = 'expired' OR (status IN ('pending', 'approved') AND expires_at <= $2))"
+        }
+        ApprovalStatus::Rejected => " AND status = 'rejected'",
+        ApprovalStatus::Consumed => " AND status = 'consumed'",
+    }
 }
 
 fn console_session_of(row: &impl RowExt) -> Result<ConsoleSession, StoreError> {
@@ -1947,6 +1962,86 @@ impl Store for SqlStore {
             rows.iter()
                 .map(|r| approval_of(r).map(|a| a.as_of(now)))
                 .collect()
+        })
+    }
+
+    async fn page_approvals(
+        &self,
+        tenant: &str,
+        filter: &ApprovalFilter,
+        now: OffsetDateTime,
+    ) -> Result<ApprovalPage, StoreError> {
+        let limit = filter.limit.clamp(1, 500);
+        let cursor = filter.cursor.as_deref().map(parse_ledger_cursor).transpose()?;
+        let mut sql = concat!(
+            "SELECT ",
+            approval_columns!(),
+            " FROM approvals WHERE tenant = $1 AND $2 = $2"
+        )
+        .to_owned();
+        // $2 is `now`; only the conditions in use are added; every value is a bound parameter.
+        let mut n = 2;
+        let mut next = |sql: &mut String, condition: &str| {
+            n += 1;
+            sql.push_str(&condition.replace('?', &format!("${n}")));
+            n
+        };
+        if let Some(status) = filter.status {
+            sql.push_str(effective_status(status));
+        }
+        if filter.tool.is_some() {
+            next(&mut sql, " AND tool = ?");
+        }
+        if filter.proposer.is_some() {
+            next(&mut sql, " AND proposer = ?");
+        }
+        if cursor.is_some() {
+            let at = next(&mut sql, " AND (created_at < ?");
+            next(&mut sql, &format!(" OR (created_at = ${at} AND id < ?))"));
+        }
+        sql.push_str(&format!(" ORDER BY created_at DESC, id DESC LIMIT {}", limit + 1));
+        read_op!(
+            self,
+            [tenant = tenant.to_owned(), filter = filter.clone()],
+            |ex| {
+                let mut params = vec![Arg::Text(&tenant), Arg::Int(ms(now))];
+                if let Some(tool) = &filter.tool {
+                    params.push(Arg::Text(tool));
+                }
+                if let Some(proposer) = &filter.proposer {
+                    params.push(Arg::Text(proposer));
+                }
+                if let Some((at, id)) = &cursor {
+                    params.push(Arg::Int(*at));
+                    params.push(Arg::Text(id));
+                }
+                let rows = ex.fetch_all(&sql, &params).await?;
+                let approvals = rows
+                    .iter()
+                    .map(|r| approval_of(r).map(|a| a.as_of(now)))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(approval_page(approvals, limit as usize))
+            }
+        )
+    }
+
+    async fn count_approvals(
+        &self,
+        tenant: &str,
+        status: ApprovalStatus,
+        now: OffsetDateTime,
+    ) -> Result<u64, StoreError> {
+        let sql = format!(
+            "SELECT COUNT(*) AS n FROM approvals WHERE tenant = $1 AND $2 = $2{}",
+            effective_status(status)
+        );
+        read_op!(self, [tenant = tenant.to_owned()], |ex| {
+            let row = ex.fetch_optional(&sql, &args![&tenant, ms(now)]).await?;
+            let n = match row {
+                Some(r) => r.int("n")?,
+                None => 0,
+            };
+            Ok(u64::try_from(n).unwrap_or(0))
         })
     }
 

@@ -2655,3 +2655,116 @@ pub async fn ledger_lists_by_trace_and_approval(b: &Backend) {
         ["led_t4"]
     );
 }
+
+/// The inbox's page: newest first, by effective status, tool and proposer, continued by its
+/// cursor, within the tenant; the count agrees.
+pub async fn approvals_are_paged_newest_first(b: &Backend) {
+    let s = b.store();
+    for i in 0..7 {
+        let mut a = approval(&format!("apr_p{i}"), "acme", T0 + secs(i));
+        if i % 2 == 1 {
+            a.tool = "send_email".into();
+        }
+        if i == 6 {
+            a.proposer = "agent-9".into();
+        }
+        s.create_approval(&a).await.unwrap();
+    }
+    // One lapsed (pending in the store, expired in effect) and one of another tenant.
+    let mut old = approval("apr_old", "acme", T0 - secs(1000));
+    old.expires_at = T0 - secs(100);
+    s.create_approval(&old).await.unwrap();
+    s.create_approval(&approval("apr_globex", "globex", T0 + secs(3)))
+        .await
+        .unwrap();
+
+    let now = T0 + secs(10);
+    let ids = |page: &ApprovalPage| {
+        page.approvals
+            .iter()
+            .map(|a| a.request.id.clone())
+            .collect::<Vec<_>>()
+    };
+    let pending = ApprovalFilter {
+        status: Some(ApprovalStatus::Pending),
+        limit: 3,
+        ..ApprovalFilter::default()
+    };
+    let first = s.page_approvals("acme", &pending, now).await.unwrap();
+    assert_eq!(ids(&first), ["apr_p6", "apr_p5", "apr_p4"]);
+    let second = s
+        .page_approvals(
+            "acme",
+            &ApprovalFilter {
+                cursor: first.next_cursor.clone(),
+                ..pending.clone()
+            },
+            now,
+        )
+        .await
+        .unwrap();
+    assert_eq!(ids(&second), ["apr_p3", "apr_p2", "apr_p1"]);
+    let third = s
+        .page_approvals(
+            "acme",
+            &ApprovalFilter {
+                cursor: second.next_cursor.clone(),
+                ..pending.clone()
+            },
+            now,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (ids(&third), third.next_cursor),
+        (vec!["apr_p0".to_owned()], None)
+    );
+    let emails = ApprovalFilter {
+        tool: Some("send_email".into()),
+        limit: 10,
+        ..pending.clone()
+    };
+    assert_eq!(
+        ids(&s.page_approvals("acme", &emails, now).await.unwrap()),
+        ["apr_p5", "apr_p3", "apr_p1"]
+    );
+    let by = ApprovalFilter {
+        proposer: Some("agent-9".into()),
+        limit: 10,
+        ..pending.clone()
+    };
+    assert_eq!(
+        ids(&s.page_approvals("acme", &by, now).await.unwrap()),
+        ["apr_p6"]
+    );
+    let expired = ApprovalFilter {
+        status: Some(ApprovalStatus::Expired),
+        limit: 10,
+        ..ApprovalFilter::default()
+    };
+    let lapsed = s.page_approvals("acme", &expired, now).await.unwrap();
+    assert_eq!(ids(&lapsed), ["apr_old"]);
+    assert_eq!(lapsed.approvals[0].status, ApprovalStatus::Expired);
+    assert_eq!(
+        s.count_approvals("acme", ApprovalStatus::Pending, now)
+            .await
+            .unwrap(),
+        7
+    );
+    assert_eq!(
+        s.count_approvals("acme", ApprovalStatus::Expired, now)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        s.count_approvals("globex", ApprovalStatus::Pending, now)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        ids(&s.page_approvals("globex", &pending, now).await.unwrap()),
+        ["apr_globex"]
+    );
+}
