@@ -63,10 +63,7 @@ pub fn plan(
     }
     if let Some(limit) = budget.calls_per_day {
         out.push(BudgetReservation {
-            key: key(
-                &["calls_per_day:", principal.id(), ":", contract.name(), ":"],
-                Some(today),
-            ),
+            key: day_key(principal.id(), contract.name(), today),
             amount: 1,
             limit,
             expires_at: end_of(today, BudgetPeriod::Day) + Duration::days(1),
@@ -92,6 +89,11 @@ pub fn plan(
 /// A counter key: `parts`, then `date` as `YYYY-MM-DD` (as `Date`'s `Display` writes it).
 /// Built by hand: it is made on every call, and the formatting machinery costs more than the
 /// rest of the budget stage's planning.
+/// The counter of `principal`'s calls of the contract `name` on `day` (`calls_per_day`).
+pub fn day_key(principal: &str, name: &str, day: Date) -> String {
+    key(&["calls_per_day:", principal, ":", name, ":"], Some(day))
+}
+
 fn key(parts: &[&str], date: Option<Date>) -> String {
     let mut out = String::with_capacity(parts.iter().map(|p| p.len()).sum::<usize>() + 10);
     for part in parts {

@@ -347,6 +347,19 @@ async fn look_up(state: &AppState, hash: String, now: Instant) -> Result<Option<
 /// 401, 429, or a store failure.
 pub async fn authenticate_request(state: &AppState, parts: &Parts) -> Result<Caller, AuthRefusal> {
     let token = bearer(parts).ok_or(AuthRefusal::Missing)?;
+    authenticate_presented(state, parts, token).await
+}
+
+/// The caller of an API key presented some other way than a bearer header (the console's
+/// sign-in form), counted and limited per client address exactly like a bearer key.
+///
+/// # Errors
+/// 401, 429, or a store failure.
+pub async fn authenticate_presented(
+    state: &AppState,
+    parts: &Parts,
+    token: &str,
+) -> Result<Caller, AuthRefusal> {
     let limiter = parts.extensions.get::<AuthLimiter>();
     let client = client_of(parts);
     let now = Instant::now();
@@ -369,6 +382,19 @@ pub async fn authenticate_request(state: &AppState, parts: &Parts) -> Result<Cal
             Some(wait) => AuthRefusal::Limited(wait),
             None => AuthRefusal::Invalid,
         }),
+    }
+}
+
+/// The caller of a stored key hash (a console session's key), through the key cache: `None`
+/// for a key revoked or unknown.
+///
+/// # Errors
+/// A store failure.
+pub async fn caller_by_hash(state: &AppState, hash: &str) -> Result<Option<Caller>, ApiError> {
+    let now = Instant::now();
+    match state.keys.get(hash, now) {
+        Some(known) => Ok(known),
+        None => look_up(state, hash.to_owned(), now).await,
     }
 }
 

@@ -8,6 +8,7 @@
 pub mod auth;
 pub mod authoring;
 pub mod bootstrap;
+pub mod console;
 pub mod error;
 pub mod mcp;
 pub mod openapi;
@@ -69,6 +70,7 @@ pub fn router(state: Arc<AppState>, limits: HttpLimits) -> Router {
         .merge(routes::workflows::router())
         .merge(routes::health::router())
         .merge(mcp::router(&state))
+        .merge(console::router())
         .layer(in_flight);
     let api = Router::new()
         .merge(limited)
@@ -190,7 +192,7 @@ async fn json_errors(response: axum::response::Response) -> axum::response::Resp
         .headers()
         .get(axum::http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| ct.starts_with("application/json"));
+        .is_some_and(|ct| ct.starts_with("application/json") || ct.starts_with("text/html"));
     if is_json || !(status.is_client_error() || status.is_server_error()) {
         return response;
     }

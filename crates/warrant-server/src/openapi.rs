@@ -210,6 +210,19 @@ pub struct ReviewBody {
     reason: Option<String>,
 }
 
+/// A one-time console sign-in link (`POST /v1/console/links`).
+#[derive(ToSchema)]
+pub struct ConsoleLink {
+    /// Opens the console signed in as the caller, once (the token in it is shown only here).
+    url: String,
+    /// When the link stops working (15 minutes after it was made).
+    expires_at: String,
+    /// Who the link signs in as.
+    principal: String,
+    /// Their tenant.
+    tenant: String,
+}
+
 /// One ledger row.
 #[derive(ToSchema)]
 pub struct LedgerRow {
@@ -536,11 +549,12 @@ impl Modify for BearerKeys {
         crate::routes::health::ready,
         crate::routes::health::metrics,
         crate::routes::health::openapi_json,
+        crate::console::session::create_link,
     ),
     components(schemas(
         ErrorBody, ErrorDetail, Proposal, ProposalAnswer, ApprovalHold, ContractSummary, ContractList,
         Registered, Retired, Approval, ApprovalList, ReviewBody, LedgerRow, LedgerPage, CreateKey, CreatedKey, KeySummary, KeyList,
-        CreateTenant, CreatedTenant, Tenant, TenantList, WorkflowCoverage, PublishedWorkflow, WorkflowList, RunStepView, RunView, RunList
+        CreateTenant, CreatedTenant, Tenant, TenantList, WorkflowCoverage, PublishedWorkflow, WorkflowList, RunStepView, RunView, RunList, ConsoleLink
     )),
     modifiers(&BearerKeys),
     security(("api_key" = []))

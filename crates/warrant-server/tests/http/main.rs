@@ -11,6 +11,7 @@
 )]
 
 mod cases;
+mod console;
 mod support;
 
 macro_rules! on_every_backend {
@@ -56,6 +57,7 @@ on_every_backend! {
     runs_execute_tool_branch_and_review_steps_through_the_pipeline,
     model_steps_propose_through_the_strict_parser_and_policy,
     the_workflow_validator_tool_answers_the_compilers_verdict,
+    the_console_signs_reviewers_in_and_decides_through_the_pipeline,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

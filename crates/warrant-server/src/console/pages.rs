@@ -1,0 +1,781 @@
+//! The console's pages: the approvals inbox and an approval's page (with the decision forms),
+//! the ledger, runs and contracts. Each reads only the signed-in reviewer's tenant; an
+//! approval is shown to the principals policy lets review it and to its proposer (who sees no
+//! decision form, and whom `Authority::review` refuses anyway); anyone else gets a 404.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use maud::{Markup, html};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+use warrant_core::pipeline::ReviewRefusal;
+use warrant_core::records::{
+    ApprovalFilter, ApprovalRequest, ApprovalStatus, LedgerEntry, LedgerFilter, Outcome, Verdict,
+};
+
+use super::session::{Reviewer, see_other, urlencode};
+use super::{Page, page, problem};
+use crate::error::ApiError;
+use crate::routes::rfc3339;
+use crate::state::AppState;
+
+/// Approvals per inbox page.
+const INBOX_PAGE: usize = 50;
+/// Store pages of pending requests an inbox page reads at most to find [`INBOX_PAGE`] that
+/// policy lets this reviewer review.
+const INBOX_SCAN_PAGES: usize = 20;
+
+/// `/console`: the inbox.
+pub(crate) async fn home(_reviewer: Reviewer) -> Response {
+    see_other("/console/approvals")
+}
+
+fn status_badge(status: &str) -> Markup {
+    html! { span class={ "status " (status) } { (status) } }
+}
+
+fn when(t: OffsetDateTime) -> Markup {
+    let text = rfc3339(t);
+    html! { time datetime=(text) { (text.replace('T', " ").trim_end_matches('Z')) " UTC" } }
+}
+
+fn pretty(value: &Value) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+}
+
+/// A query value: `None` when absent or blank.
+fn given(value: Option<&String>) -> Option<String> {
+    value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty())
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct InboxQuery {
+    tool: Option<String>,
+    proposer: Option<String>,
+    cursor: Option<String>,
+}
+
+/// The pending approvals this reviewer may decide, newest first.
+pub(crate) async fn inbox(
+    State(state): State<Arc<AppState>>,
+    reviewer: Reviewer,
+    Query(q): Query<InboxQuery>,
+) -> Result<Response, ApiError> {
+    let tenant = reviewer.caller.principal.tenant();
+    let now = state.env.now();
+    let mut filter = ApprovalFilter {
+        status: Some(ApprovalStatus::Pending),
+        tool: given(q.tool.as_ref()),
+        proposer: given(q.proposer.as_ref()),
+        cursor: given(q.cursor.as_ref()),
+        limit: u32::try_from(INBOX_PAGE).unwrap_or(50),
+    };
+    let mut shown: Vec<ApprovalRequest> = Vec::new();
+    let mut next_cursor = None;
+    for _ in 0..INBOX_SCAN_PAGES {
+        let page = state.store.page_approvals(tenant, &filter, now).await?;
+        let reviewable = state
+            .authority
+            .reviewable(&reviewer.caller.principal, page.approvals)
+            .await?;
+        shown.extend(reviewable);
+        next_cursor = page.next_cursor;
+        if shown.len() >= INBOX_PAGE || next_cursor.is_none() {
+            break;
+        }
+        filter.cursor.clone_from(&next_cursor);
+    }
+    if shown.len() > INBOX_PAGE {
+        // Continue after the last one shown.
+        shown.truncate(INBOX_PAGE);
+        next_cursor = shown.last().map(|a| {
+            let ms = a.request.created_at.unix_timestamp_nanos() / 1_000_000;
+            format!("{ms}:{}", a.request.id)
+        });
+    }
+    let pending = state
+        .store
+        .count_approvals(tenant, ApprovalStatus::Pending, now)
+        .await?;
+    let title = format!("Approvals ({pending} pending)");
+    let more = next_cursor.map(|c| {
+        let mut href = format!("/console/approvals?cursor={}", urlencode(&c));
+        if let Some(t) = &filter.tool {
+            href.push_str(&format!("&tool={}", urlencode(t)));
+        }
+        if let Some(p) = &filter.proposer {
+            href.push_str(&format!("&proposer={}", urlencode(p)));
+        }
+        href
+    });
+    let body = html! {
+        div data-pending-count=(pending) {
+            h1 { "Approvals " span.muted { "(" (pending) " pending in " (tenant) ")" } }
+            p.notice.fresh { "New approval requests have arrived. " a href="/console/approvals" { "Reload" } }
+            form.filters method="get" action="/console/approvals" {
+                label { "Tool" input type="text" name="tool" value=[filter.tool.as_deref()]; }
+                label { "Proposer" input type="text" name="proposer" value=[filter.proposer.as_deref()]; }
+                button type="submit" { "Filter" }
+                @if filter.tool.is_some() || filter.proposer.is_some() {
+                    a href="/console/approvals" { "Clear" }
+                }
+            }
+            @if shown.is_empty() {
+                p.muted { "Nothing waits for your review." }
+            } @else {
+                table #inbox {
+                    thead { tr { th { "Tool" } th { "Proposer" } th { "Requested" } th { "Expires" } th { "Payload digest" } } }
+                    tbody {
+                        @for a in &shown {
+                            tr {
+                                td { a href={ "/console/approvals/" (a.request.id) } { (a.request.tool) } }
+                                td { (a.request.proposer) }
+                                td { (when(a.request.created_at)) }
+                                td { time data-expires=(rfc3339(a.request.expires_at)) { (rfc3339(a.request.expires_at)) } }
+                                td.mono { (short(&a.request.payload_digest)) }
+                            }
+                        }
+                    }
+                }
+            }
+            @if let Some(href) = more {
+                p.pager { a href=(href) { "Older requests →" } }
+            }
+        }
+    };
+    let p = Page {
+        title,
+        reviewer: Some(&reviewer),
+        section: "approvals",
+    };
+    Ok(page(&p, body).into_response())
+}
+
+fn short(digest: &str) -> String {
+    let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+    format!("sha256:{}…", &hex[..hex.len().min(12)])
+}
+
+/// `{"pending": n}`: the inbox polls this to refresh itself.
+pub(crate) async fn pending_count(
+    State(state): State<Arc<AppState>>,
+    reviewer: Reviewer,
+) -> Result<Json<Value>, ApiError> {
+    let n = state
+        .store
+        .count_approvals(
+            reviewer.caller.principal.tenant(),
+            ApprovalStatus::Pending,
+            state.env.now(),
+        )
+        .await?;
+    Ok(Json(json!({ "pending": n })))
+}
+
+/// An approval request, for a reviewer policy allows or for its proposer.
+async fn visible_approval(
+    state: &AppState,
+    reviewer: &Reviewer,
+    id: &str,
+) -> Result<Option<(ApprovalRequest, bool)>, ApiError> {
+    let principal = &reviewer.caller.principal;
+    let Some(found) = state
+        .store
+        .get_approval(principal.tenant(), id, state.env.now())
+        .await?
+    else {
+        return Ok(None);
+    };
+    let may_review = state.authority.may_review(principal, &found).await?;
+    let proposer = found.request.proposer == principal.id();
+    Ok((may_review || proposer).then_some((found, may_review && !proposer)))
+}
+
+/// One approval request: the contract, the proposer and trace, the exact payload and its
+/// digest, what policy said, the proposer's budget and recent calls, and — for a reviewer
+/// who may decide it while it is pending — the approve and reject forms.
+pub(crate) async fn approval(
+    State(state): State<Arc<AppState>>,
+    reviewer: Reviewer,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let Some((a, may_decide)) = visible_approval(&state, &reviewer, &id).await? else {
+        return Ok(problem(
+            StatusCode::NOT_FOUND,
+            "Not found",
+            "There is no such approval request.",
+        ));
+    };
+    let tenant = reviewer.caller.principal.tenant();
+    let now = state.env.now();
+    let r = &a.request;
+    let contract = state.registry.by_id(tenant, &r.contract_id, now).await?;
+    let rows = state
+        .store
+        .list_ledger(
+            tenant,
+            &LedgerFilter {
+                approval_id: Some(r.id.clone()),
+                limit: 20,
+                ..LedgerFilter::default()
+            },
+        )
+        .await?
+        .entries;
+    let proposal = rows
+        .iter()
+        .filter(|e| e.decision.as_str() == "needs_approval")
+        .min_by_key(|e| e.created_at);
+    let recent = state
+        .store
+        .list_ledger(
+            tenant,
+            &LedgerFilter {
+                principal: Some(r.proposer.clone()),
+                limit: 10,
+                ..LedgerFilter::default()
+            },
+        )
+        .await?
+        .entries;
+    let budget = match &contract {
+        Some(c) => match c.budget().calls_per_day {
+            Some(limit) => {
+                let key = warrant_core::budget::day_key(&r.proposer, c.name(), now.date());
+                let used = state.store.budget_used(tenant, &key).await?;
+                Some(format!("{used} of {limit} calls today by {}", r.proposer))
+            }
+            None => None,
+        },
+        None => None,
+    };
+    let proposer_here = r.proposer == reviewer.caller.principal.id();
+    let body = html! {
+        p { a href="/console/approvals" { "← Approvals" } }
+        h1 { (r.tool) " " (status_badge(a.status.as_str())) }
+        dl.facts {
+            dt { "Approval" } dd.mono { (r.id) }
+            dt { "Proposer" } dd { (r.proposer) }
+            @if let Some(p) = proposal {
+                dt { "Trace" } dd.mono { a href={ "/console/ledger?trace=" (urlencode(&p.trace_id)) } { (p.trace_id) } }
+                dt { "Policy" } dd { "needs approval" @if let Some(stage) = &p.stage { " at the " (stage) " stage" } @if let Some(d) = &p.detail { ": " (d) } }
+            }
+            dt { "Requested" } dd { (when(r.created_at)) }
+            dt { "Expires" } dd { (when(r.expires_at)) " " @if a.status == ApprovalStatus::Pending { "(" time data-expires=(rfc3339(r.expires_at)) { "" } ")" } }
+            @if let Some(key) = &r.idempotency_key { dt { "Idempotency key" } dd.mono { (key) } }
+            @if let Some(rule) = &r.reviewers { dt { "Reviewers" } dd.mono { (rule.to_json()) } }
+            @if let Some(b) = &budget { dt { "Budget" } dd { (b) } }
+            @if let Some(who) = &a.reviewer { dt { "Decided by" } dd { (who) @if let Some(at) = a.decided_at { " at " (when(at)) } } }
+            @if let Some(reason) = &a.reason { dt { "Reason" } dd { (reason) } }
+            @if let Some(by) = &a.consumed_by { dt { "Executed as" } dd.mono { a href={ "/console/ledger/" (by) } { (by) } } }
+        }
+        h2 { "Payload" }
+        p.muted { "The exact arguments this approval is bound to (sensitive values appear as their keyed hashes, as in the ledger). Digest: " code { (r.payload_digest) } }
+        pre #payload { (pretty(&r.arguments)) }
+        @if a.status == ApprovalStatus::Pending {
+            @if may_decide {
+                div.decide {
+                    form method="post" action={ "/console/approvals/" (r.id) "/approve" } {
+                        input type="hidden" name="csrf" value=(reviewer.session.csrf);
+                        label for="approve-reason" { "Reason for approving" }
+                        textarea #approve-reason name="reason" required maxlength="1000" {}
+                        button.approve type="submit" { "Approve" }
+                    }
+                    form method="post" action={ "/console/approvals/" (r.id) "/reject" } {
+                        input type="hidden" name="csrf" value=(reviewer.session.csrf);
+                        label for="reject-reason" { "Reason for rejecting" }
+                        textarea #reject-reason name="reason" required maxlength="1000" {}
+                        button.reject type="submit" { "Reject" }
+                    }
+                }
+            } @else if proposer_here {
+                p.notice { "You proposed this call: another reviewer decides it." }
+            }
+        }
+        h2 { "Contract" }
+        @match &contract {
+            Some(c) => {
+                dl.facts {
+                    dt { "Tool" } dd { (c.qualified_name()) "@" (c.version()) }
+                    dt { "Content id" } dd.mono { (c.id_str()) }
+                    dt { "Effect" } dd { (c.effect().as_str()) }
+                    dt { "Scopes" } dd { @for s in c.scopes() { code { (s) } " " } }
+                    dt { "Approval" } dd { (c.approval().as_str()) }
+                    dt { "Owner" } dd { (c.owner()) }
+                    dt { "Description" } dd { (c.description()) }
+                }
+                details { summary { "The contract document" } pre { (pretty(c.document())) } }
+            }
+            None => p.muted { "The contract " code { (r.contract_id) } " is no longer registered." }
+        }
+        @if !rows.is_empty() {
+            h2 { "Ledger rows of this approval" }
+            (ledger_table(&rows))
+        }
+        h2 { "Recent calls by " (r.proposer) }
+        (ledger_table(&recent))
+    };
+    let p = Page {
+        title: format!("Approval of {}", r.tool),
+        reviewer: Some(&reviewer),
+        section: "approvals",
+    };
+    Ok(page(&p, body).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct DecisionForm {
+    /// Missing reads as empty, which no token equals (a `403`, not a parse error).
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    reason: String,
+}
+
+/// Approves a request (a reviewer policy allows, not the proposer), with a reason.
+pub(crate) async fn approve(
+    State(state): State<Arc<AppState>>,
+    reviewer: Reviewer,
+    Path(id): Path<String>,
+    axum::Form(form): axum::Form<DecisionForm>,
+) -> Response {
+    decide(&state, &reviewer, &id, Verdict::Approve, &form).await
+}
+
+/// Rejects a request, with a reason.
+pub(crate) async fn reject(
+    State(state): State<Arc<AppState>>,
+    reviewer: Reviewer,
+    Path(id): Path<String>,
+    axum::Form(form): axum::Form<DecisionForm>,
+) -> Response {
+    decide(&state, &reviewer, &id, Verdict::Reject, &form).await
+}
+
+async fn decide(
+    state: &AppState,
+    reviewer: &Reviewer,
+    id: &str,
+    verdict: Verdict,
+    form: &DecisionForm,
+) -> Response {
+    if let Some(refused) = reviewer.csrf_refusal(&form.csrf) {
+        return refused;
+    }
+    let reason = form.reason.trim();
+    if reason.is_empty() || reason.chars().count() > 1000 {
+        return problem(
+            StatusCode::BAD_REQUEST,
+            "A reason is required",
+            "Say why, in at most 1000 characters, and submit again.",
+        );
+    }
+    match state
+        .authority
+        .review(&reviewer.caller.principal, id, verdict, Some(reason))
+        .await
+    {
+        Ok(Ok(approval)) => {
+            crate::runs::wake_for_approval(state, &approval).await;
+            metrics::counter!("warrant_console_decisions_total", "verdict" => approval.status.as_str())
+                .increment(1);
+            see_other(&format!("/console/approvals/{}", urlencode(id)))
+        }
+        Ok(Err(refusal)) => match refusal {
+            ReviewRefusal::NotFound => problem(
+                StatusCode::NOT_FOUND,
+                "Not found",
+                "There is no such approval request.",
+            ),
+            ReviewRefusal::Forbidden(_) => problem(
+                StatusCode::FORBIDDEN,
+                "Not yours to decide",
+                "Policy does not let you review this tool.",
+            ),
+            ReviewRefusal::SelfReview => problem(
+                StatusCode::FORBIDDEN,
+                "Not yours to decide",
+                "The proposer of a call cannot review it.",
+            ),
+            ReviewRefusal::NotPending(status) => problem(
+                StatusCode::CONFLICT,
+                "Already decided",
+                &format!("This approval request is {status}."),
+            ),
+            ReviewRefusal::Expired => {
+                problem(StatusCode::CONFLICT, "Expired", "This approval request expired.")
+            }
+        },
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
+fn ledger_table(rows: &[LedgerEntry]) -> Markup {
+    html! {
+        @if rows.is_empty() {
+            p.muted { "No rows." }
+        } @else {
+            table {
+                thead { tr { th { "When" } th { "Tool" } th { "Principal" } th { "Decision" } th { "Outcome" } th { "Code" } } }
+                tbody {
+                    @for e in rows {
+                        tr {
+                            td { a href={ "/console/ledger/" (e.id) } { (when(e.created_at)) } }
+                            td { (e.tool) }
+                            td { (e.principal) }
+                            td { (status_badge(e.decision.as_str())) }
+                            td { @if let Some(o) = e.outcome { (status_badge(o.as_str())) } }
+                            td.mono { @if let Some(c) = &e.error_code { (c) } }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct LedgerQuery {
+    tool: Option<String>,
+    outcome: Option<String>,
+    principal: Option<String>,
+    trace: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    cursor: Option<String>,
+}
+
+fn parse_time(text: Option<&String>) -> Result<Option<OffsetDateTime>, String> {
+    let Some(text) = given(text) else {
+        return Ok(None);
+    };
+    // RFC 3339, or the `datetime-local` input's `YYYY-MM-DDTHH:MM` (read as UTC).
+    let full = if text.len() == 16 {
+        format!("{text}:00Z")
+    } else {
+        text.clone()
+    };
+    OffsetDateTime::parse(&full, &time::format_description::well_known::Rfc3339)
+        .map(Some)
+        .map_err(|_| format!("`{text}` is not a time (RFC 3339, e.g. 2026-12-02T10:00:00Z)"))
+}
+
+/// The tenant's ledger, newest first, with filters.
+pub(crate) async fn ledger(
+    State(state): State<Arc<AppState>>,
+    reviewer: Reviewer,
+    Query(q): Query<LedgerQuery>,
+) -> Result<Response, ApiError> {
+    let outcome = match given(q.outcome.as_ref()) {
+        Some(o) => {
+            Some(Outcome::parse(&o).ok_or_else(|| ApiError::bad_request(format!("unknown outcome `{o}`")))?)
+        }
+        None => None,
+    };
+    let since = parse_time(q.since.as_ref()).map_err(ApiError::bad_request)?;
+    let until = parse_time(q.until.as_ref()).map_err(ApiError::bad_request)?;
+    let filter = LedgerFilter {
+        tool: given(q.tool.as_ref()),
+        outcome,
+        principal: given(q.principal.as_ref()),
+        since,
+        until,
+        trace_id: given(q.trace.as_ref()),
+        approval_id: None,
+        cursor: given(q.cursor.as_ref()),
+        limit: 50,
+    };
+    let tenant = reviewer.caller.principal.tenant();
+    let page_rows = state.store.list_ledger(tenant, &filter).await?;
+    let next = page_rows.next_cursor.map(|c| {
+        let mut pairs = vec![("cursor", c)];
+        for (k, v) in [
+            ("tool", &filter.tool),
+            ("principal", &filter.principal),
+            ("trace", &filter.trace_id),
+            ("outcome", &filter.outcome.map(|o| o.as_str().to_owned())),
+            ("since", &given(q.since.as_ref())),
+            ("until", &given(q.until.as_ref())),
+        ] {
+            if let Some(v) = v {
+                pairs.push((k, v.clone()));
+            }
+        }
+        let query: Vec<String> = pairs
+            .iter()
+            .map(|(k, v)| format!("{k}={}", urlencode(v)))
+            .collect();
+        format!("/console/ledger?{}", query.join("&"))
+    });
+    let outcomes = [
+        "attempting",
+        "committed",
+        "failed",
+        "unknown",
+        "reconciled_committed",
+        "reconciled_not_committed",
+        "replayed",
+    ];
+    let body = html! {
+        h1 { "Ledger " span.muted { "(" (tenant) ")" } }
+        form.filters method="get" action="/console/ledger" {
+            label { "Tool" input type="text" name="tool" value=[filter.tool.as_deref()]; }
+            label { "Outcome" select name="outcome" {
+                option value="" { "any" }
+                @for o in outcomes {
+                    @if filter.outcome.map(|x| x.as_str()) == Some(o) { option value=(o) selected { (o) } } @else { option value=(o) { (o) } }
+                }
+            } }
+            label { "Principal" input type="text" name="principal" value=[filter.principal.as_deref()]; }
+            label { "Trace id" input type="text" name="trace" value=[filter.trace_id.as_deref()]; }
+            label { "Since (UTC)" input type="text" name="since" placeholder="2026-12-02T00:00:00Z" value=[given(q.since.as_ref())]; }
+            label { "Until (UTC)" input type="text" name="until" placeholder="2026-12-03T00:00:00Z" value=[given(q.until.as_ref())]; }
+            button type="submit" { "Filter" }
+            a href="/console/ledger" { "Clear" }
+        }
+        (ledger_table(&page_rows.entries))
+        @if let Some(href) = next { p.pager { a href=(href) { "Older rows →" } } }
+    };
+    let p = Page {
+        title: "Ledger".to_owned(),
+        reviewer: Some(&reviewer),
+        section: "ledger",
+    };
+    Ok(page(&p, body).into_response())
+}
+
+/// One ledger row, as stored (redacted values stay redacted).
+pub(crate) async fn ledger_row(
+    State(state): State<Arc<AppState>>,
+    reviewer: Reviewer,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let Some(e) = state
+        .store
+        .get_ledger(reviewer.caller.principal.tenant(), &id)
+        .await?
+    else {
+        return Ok(problem(
+            StatusCode::NOT_FOUND,
+            "Not found",
+            "There is no such ledger row.",
+        ));
+    };
+    let body = html! {
+        p { a href="/console/ledger" { "← Ledger" } }
+        h1 { (e.tool) " " (status_badge(e.decision.as_str())) @if let Some(o) = e.outcome { " " (status_badge(o.as_str())) } }
+        dl.facts {
+            dt { "Row" } dd.mono { (e.id) }
+            dt { "Principal" } dd { (e.principal) }
+            dt { "Trace" } dd.mono { a href={ "/console/ledger?trace=" (urlencode(&e.trace_id)) } { (e.trace_id) } }
+            dt { "Created" } dd { (when(e.created_at)) }
+            dt { "Updated" } dd { (when(e.updated_at)) }
+            @if let Some(c) = &e.contract_id { dt { "Contract" } dd.mono { (c) } }
+            @if let Some(d) = &e.payload_digest { dt { "Payload digest" } dd.mono { (d) } }
+            @if let Some(s) = &e.stage { dt { "Stage" } dd { (s) } }
+            @if let Some(c) = &e.error_code { dt { "Error class" } dd.mono { (c) } }
+            @if let Some(d) = &e.detail { dt { "Detail" } dd { (d) } }
+            dt { "Attempts" } dd { (e.attempts) }
+            @if let Some(ms) = e.latency_ms { dt { "Latency" } dd { (ms) " ms" } }
+            dt { "Cost" } dd { (e.cost) }
+            @if let Some(a) = &e.approval_id { dt { "Approval" } dd.mono { a href={ "/console/approvals/" (a) } { (a) } } }
+            @if let Some(k) = &e.idempotency_key { dt { "Idempotency key" } dd.mono { (k) } }
+            @if let Some(r) = &e.run_id { dt { "Run" } dd.mono { a href={ "/console/runs/" (r) } { (r) } @if let Some(s) = &e.step_id { " · " (s) } } }
+        }
+        @if let Some(args) = &e.arguments {
+            h2 { "Arguments" }
+            pre { (pretty(args)) }
+        }
+    };
+    let p = Page {
+        title: format!("Ledger row {}", e.id),
+        reviewer: Some(&reviewer),
+        section: "ledger",
+    };
+    Ok(page(&p, body).into_response())
+}
+
+/// The tenant's latest runs.
+pub(crate) async fn runs(
+    State(state): State<Arc<AppState>>,
+    reviewer: Reviewer,
+) -> Result<Response, ApiError> {
+    let list = state
+        .store
+        .list_runs(reviewer.caller.principal.tenant(), 100)
+        .await?;
+    let body = html! {
+        h1 { "Runs" }
+        @if list.is_empty() {
+            p.muted { "No workflow runs yet." }
+        } @else {
+            table {
+                thead { tr { th { "Run" } th { "Workflow" } th { "Status" } th { "Next step" } th { "Cost" } th { "Started" } } }
+                tbody {
+                    @for r in &list {
+                        tr {
+                            td.mono { a href={ "/console/runs/" (r.id) } { (r.id) } }
+                            td { (r.workflow) "@" (r.version) }
+                            td { (status_badge(r.status.as_str())) }
+                            td { @if let Some(s) = &r.next_step { (s) } }
+                            td { (r.cost) }
+                            td { (when(r.created_at)) }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    let p = Page {
+        title: "Runs".to_owned(),
+        reviewer: Some(&reviewer),
+        section: "runs",
+    };
+    Ok(page(&p, body).into_response())
+}
+
+/// One run: its workflow's steps (the graph, each with the state it reached), the steps it
+/// executed with their ledger rows, and its cost.
+pub(crate) async fn run(
+    State(state): State<Arc<AppState>>,
+    reviewer: Reviewer,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let tenant = reviewer.caller.principal.tenant();
+    let Some(r) = state.store.get_run(tenant, &id).await? else {
+        return Ok(problem(
+            StatusCode::NOT_FOUND,
+            "Not found",
+            "There is no such run.",
+        ));
+    };
+    let steps = state.store.run_steps(tenant, &id).await?;
+    let workflow = state.store.get_workflow(tenant, &r.workflow, r.version).await?;
+    let graph: Vec<(String, String, String)> = workflow
+        .as_ref()
+        .and_then(|w| w.document.get("steps").and_then(Value::as_array).cloned())
+        .unwrap_or_default()
+        .iter()
+        .map(|s| {
+            let id = s.get("id").and_then(Value::as_str).unwrap_or("?").to_owned();
+            let kind = ["model", "tool", "review", "branch", "end"]
+                .into_iter()
+                .find(|k| s.get(*k).is_some())
+                .unwrap_or("?")
+                .to_owned();
+            let mut to: Vec<String> = Vec::new();
+            for key in ["next", "on_approve", "on_reject"] {
+                if let Some(n) = s.get(key).and_then(Value::as_str) {
+                    to.push(format!("{key} → {n}"));
+                }
+            }
+            if let Some(cases) = s.pointer("/branch/cases").and_then(Value::as_array) {
+                for c in cases {
+                    if let Some(n) = c.get("next").and_then(Value::as_str) {
+                        to.push(format!("case → {n}"));
+                    }
+                }
+            }
+            if let Some(n) = s.pointer("/branch/else").and_then(Value::as_str) {
+                to.push(format!("else → {n}"));
+            }
+            (id, kind, to.join(", "))
+        })
+        .collect();
+    let reached = |step: &str| -> String {
+        let last = steps.iter().rev().find(|s| s.step_id == step);
+        match (last, r.next_step.as_deref()) {
+            (_, Some(next)) if next == step => r.status.as_str().to_owned(),
+            (Some(s), _) => s.status.clone(),
+            (None, _) => "not reached".to_owned(),
+        }
+    };
+    let body = html! {
+        p { a href="/console/runs" { "← Runs" } }
+        h1 { (r.workflow) "@" (r.version) " " (status_badge(r.status.as_str())) }
+        dl.facts {
+            dt { "Run" } dd.mono { (r.id) }
+            dt { "Definition" } dd.mono { (r.digest) }
+            dt { "Started" } dd { (when(r.created_at)) }
+            dt { "Updated" } dd { (when(r.updated_at)) }
+            dt { "Cost" } dd { (r.cost) }
+            @if let Some(e) = &r.error { dt { "Error" } dd { (e) } }
+        }
+        h2 { "Input" }
+        pre { (pretty(&r.input)) }
+        h2 { "Workflow" }
+        table {
+            thead { tr { th { "Step" } th { "Kind" } th { "Goes to" } th { "State" } } }
+            tbody {
+                @for (step, kind, to) in &graph {
+                    tr { td.mono { (step) } td { (kind) } td { (to) } td { (status_badge(&reached(step))) } }
+                }
+            }
+        }
+        h2 { "Executed steps" }
+        table {
+            thead { tr { th { "#" } th { "Step" } th { "Kind" } th { "Status" } th { "Ledger" } th { "Cost" } th { "Finished" } th { "Detail" } } }
+            tbody {
+                @for s in &steps {
+                    tr {
+                        td { (s.seq) }
+                        td.mono { (s.step_id) }
+                        td { (s.kind) }
+                        td { (status_badge(&s.status)) }
+                        td.mono { @if let Some(l) = &s.ledger_id { a href={ "/console/ledger/" (l) } { (l) } } }
+                        td { (s.cost) }
+                        td { (when(s.finished_at)) }
+                        td { @if let Some(d) = &s.detail { (d) } }
+                    }
+                }
+            }
+        }
+    };
+    let p = Page {
+        title: format!("Run {}", r.id),
+        reviewer: Some(&reviewer),
+        section: "runs",
+    };
+    Ok(page(&p, body).into_response())
+}
+
+/// The contracts this tenant can call (its own and the platform's), every version.
+pub(crate) async fn contracts(
+    State(state): State<Arc<AppState>>,
+    reviewer: Reviewer,
+) -> Result<Response, ApiError> {
+    let tenant = reviewer.caller.principal.tenant();
+    let all = state.store.list_contracts().await?;
+    let visible: Vec<_> = all.iter().filter(|c| c.namespace.visible_to(tenant)).collect();
+    let now = state.env.now();
+    let body = html! {
+        h1 { "Contracts" }
+        table {
+            thead { tr { th { "Name" } th { "Version" } th { "Namespace" } th { "Effect" } th { "Content id" } th { "Registered" } th { "Retired" } } }
+            tbody {
+                @for c in &visible {
+                    tr {
+                        td { (c.name) }
+                        td { (c.version) }
+                        td { (c.namespace.as_stored()) }
+                        td { @if let Some(e) = c.body.get("effect").and_then(Value::as_str) { (e) } }
+                        td.mono { (short(&c.content_id)) }
+                        td { (when(c.registered_at)) }
+                        td { @if let Some(at) = c.retired_at { (when(at)) @if at > now { " (scheduled)" } } }
+                    }
+                }
+            }
+        }
+    };
+    let p = Page {
+        title: "Contracts".to_owned(),
+        reviewer: Some(&reviewer),
+        section: "contracts",
+    };
+    Ok(page(&p, body).into_response())
+}
