@@ -190,6 +190,14 @@ pub enum TenantsCommand {
     List,
 }
 
+/// `warrant console …`.
+#[derive(Debug, Subcommand)]
+pub enum ConsoleCommand {
+    /// Print a one-time link that signs the key's principal in to the reviewer console
+    /// (valid 15 minutes, usable once).
+    Link,
+}
+
 struct Client {
     http: reqwest::Client,
     base: String,
@@ -773,4 +781,27 @@ fn segment(text: &str) -> String {
 /// A field of a JSON object, or `null`.
 fn at<'a>(value: &'a Value, key: &str) -> &'a Value {
     value.get(key).unwrap_or(&Value::Null)
+}
+
+/// `warrant console link`: asks the server for a one-time sign-in link for the key's own
+/// principal and prints it.
+pub fn console(args: &ServerArgs, command: &ConsoleCommand) -> Result<Exit> {
+    let client = Client::new(args)?;
+    block_on(async move {
+        match command {
+            ConsoleCommand::Link => match client.call(Method::POST, "/v1/console/links", None).await? {
+                Ok(v) => {
+                    println!("{}", at(&v, "url").as_str().unwrap_or(""));
+                    eprintln!(
+                        "signs in as {} ({}) once, until {}",
+                        at(&v, "principal").as_str().unwrap_or(""),
+                        at(&v, "tenant").as_str().unwrap_or(""),
+                        at(&v, "expires_at").as_str().unwrap_or(""),
+                    );
+                    Ok(Exit::Ok)
+                }
+                Err(m) => Ok(refused(&m)),
+            },
+        }
+    })
 }

@@ -79,6 +79,13 @@ enum Command {
     /// Workflow runs on a running server: list, show.
     #[command(subcommand)]
     Runs(workflow::RunsCommand),
+    /// The reviewer console: a one-time sign-in link.
+    Console {
+        #[command(flatten)]
+        server: client::ServerArgs,
+        #[command(subcommand)]
+        command: client::ConsoleCommand,
+    },
     /// Tenants on a running server (the platform operator): create, list.
     Tenants {
         #[command(flatten)]
@@ -121,6 +128,7 @@ fn main() -> ExitCode {
         Command::Ledger { server, command } => client::ledger(&server, &command),
         Command::Keys { server, command } => client::keys(&server, &command),
         Command::Tenants { server, command } => client::tenants(&server, &command),
+        Command::Console { server, command } => client::console(&server, &command),
         Command::Workflow(command) => workflow::run(&command),
         Command::Runs(command) => client::runs(&command),
     };
