@@ -45,6 +45,7 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/console/runs", get(pages::runs))
         .route("/console/runs/{id}", get(pages::run))
         .route("/console/contracts", get(pages::contracts))
+        .route("/console/contracts/diff", get(pages::contract_diff))
         .route("/console/static/console.css", get(stylesheet))
         .route("/console/static/console.js", get(script))
         .fallback(|| async { problem(StatusCode::NOT_FOUND, "Not found", "There is no such page.") })

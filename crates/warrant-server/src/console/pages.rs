@@ -756,17 +756,22 @@ pub(crate) async fn contracts(
     let body = html! {
         h1 { "Contracts" }
         table {
-            thead { tr { th { "Name" } th { "Version" } th { "Namespace" } th { "Effect" } th { "Content id" } th { "Registered" } th { "Retired" } } }
+            thead { tr { th { "Name" } th { "Version" } th { "Namespace" } th { "Effect" } th { "Content id" } th { "Registered" } th { "Retired" } th { "" } } }
             tbody {
                 @for c in &visible {
                     tr {
                         td { (c.name) }
                         td { (c.version) }
-                        td { (c.namespace.as_stored()) }
+                        td { @if c.namespace.as_stored().is_empty() { "platform" } @else { (c.namespace.as_stored()) } }
                         td { @if let Some(e) = c.body.get("effect").and_then(Value::as_str) { (e) } }
                         td.mono { (short(&c.content_id)) }
                         td { (when(c.registered_at)) }
                         td { @if let Some(at) = c.retired_at { (when(at)) @if at > now { " (scheduled)" } } }
+                        td {
+                            @if c.version > 1 && visible.iter().any(|o| o.name == c.name && o.namespace == c.namespace && o.version == c.version - 1) {
+                                a href={ "/console/contracts/diff?namespace=" (urlencode(c.namespace.as_stored())) "&name=" (urlencode(&c.name)) "&from=" (c.version - 1) "&to=" (c.version) } { "changes from v" (c.version - 1) }
+                            }
+                        }
                     }
                 }
             }
@@ -774,6 +779,70 @@ pub(crate) async fn contracts(
     };
     let p = Page {
         title: "Contracts".to_owned(),
+        reviewer: Some(&reviewer),
+        section: "contracts",
+    };
+    Ok(page(&p, body).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct DiffQuery {
+    namespace: String,
+    name: String,
+    from: u32,
+    to: u32,
+}
+
+/// The changes between two versions of a contract the tenant can see: its documents as
+/// pretty JSON (keys sorted), compared line by line.
+pub(crate) async fn contract_diff(
+    State(state): State<Arc<AppState>>,
+    reviewer: Reviewer,
+    Query(q): Query<DiffQuery>,
+) -> Result<Response, ApiError> {
+    let tenant = reviewer.caller.principal.tenant();
+    let namespace = warrant_core::contract::Namespace::from_stored(&q.namespace);
+    let not_found = || {
+        problem(
+            StatusCode::NOT_FOUND,
+            "Not found",
+            "There is no such contract version.",
+        )
+    };
+    if !namespace.visible_to(tenant) {
+        return Ok(not_found());
+    }
+    let (Some(from), Some(to)) = (
+        state.store.get_contract(&namespace, &q.name, q.from).await?,
+        state.store.get_contract(&namespace, &q.name, q.to).await?,
+    ) else {
+        return Ok(not_found());
+    };
+    let (old, new) = (pretty(&from.body), pretty(&to.body));
+    let diff = similar::TextDiff::from_lines(&old, &new);
+    let body = html! {
+        p { a href="/console/contracts" { "← Contracts" } }
+        h1 { (q.name) ": v" (q.from) " → v" (q.to) }
+        dl.facts {
+            dt { "v" (q.from) } dd.mono { (from.content_id) }
+            dt { "v" (q.to) } dd.mono { (to.content_id) }
+        }
+        @if old == new {
+            p.muted { "The two documents are the same." }
+        } @else {
+            pre.diff {
+                @for change in diff.iter_all_changes() {
+                    @match change.tag() {
+                        similar::ChangeTag::Delete => span.del { "- " (change.value().trim_end_matches('\n')) },
+                        similar::ChangeTag::Insert => span.add { "+ " (change.value().trim_end_matches('\n')) },
+                        similar::ChangeTag::Equal => span { "  " (change.value().trim_end_matches('\n')) },
+                    }
+                }
+            }
+        }
+    };
+    let p = Page {
+        title: format!("{} v{} → v{}", q.name, q.from, q.to),
         reviewer: Some(&reviewer),
         section: "contracts",
     };

@@ -367,6 +367,40 @@ pub async fn the_console_signs_reviewers_in_and_decides_through_the_pipeline(h: 
     assert!(contracts.status == 200 && contracts.body.contains("credit"));
     assert_eq!(reviewer.get("/console/nowhere").await.status, 404);
 
+    // Two versions of a tenant contract: the catalogue links their diff, which shows the change;
+    // another tenant cannot read it.
+    for (version, description) in [(1, "Answer pong."), (2, "Answer pong, politely.")] {
+        let doc = format!(
+            "name: ping\nversion: {version}\ndescription: {description}\nowner: test\neffect: read\n\
+             scopes: [orders:read]\napproval: none\n\
+             input: {{ type: object, additionalProperties: false, properties: {{}} }}\n\
+             output: {{ type: object, additionalProperties: false, properties: {{}} }}\n"
+        );
+        let r = h
+            .req(Method::POST, "/v1/contracts", "admin")
+            .header("content-type", "application/yaml")
+            .body(doc)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 201);
+    }
+    let contracts = reviewer.get("/console/contracts").await;
+    let diff_path = "/console/contracts/diff?namespace=acme&name=ping&from=1&to=2";
+    assert!(
+        contracts.body.contains(&diff_path.replace('&', "&amp;")),
+        "{}",
+        contracts.body
+    );
+    let diff = reviewer.get(diff_path).await;
+    assert_eq!(diff.status, 200, "{}", diff.body);
+    assert!(
+        diff.body.contains("- ") && diff.body.contains("Answer pong, politely."),
+        "{}",
+        diff.body
+    );
+    assert_eq!(other.get(diff_path).await.status, 404);
+
     // Sign-out ends the session server-side: the old cookie no longer works.
     let old = reviewer.jar.clone();
     let out = reviewer.post("/console/signout", &[("csrf", &csrf)]).await;
