@@ -408,6 +408,35 @@ pub async fn the_console_signs_reviewers_in_and_decides_through_the_pipeline(h: 
     reviewer.jar = old;
     assert_eq!(reviewer.get("/console/approvals").await.status, 303);
 
+    // Revoking the key ends its sessions.
+    let made: Value = h
+        .req(Method::POST, "/v1/keys", "admin")
+        .json(&serde_json::json!({"principal": "sam", "roles": ["supervisor"], "label": "console"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let (key_id, sam_key) = (
+        made["id"].as_str().unwrap().to_owned(),
+        made["key"].as_str().unwrap().to_owned(),
+    );
+    let mut sam = Browser::new(h);
+    let form = sam.get("/console/signin").await;
+    let done = sam
+        .post("/console/signin", &[("csrf", &form.csrf()), ("key", &sam_key)])
+        .await;
+    assert_eq!(done.status, 303);
+    assert_eq!(sam.get("/console/approvals").await.status, 200);
+    let r = h
+        .req(Method::DELETE, &format!("/v1/keys/{key_id}"), "admin")
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success());
+    assert_eq!(sam.get("/console/approvals").await.status, 303);
+
     // A one-time sign-in link: made over the API, used once.
     let made: Value = h
         .req(Method::POST, "/v1/console/links", "reviewer")
