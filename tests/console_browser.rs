@@ -1,7 +1,8 @@
 //! The reviewer console in a real browser (Chromium through chromedriver) against the real
 //! `warrant serve`: a supervisor signs in, sees the approval an agent's MCP call asked for,
 //! opens it, approves it with a reason; the agent's retry executes once and its ledger row
-//! appears; a second request is rejected; a form stripped of its CSRF token is refused; the
+//! appears; a second request is rejected; a third is approved with edits and only the edited
+//! payload reaches the upstream; a form stripped of its CSRF token is refused; the
 //! proposer sees no decision form and is refused; another tenant's admin gets a 404.
 //!
 //! Needs `chromium` and `chromedriver` (Debian: `chromium`, `chromium-driver`; `.ci/run`
@@ -170,6 +171,24 @@ async fn browser(driver_url: &str, chromium: &str) -> Client {
     }
 }
 
+/// Waits until the page's main text contains `needle`.
+async fn wait_text(c: &Client, needle: &str) {
+    let started = Instant::now();
+    loop {
+        if let Ok(main) = c.find(Locator::Css("main")).await
+            && let Ok(t) = main.text().await
+            && t.contains(needle)
+        {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "`{needle}` never appeared"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn text(c: &Client) -> String {
     c.find(Locator::Css("main")).await.unwrap().text().await.unwrap()
 }
@@ -183,23 +202,51 @@ async fn sign_in(c: &Client, url: &str, key: &str) {
         .send_keys(key)
         .await
         .unwrap();
-    c.find(Locator::Css("main form button[type=submit]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    assert_eq!(c.current_url().await.unwrap().path(), "/console/approvals");
+    submit(c, "main form button[type=submit]").await;
+    wait_path(c, "/console/approvals").await;
 }
 
 async fn sign_out(c: &Client) {
-    c.find(Locator::Css("header form button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    assert!(c.current_url().await.unwrap().path().ends_with("/console/signin"));
+    submit(c, "header form button").await;
+    wait_path(c, "/console/signin").await;
+}
+
+/// Clicks the submit button `css` and waits for the next page to be loaded (a click does not
+/// wait for the navigation it starts).
+async fn submit(c: &Client, css: &str) {
+    c.execute("window.__before_submit = true;", vec![]).await.unwrap();
+    c.find(Locator::Css(css)).await.unwrap().click().await.unwrap();
+    let started = Instant::now();
+    loop {
+        let loaded = c
+            .execute(
+                "return window.__before_submit === undefined && document.readyState === 'complete';",
+                vec![],
+            )
+            .await
+            .unwrap_or(Value::Bool(false));
+        if loaded == Value::Bool(true) {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no page after clicking {css}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits for the browser to arrive at `path` (a click does not wait for the navigation).
+async fn wait_path(c: &Client, path: &str) {
+    let started = Instant::now();
+    loop {
+        let at = c.current_url().await.unwrap();
+        if at.path() == path {
+            return;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "at {at}, not {path}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 fn screenshot(name: &str, png: &[u8]) {
@@ -293,12 +340,11 @@ fn a_reviewer_decides_in_a_real_browser() {
         )
         .await
         .unwrap();
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        assert!(text(&c).await.contains("Form refused"));
+        wait_text(&c, "Form refused").await;
         c.goto(&format!("{url}/console/approvals/{approval}")).await.unwrap();
         c.find(Locator::Css("#approve-reason")).await.unwrap()
             .send_keys("verified the duplicate charge").await.unwrap();
-        c.find(Locator::Css("button.approve")).await.unwrap().click().await.unwrap();
+        submit(&c, "button.approve").await;
         let page = text(&c).await;
         assert!(page.contains("approved") && page.contains("verified the duplicate charge"), "{page}");
         assert!(seen.lock().unwrap().is_empty());
@@ -316,9 +362,34 @@ fn a_reviewer_decides_in_a_real_browser() {
         // The second request is rejected with a reason.
         c.goto(&format!("{url}/console/approvals/{second}")).await.unwrap();
         c.find(Locator::Css("#reject-reason")).await.unwrap().send_keys("too large").await.unwrap();
-        c.find(Locator::Css("button.reject")).await.unwrap().click().await.unwrap();
+        submit(&c, "button.reject").await;
         let page = text(&c).await;
         assert!(page.contains("rejected") && page.contains("too large"), "{page}");
+        // Approved with edits: the upstream receives the edited payload only, at once.
+        let asked = mcp_credit(&http, &url, &agent, 7000, None).await;
+        let fourth = asked["result"]["structuredContent"]["approval_id"].as_str().unwrap().to_owned();
+        c.goto(&format!("{url}/console/approvals/{fourth}")).await.unwrap();
+        c.find(Locator::Css("details.edit summary")).await.unwrap().click().await.unwrap();
+        let amount = c.find(Locator::Css("#edit-arg-amount_cents")).await.unwrap();
+        amount.clear().await.unwrap();
+        amount.send_keys("3000").await.unwrap();
+        c.find(Locator::Css("#edit-why")).await.unwrap()
+            .send_keys("goodwill is capped at 30 EUR").await.unwrap();
+        submit(&c, "details.edit button.approve").await;
+        let page = text(&c).await;
+        assert!(page.contains("consumed") && page.contains("3000") && page.contains(&fourth), "{page}");
+        {
+            let bodies = seen.lock().unwrap();
+            assert_eq!(bodies.len(), 2, "{bodies:?}");
+            assert_eq!(bodies[1]["amount_cents"], 3000);
+            assert!(bodies.iter().all(|b| b["amount_cents"] != 7000));
+        }
+        // The original payload cannot run on that decision.
+        let retried = mcp_credit(&http, &url, &agent, 7000, Some(&fourth)).await;
+        assert_eq!(retried["result"]["isError"], true, "{retried}");
+        assert_eq!(seen.lock().unwrap().len(), 2);
+        screenshot("edited.png", &c.screenshot().await.unwrap());
+
         c.goto(&format!("{url}/console/runs")).await.unwrap();
         assert!(text(&c).await.contains("Runs"));
         sign_out(&c).await;
@@ -354,5 +425,9 @@ fn a_reviewer_decides_in_a_real_browser() {
         assert!(text(&c).await.contains("There is no such approval request"));
         c.close().await.unwrap();
     });
-    assert_eq!(seen.lock().unwrap().len(), 1, "exactly one effect");
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        2,
+        "the approved call and the edited one, once each"
+    );
 }

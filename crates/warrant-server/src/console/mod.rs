@@ -40,6 +40,7 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/console/approvals/{id}", get(pages::approval))
         .route("/console/approvals/{id}/approve", post(pages::approve))
         .route("/console/approvals/{id}/reject", post(pages::reject))
+        .route("/console/approvals/{id}/edit", post(pages::edit))
         .route("/console/ledger", get(pages::ledger))
         .route("/console/ledger/{id}", get(pages::ledger_row))
         .route("/console/runs", get(pages::runs))

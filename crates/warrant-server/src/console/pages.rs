@@ -255,6 +255,10 @@ pub(crate) async fn approval(
         None => None,
     };
     let proposer_here = r.proposer == reviewer.caller.principal.id();
+    let edit_fields = contract
+        .as_deref()
+        .filter(|_| may_decide && editable(&a))
+        .and_then(editable_fields);
     let body = html! {
         p { a href="/console/approvals" { "← Approvals" } }
         h1 { (r.tool) " " (status_badge(a.status.as_str())) }
@@ -291,6 +295,21 @@ pub(crate) async fn approval(
                         label for="reject-reason" { "Reason for rejecting" }
                         textarea #reject-reason name="reason" required maxlength="1000" {}
                         button.reject type="submit" { "Reject" }
+                    }
+                }
+                @if let Some(fields) = edit_fields.as_ref() {
+                    details.edit {
+                        summary { "Approve with edits" }
+                        p.muted { "Change the arguments, then approve: the edited call goes through the whole pipeline again (policy, guards, budget) as the proposer, is bound to its own digest, and runs at once. This request is rejected; its original payload can never run on your approval." }
+                        form method="post" action={ "/console/approvals/" (r.id) "/edit" } {
+                            input type="hidden" name="csrf" value=(reviewer.session.csrf);
+                            @for f in fields {
+                                (edit_field(f, r.arguments.get(&f.name)))
+                            }
+                            label for="edit-why" { "Reason for the edit" }
+                            textarea #edit-why name="reason" required maxlength="900" {}
+                            button.approve type="submit" { "Approve the edited call" }
+                        }
                     }
                 }
             } @else if proposer_here {
@@ -847,4 +866,340 @@ pub(crate) async fn contract_diff(
         section: "contracts",
     };
     Ok(page(&p, body).into_response())
+}
+
+/// One editable argument: a top-level property of the contract's input.
+#[derive(Debug)]
+struct EditField {
+    name: String,
+    kind: FieldKind,
+    required: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FieldKind {
+    Text,
+    Integer,
+    Number,
+    Boolean,
+    /// Anything else, edited as JSON.
+    Json,
+}
+
+/// Whether an approval request may be approved with edits: a direct call's (a workflow's
+/// review binds the step's exact payload, and the run waits for that one).
+fn editable(a: &ApprovalRequest) -> bool {
+    !a.request
+        .idempotency_key
+        .as_deref()
+        .is_some_and(|k| k.starts_with("run_"))
+}
+
+/// The fields of the edit form, from the contract's input schema: its top-level properties.
+/// `None` — no edits offered — for an input that is not an object with properties, or that has
+/// a sensitive field anywhere (the stored arguments hold only its keyed hash, so an edit could
+/// not carry the real value).
+fn editable_fields(contract: &warrant_core::Contract) -> Option<Vec<EditField>> {
+    let input = contract.input_document()?;
+    if input.to_string().contains("x-warrant-sensitive") {
+        return None;
+    }
+    let required: Vec<&str> = input
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let properties = input.get("properties")?.as_object()?;
+    let fields = properties
+        .iter()
+        .map(|(name, schema)| EditField {
+            name: name.clone(),
+            kind: match schema.get("type").and_then(Value::as_str) {
+                Some("string") if schema.get("enum").is_none() => FieldKind::Text,
+                Some("integer") => FieldKind::Integer,
+                Some("number") => FieldKind::Number,
+                Some("boolean") => FieldKind::Boolean,
+                _ => FieldKind::Json,
+            },
+            required: required.contains(&name.as_str()),
+        })
+        .collect::<Vec<_>>();
+    (!fields.is_empty()).then_some(fields)
+}
+
+fn edit_field(f: &EditField, current: Option<&Value>) -> Markup {
+    let id = format!("edit-arg-{}", f.name);
+    let field = format!("arg:{}", f.name);
+    let text = match (f.kind, current) {
+        (_, None) => String::new(),
+        (FieldKind::Text, Some(Value::String(v))) => v.clone(),
+        (FieldKind::Json, Some(v)) => pretty(v),
+        (_, Some(v)) => v.to_string(),
+    };
+    html! {
+        label for=(id) { (f.name) @if f.required { " (required)" } }
+        @match f.kind {
+            FieldKind::Text => input #(id) type="text" name=(field) value=(text) required[f.required];,
+            FieldKind::Integer => input #(id) type="number" step="1" name=(field) value=(text) required[f.required];,
+            FieldKind::Number => input #(id) type="number" step="any" name=(field) value=(text) required[f.required];,
+            FieldKind::Boolean => select #(id) name=(field) {
+                @if !f.required { option value="" { "(absent)" } }
+                @for v in ["true", "false"] {
+                    @if text == v { option value=(v) selected { (v) } } @else { option value=(v) { (v) } }
+                }
+            },
+            FieldKind::Json => textarea #(id) name=(field) { (text) },
+        }
+    }
+}
+
+/// The edited arguments from the form: each field typed by the input schema; an empty
+/// optional field is absent. The result is still untrusted: the pipeline's strict parser and
+/// schema check it.
+fn edited_arguments(
+    fields: &[EditField],
+    form: &[(String, String)],
+) -> Result<serde_json::Map<String, Value>, String> {
+    let mut out = serde_json::Map::new();
+    for f in fields {
+        let key = format!("arg:{}", f.name);
+        let raw = form.iter().find(|(k, _)| *k == key).map(|(_, v)| v.as_str());
+        let text = raw.unwrap_or("");
+        if text.trim().is_empty() && !(f.required && f.kind == FieldKind::Text && raw.is_some()) {
+            if f.required {
+                return Err(format!("`{}` is required", f.name));
+            }
+            continue;
+        }
+        let value = match f.kind {
+            FieldKind::Text => Value::String(text.to_owned()),
+            FieldKind::Integer => Value::from(
+                text.trim()
+                    .parse::<i64>()
+                    .map_err(|_| format!("`{}` is not an integer", f.name))?,
+            ),
+            FieldKind::Number => {
+                let n: f64 = text
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("`{}` is not a number", f.name))?;
+                serde_json::Number::from_f64(n)
+                    .map(Value::Number)
+                    .ok_or_else(|| format!("`{}` is not a finite number", f.name))?
+            }
+            FieldKind::Boolean => match text {
+                "true" => Value::Bool(true),
+                "false" => Value::Bool(false),
+                _ => return Err(format!("`{}` is true or false", f.name)),
+            },
+            FieldKind::Json => {
+                serde_json::from_str(text).map_err(|e| format!("`{}` is not JSON: {e}", f.name))?
+            }
+        };
+        out.insert(f.name.clone(), value);
+    }
+    Ok(out)
+}
+
+/// The proposer's authority now: the least any of its live keys in the tenant holds (the
+/// grants and roles all of them have). `None` when it holds no live key (the edited call is
+/// then not made: the proposer could not make it either).
+async fn proposer_authority(
+    state: &AppState,
+    tenant: &str,
+    proposer: &str,
+) -> Result<Option<warrant_core::authority::Principal>, ApiError> {
+    let keys = state.store.list_api_keys(tenant).await?;
+    let mut live = keys
+        .iter()
+        .filter(|k| k.key.principal == proposer && k.revoked_at.is_none());
+    let Some(first) = live.next() else {
+        return Ok(None);
+    };
+    let (mut grants, mut roles) = (first.key.grants.clone(), first.key.roles.clone());
+    for k in live {
+        grants.retain(|g| k.key.grants.contains(g));
+        roles.retain(|r| k.key.roles.contains(r));
+    }
+    Ok(warrant_core::authority::Principal::new(proposer, tenant, grants)
+        .and_then(|p| p.with_roles(roles))
+        .ok())
+}
+
+/// Approves a request with edits: the edited arguments, parsed by the input schema's types,
+/// are proposed again as the proposer (the proposer's current authority) through `submit` —
+/// strict parser, schema, policy, guards, budget — held for review and so bound to the
+/// edited payload's digest; the original request is rejected (its payload can never run on
+/// this decision), the edited one approved by this reviewer (both reasons name the other
+/// request and the original digest), and the edited call is executed at once with its
+/// approval, as the proposer, under the original idempotency key.
+pub(crate) async fn edit(
+    State(state): State<Arc<AppState>>,
+    reviewer: Reviewer,
+    Path(id): Path<String>,
+    axum::Form(form): axum::Form<Vec<(String, String)>>,
+) -> Result<Response, ApiError> {
+    let field = |name: &str| {
+        form.iter()
+            .find(|(k, _)| k == name)
+            .map_or("", |(_, v)| v.as_str())
+    };
+    if let Some(refused) = reviewer.csrf_refusal(field("csrf")) {
+        return Ok(refused);
+    }
+    let reason = field("reason").trim().to_owned();
+    if reason.is_empty() || reason.chars().count() > 900 {
+        return Ok(problem(
+            StatusCode::BAD_REQUEST,
+            "A reason is required",
+            "Say why you edit the call, in at most 900 characters, and submit again.",
+        ));
+    }
+    let Some((a, may_decide)) = visible_approval(&state, &reviewer, &id).await? else {
+        return Ok(problem(
+            StatusCode::NOT_FOUND,
+            "Not found",
+            "There is no such approval request.",
+        ));
+    };
+    if !may_decide {
+        return Ok(problem(
+            StatusCode::FORBIDDEN,
+            "Not yours to decide",
+            "The proposer of a call cannot review it.",
+        ));
+    }
+    if a.status != ApprovalStatus::Pending {
+        return Ok(problem(
+            StatusCode::CONFLICT,
+            "Already decided",
+            &format!("This approval request is {}.", a.status.as_str()),
+        ));
+    }
+    let tenant = reviewer.caller.principal.tenant();
+    let now = state.env.now();
+    let contract = state.registry.by_id(tenant, &a.request.contract_id, now).await?;
+    let Some((contract, fields)) = contract
+        .filter(|_| editable(&a))
+        .and_then(|c| editable_fields(&c).map(|f| (c, f)))
+    else {
+        return Ok(problem(
+            StatusCode::BAD_REQUEST,
+            "Edits are not offered here",
+            "This request cannot be approved with edits (a workflow's review, a sensitive field, or a retired contract).",
+        ));
+    };
+    let edited = match edited_arguments(&fields, &form) {
+        Ok(edited) => edited,
+        Err(why) => return Ok(problem(StatusCode::BAD_REQUEST, "The edit is not valid", &why)),
+    };
+    if Value::Object(edited.clone()) == a.request.arguments {
+        return Ok(problem(
+            StatusCode::BAD_REQUEST,
+            "Nothing was edited",
+            "The arguments are unchanged: approve the request as it is instead.",
+        ));
+    }
+    let Some(proposer) = proposer_authority(&state, tenant, &a.request.proposer).await? else {
+        return Ok(problem(
+            StatusCode::CONFLICT,
+            "The proposer holds no key",
+            "The proposer's keys have all been revoked; the edited call would have no authority.",
+        ));
+    };
+    let bytes = json!({
+        "tool": contract.qualified_name(),
+        "contract": contract.id_str(),
+        "arguments": edited,
+    })
+    .to_string();
+    let call = |approval: Option<String>| warrant_runtime::OwnedCall {
+        bytes: bytes.clone().into_bytes().into(),
+        idempotency_key: a.request.idempotency_key.clone(),
+        approval_id: approval.clone(),
+        trace_id: crate::trace::trace_id(&axum::http::HeaderMap::new()),
+        review: approval.is_none(),
+        ..warrant_runtime::OwnedCall::default()
+    };
+    let held = warrant_runtime::submit(
+        state.authority.clone(),
+        state.runtime.clone(),
+        proposer.clone(),
+        call(None),
+    )
+    .await?;
+    let new_id = match held {
+        warrant_runtime::Dispatched::NeedsApproval { needed, .. } => needed.request_id.unwrap_or_default(),
+        warrant_runtime::Dispatched::Rejected { rejection, .. } => {
+            return Ok(problem(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "The edited call is refused",
+                &format!(
+                    "{} at the {} stage: {}",
+                    rejection.code().as_str(),
+                    rejection.stage().as_str(),
+                    rejection.detail()
+                ),
+            ));
+        }
+        warrant_runtime::Dispatched::Executed(_) => {
+            return Ok(problem(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "The edited call was not held",
+                "The edited call ran without a review; this is a bug.",
+            ));
+        }
+    };
+    let who = reviewer.caller.principal.id();
+    let original_digest = a.request.payload_digest.clone();
+    let rejected = state
+        .authority
+        .review(
+            &reviewer.caller.principal,
+            &id,
+            Verdict::Reject,
+            Some(&format!("edited into {new_id} by {who}: {reason}")),
+        )
+        .await?;
+    if let Err(refusal) = rejected {
+        return Ok(problem(
+            StatusCode::CONFLICT,
+            "Not decided",
+            &format!("The original request could not be closed: {refusal:?}."),
+        ));
+    }
+    let approved = state
+        .authority
+        .review(
+            &reviewer.caller.principal,
+            &new_id,
+            Verdict::Approve,
+            Some(&format!(
+                "{reason} (edited by {who} from {id}, {original_digest})"
+            )),
+        )
+        .await?;
+    if let Err(refusal) = approved {
+        return Ok(problem(
+            StatusCode::CONFLICT,
+            "Not approved",
+            &format!("The edited request could not be approved: {refusal:?}."),
+        ));
+    }
+    metrics::counter!("warrant_console_decisions_total", "verdict" => "approved_with_edits").increment(1);
+    // Executed on the decision: the proposer's call with its approval, through the pipeline.
+    let ran = warrant_runtime::submit(
+        state.authority.clone(),
+        state.runtime.clone(),
+        proposer,
+        call(Some(new_id.clone())),
+    )
+    .await?;
+    tracing::info!(
+        approval = new_id,
+        original = id,
+        ledger = ran.ledger_id(),
+        "edited call executed on the reviewer's decision"
+    );
+    Ok(see_other(&format!("/console/approvals/{}", urlencode(&new_id))))
 }

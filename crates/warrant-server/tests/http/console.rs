@@ -223,6 +223,20 @@ pub async fn the_console_signs_reviewers_in_and_decides_through_the_pipeline(h: 
     assert!(page.body.contains("2500") && page.body.contains("Approve") && page.body.contains("Reject"));
     assert!(page.body.contains(&digest), "the page shows the payload digest");
     let csrf = page.csrf();
+    // A contract with a sensitive field is not offered edits (its stored arguments hold only
+    // the keyed hash), and an edit posted anyway is refused.
+    assert!(!page.body.contains("Approve with edits"));
+    let refused = reviewer
+        .post(
+            &format!("/console/approvals/{approval}/edit"),
+            &[
+                ("csrf", &csrf),
+                ("reason", "smaller"),
+                ("arg:amount_cents", "100"),
+            ],
+        )
+        .await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
 
     // The proposer sees the page without the forms, and is refused anyway.
     let mut agent = Browser::new(h);
