@@ -544,6 +544,67 @@ fn key_of(row: &impl RowExt) -> Result<ApiKeyRecord, StoreError> {
     })
 }
 
+/// A value bound to a query parameter, owned so the query can move into a store operation.
+#[derive(Debug, Clone)]
+enum Bound {
+    Text(String),
+    Int(i64),
+}
+
+/// A newest-first page of one tenant's rows (`created_at DESC, id DESC`): only the conditions
+/// in use are added, each with its value, numbered in order; every value is a bound parameter.
+#[derive(Debug, Clone)]
+struct PageQuery {
+    sql: String,
+    values: Vec<Bound>,
+}
+
+impl PageQuery {
+    /// `select` already refers to `values` as `$1…$n`.
+    fn new(select: &str, values: Vec<Bound>) -> Self {
+        PageQuery {
+            sql: select.to_owned(),
+            values,
+        }
+    }
+
+    /// Adds `condition` (with one `?`) when there is a `value` for it.
+    fn and(&mut self, condition: &str, value: Option<Bound>) {
+        if let Some(value) = value {
+            self.values.push(value);
+            let n = self.values.len();
+            self.sql.push_str(&condition.replace('?', &format!("${n}")));
+        }
+    }
+
+    /// Continues after `cursor` (`created_at` in ms, id), newest first, with one row more than
+    /// `limit` (which says whether a next page exists).
+    fn newest_first(mut self, cursor: Option<(i64, String)>, limit: u32) -> Self {
+        if let Some((at, id)) = cursor {
+            self.values.push(Bound::Int(at));
+            let at = self.values.len();
+            self.values.push(Bound::Text(id));
+            let id = self.values.len();
+            self.sql.push_str(&format!(
+                " AND (created_at < ${at} OR (created_at = ${at} AND id < ${id}))"
+            ));
+        }
+        self.sql
+            .push_str(&format!(" ORDER BY created_at DESC, id DESC LIMIT {}", limit + 1));
+        self
+    }
+
+    fn args(&self) -> Vec<Arg<'_>> {
+        self.values
+            .iter()
+            .map(|v| match v {
+                Bound::Text(t) => Arg::Text(t),
+                Bound::Int(i) => Arg::Int(*i),
+            })
+            .collect()
+    }
+}
+
 /// The condition on an approval's effective status (`ApprovalRequest::as_of`), with `now` as
 /// `$2`: a pending or approved request past its expiry is `expired` before the sweeper writes
 /// it. Each keeps the (tenant, status, created_at) index usable.
@@ -1381,75 +1442,27 @@ impl Store for SqlStore {
     async fn list_ledger(&self, tenant: &str, filter: &LedgerFilter) -> Result<LedgerPage, StoreError> {
         let limit = filter.limit.clamp(1, 500);
         let cursor = filter.cursor.as_deref().map(parse_ledger_cursor).transpose()?;
-        // Only the conditions in use are added; every value is a bound parameter.
-        let mut sql = concat!("SELECT ", ledger_columns!(), " FROM ledger WHERE tenant = $1").to_owned();
-        let mut n = 1;
-        let mut next = |sql: &mut String, condition: &str| {
-            n += 1;
-            sql.push_str(&condition.replace('?', &format!("${n}")));
-            n
-        };
-        if filter.tool.is_some() {
-            next(&mut sql, " AND tool = ?");
-        }
-        if filter.outcome.is_some() {
-            next(&mut sql, " AND outcome = ?");
-        }
-        if filter.principal.is_some() {
-            next(&mut sql, " AND principal = ?");
-        }
-        if filter.since.is_some() {
-            next(&mut sql, " AND created_at >= ?");
-        }
-        if filter.until.is_some() {
-            next(&mut sql, " AND created_at < ?");
-        }
-        if filter.trace_id.is_some() {
-            next(&mut sql, " AND trace_id = ?");
-        }
-        if filter.approval_id.is_some() {
-            next(&mut sql, " AND approval_id = ?");
-        }
-        if cursor.is_some() {
-            let at = next(&mut sql, " AND (created_at < ?");
-            next(&mut sql, &format!(" OR (created_at = ${at} AND id < ?))"));
-        }
-        sql.push_str(&format!(" ORDER BY created_at DESC, id DESC LIMIT {}", limit + 1));
-        read_op!(
-            self,
-            [tenant = tenant.to_owned(), filter = filter.clone()],
-            |ex| {
-                let mut params = vec![Arg::Text(&tenant)];
-                if let Some(tool) = &filter.tool {
-                    params.push(Arg::Text(tool));
-                }
-                if let Some(outcome) = filter.outcome {
-                    params.push(Arg::Text(outcome.as_str()));
-                }
-                if let Some(principal) = &filter.principal {
-                    params.push(Arg::Text(principal));
-                }
-                if let Some(since) = filter.since {
-                    params.push(Arg::Int(ms(since)));
-                }
-                if let Some(until) = filter.until {
-                    params.push(Arg::Int(ms(until)));
-                }
-                if let Some(trace) = &filter.trace_id {
-                    params.push(Arg::Text(trace));
-                }
-                if let Some(approval) = &filter.approval_id {
-                    params.push(Arg::Text(approval));
-                }
-                if let Some((at, id)) = &cursor {
-                    params.push(Arg::Int(*at));
-                    params.push(Arg::Text(id));
-                }
-                let rows = ex.fetch_all(&sql, &params).await?;
-                let entries = rows.iter().map(ledger_of).collect::<Result<Vec<_>, _>>()?;
-                Ok(ledger_page(entries, limit as usize))
-            }
-        )
+        let mut q = PageQuery::new(
+            concat!("SELECT ", ledger_columns!(), " FROM ledger WHERE tenant = $1"),
+            vec![Bound::Text(tenant.to_owned())],
+        );
+        let text = |v: &Option<String>| v.clone().map(Bound::Text);
+        q.and(" AND tool = ?", text(&filter.tool));
+        q.and(
+            " AND outcome = ?",
+            filter.outcome.map(|o| Bound::Text(o.as_str().to_owned())),
+        );
+        q.and(" AND principal = ?", text(&filter.principal));
+        q.and(" AND created_at >= ?", filter.since.map(|t| Bound::Int(ms(t))));
+        q.and(" AND created_at < ?", filter.until.map(|t| Bound::Int(ms(t))));
+        q.and(" AND trace_id = ?", text(&filter.trace_id));
+        q.and(" AND approval_id = ?", text(&filter.approval_id));
+        let q = q.newest_first(cursor, limit);
+        read_op!(self, [query = q], |ex| {
+            let rows = ex.fetch_all(&query.sql, &query.args()).await?;
+            let entries = rows.iter().map(ledger_of).collect::<Result<Vec<_>, _>>()?;
+            Ok(ledger_page(entries, limit as usize))
+        })
     }
 
     async fn list_unresolved(
@@ -1973,56 +1986,29 @@ impl Store for SqlStore {
     ) -> Result<ApprovalPage, StoreError> {
         let limit = filter.limit.clamp(1, 500);
         let cursor = filter.cursor.as_deref().map(parse_ledger_cursor).transpose()?;
-        let mut sql = concat!(
-            "SELECT ",
-            approval_columns!(),
-            " FROM approvals WHERE tenant = $1 AND $2 = $2"
-        )
-        .to_owned();
-        // $2 is `now`; only the conditions in use are added; every value is a bound parameter.
-        let mut n = 2;
-        let mut next = |sql: &mut String, condition: &str| {
-            n += 1;
-            sql.push_str(&condition.replace('?', &format!("${n}")));
-            n
-        };
+        // `$2` is `now`, for the effective status.
+        let mut q = PageQuery::new(
+            concat!(
+                "SELECT ",
+                approval_columns!(),
+                " FROM approvals WHERE tenant = $1 AND $2 = $2"
+            ),
+            vec![Bound::Text(tenant.to_owned()), Bound::Int(ms(now))],
+        );
         if let Some(status) = filter.status {
-            sql.push_str(effective_status(status));
+            q.sql.push_str(effective_status(status));
         }
-        if filter.tool.is_some() {
-            next(&mut sql, " AND tool = ?");
-        }
-        if filter.proposer.is_some() {
-            next(&mut sql, " AND proposer = ?");
-        }
-        if cursor.is_some() {
-            let at = next(&mut sql, " AND (created_at < ?");
-            next(&mut sql, &format!(" OR (created_at = ${at} AND id < ?))"));
-        }
-        sql.push_str(&format!(" ORDER BY created_at DESC, id DESC LIMIT {}", limit + 1));
-        read_op!(
-            self,
-            [tenant = tenant.to_owned(), filter = filter.clone()],
-            |ex| {
-                let mut params = vec![Arg::Text(&tenant), Arg::Int(ms(now))];
-                if let Some(tool) = &filter.tool {
-                    params.push(Arg::Text(tool));
-                }
-                if let Some(proposer) = &filter.proposer {
-                    params.push(Arg::Text(proposer));
-                }
-                if let Some((at, id)) = &cursor {
-                    params.push(Arg::Int(*at));
-                    params.push(Arg::Text(id));
-                }
-                let rows = ex.fetch_all(&sql, &params).await?;
-                let approvals = rows
-                    .iter()
-                    .map(|r| approval_of(r).map(|a| a.as_of(now)))
-                    .collect::<Result<Vec<_>, _>>()?;
-                Ok(approval_page(approvals, limit as usize))
-            }
-        )
+        q.and(" AND tool = ?", filter.tool.clone().map(Bound::Text));
+        q.and(" AND proposer = ?", filter.proposer.clone().map(Bound::Text));
+        let q = q.newest_first(cursor, limit);
+        read_op!(self, [query = q], |ex| {
+            let rows = ex.fetch_all(&query.sql, &query.args()).await?;
+            let approvals = rows
+                .iter()
+                .map(|r| approval_of(r).map(|a| a.as_of(now)))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(approval_page(approvals, limit as usize))
+        })
     }
 
     async fn count_approvals(
