@@ -189,8 +189,20 @@ async fn wait_text(c: &Client, needle: &str) {
     }
 }
 
+/// The page's main text (read again if the page was replaced meanwhile: the inbox reloads
+/// itself when its count changes).
 async fn text(c: &Client) -> String {
-    c.find(Locator::Css("main")).await.unwrap().text().await.unwrap()
+    let started = Instant::now();
+    loop {
+        match c.find(Locator::Css("main")).await {
+            Ok(main) => match main.text().await {
+                Ok(t) => return t,
+                Err(e) => assert!(started.elapsed() < Duration::from_secs(10), "{e}"),
+            },
+            Err(e) => assert!(started.elapsed() < Duration::from_secs(10), "{e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 async fn sign_in(c: &Client, url: &str, key: &str) {
