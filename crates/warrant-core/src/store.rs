@@ -332,12 +332,14 @@ pub trait Store: Send + Sync + 'static {
         filter: &ApprovalFilter,
         now: OffsetDateTime,
     ) -> Result<ApprovalPage, StoreError>;
-    /// How many of `tenant`'s approval requests have the effective `status` at `now`.
+    /// How many of `tenant`'s approval requests have the effective `status` at `now`, counting
+    /// up to `at_most` (the cost is bounded by it, whatever the backlog).
     async fn count_approvals(
         &self,
         tenant: &str,
         status: ApprovalStatus,
         now: OffsetDateTime,
+        at_most: u32,
     ) -> Result<u64, StoreError>;
     /// Records a reviewer's verdict on a pending, unexpired approval the reviewer did not
     /// propose; atomically, so two reviewers cannot both decide.

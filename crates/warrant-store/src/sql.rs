@@ -2016,13 +2016,16 @@ impl Store for SqlStore {
         tenant: &str,
         status: ApprovalStatus,
         now: OffsetDateTime,
+        at_most: u32,
     ) -> Result<u64, StoreError> {
         let sql = format!(
-            "SELECT COUNT(*) AS n FROM approvals WHERE tenant = $1 AND $2 = $2{}",
+            "SELECT COUNT(*) AS n FROM (SELECT 1 FROM approvals WHERE tenant = $1 AND $2 = $2{} LIMIT $3) AS counted",
             effective_status(status)
         );
         read_op!(self, [tenant = tenant.to_owned()], |ex| {
-            let row = ex.fetch_optional(&sql, &args![&tenant, ms(now)]).await?;
+            let row = ex
+                .fetch_optional(&sql, &args![&tenant, ms(now), i64::from(at_most)])
+                .await?;
             let n = match row {
                 Some(r) => r.int("n")?,
                 None => 0,

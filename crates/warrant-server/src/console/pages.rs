@@ -24,6 +24,19 @@ use crate::error::ApiError;
 use crate::routes::rfc3339;
 use crate::state::AppState;
 
+/// The inbox counts pending requests up to this many (and says "1000+" past it): the count's
+/// cost stays bounded whatever the backlog.
+pub const COUNT_AT_MOST: u32 = 1000;
+
+/// The pending count as the inbox shows it.
+fn shown_count(n: u64) -> String {
+    if n >= u64::from(COUNT_AT_MOST) {
+        format!("{COUNT_AT_MOST}+")
+    } else {
+        n.to_string()
+    }
+}
+
 /// Approvals per inbox page.
 const INBOX_PAGE: usize = 50;
 /// Store pages of pending requests an inbox page reads at most to find [`INBOX_PAGE`] that
@@ -100,8 +113,9 @@ pub(crate) async fn inbox(
     }
     let pending = state
         .store
-        .count_approvals(tenant, ApprovalStatus::Pending, now)
+        .count_approvals(tenant, ApprovalStatus::Pending, now, COUNT_AT_MOST)
         .await?;
+    let pending = shown_count(pending);
     let title = format!("Approvals ({pending} pending)");
     let more = next_cursor.map(|c| {
         let mut href = format!("/console/approvals?cursor={}", urlencode(&c));
@@ -172,9 +186,10 @@ pub(crate) async fn pending_count(
             reviewer.caller.principal.tenant(),
             ApprovalStatus::Pending,
             state.env.now(),
+            COUNT_AT_MOST,
         )
         .await?;
-    Ok(Json(json!({ "pending": n })))
+    Ok(Json(json!({ "pending": shown_count(n) })))
 }
 
 /// An approval request, for a reviewer policy allows or for its proposer.

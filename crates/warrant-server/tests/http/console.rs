@@ -217,7 +217,7 @@ pub async fn the_console_signs_reviewers_in_and_decides_through_the_pipeline(h: 
     );
     assert!(inbox.body.contains("(1 pending"), "{}", inbox.body);
     let count: Value = serde_json::from_str(&reviewer.get("/console/approvals/count").await.body).unwrap();
-    assert_eq!(count["pending"], 1);
+    assert_eq!(count["pending"], "1");
     let page = reviewer.get(&format!("/console/approvals/{approval}")).await;
     assert_eq!(page.status, 200);
     assert!(page.body.contains("2500") && page.body.contains("Approve") && page.body.contains("Reject"));

@@ -2746,22 +2746,29 @@ pub async fn approvals_are_paged_newest_first(b: &Backend) {
     assert_eq!(ids(&lapsed), ["apr_old"]);
     assert_eq!(lapsed.approvals[0].status, ApprovalStatus::Expired);
     assert_eq!(
-        s.count_approvals("acme", ApprovalStatus::Pending, now)
+        s.count_approvals("acme", ApprovalStatus::Pending, now, 100)
             .await
             .unwrap(),
         7
     );
     assert_eq!(
-        s.count_approvals("acme", ApprovalStatus::Expired, now)
+        s.count_approvals("acme", ApprovalStatus::Expired, now, 100)
             .await
             .unwrap(),
         1
     );
     assert_eq!(
-        s.count_approvals("globex", ApprovalStatus::Pending, now)
+        s.count_approvals("globex", ApprovalStatus::Pending, now, 100)
             .await
             .unwrap(),
         1
+    );
+    // The count stops at its bound.
+    assert_eq!(
+        s.count_approvals("acme", ApprovalStatus::Pending, now, 3)
+            .await
+            .unwrap(),
+        3
     );
     assert_eq!(
         ids(&s.page_approvals("globex", &pending, now).await.unwrap()),
