@@ -725,16 +725,19 @@ pub fn ledger_page(mut entries: Vec<LedgerEntry>, limit: usize) -> LedgerPage {
     LedgerPage { entries, next_cursor }
 }
 
+/// The cursor that continues a newest-first listing of approval requests after `a`.
+pub fn approval_cursor(a: &ApprovalRequest) -> String {
+    let ms = a.request.created_at.unix_timestamp_nanos() / 1_000_000;
+    format!("{ms}:{}", a.request.id)
+}
+
 /// One page from approval requests fetched newest first with one more than `limit` (see
 /// [`ledger_page`]).
 pub fn approval_page(mut approvals: Vec<ApprovalRequest>, limit: usize) -> ApprovalPage {
     let more = approvals.len() > limit;
     approvals.truncate(limit);
     let next_cursor = if more {
-        approvals.last().map(|a| {
-            let ms = a.request.created_at.unix_timestamp_nanos() / 1_000_000;
-            format!("{ms}:{}", a.request.id)
-        })
+        approvals.last().map(approval_cursor)
     } else {
         None
     };

@@ -106,10 +106,7 @@ pub(crate) async fn inbox(
     if shown.len() > INBOX_PAGE {
         // Continue after the last one shown.
         shown.truncate(INBOX_PAGE);
-        next_cursor = shown.last().map(|a| {
-            let ms = a.request.created_at.unix_timestamp_nanos() / 1_000_000;
-            format!("{ms}:{}", a.request.id)
-        });
+        next_cursor = shown.last().map(warrant_core::store::approval_cursor);
     }
     let pending = state
         .store

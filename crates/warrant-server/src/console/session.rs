@@ -428,13 +428,10 @@ pub(crate) async fn link_signin(
 pub(crate) async fn create_link(
     State(state): State<Arc<AppState>>,
     caller: Caller,
-    headers: HeaderMap,
+    parts: Parts,
 ) -> Result<Response, ApiError> {
-    let key_hash = headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        .and_then(|(_, token)| hash_presented(token.trim()))
+    let key_hash = crate::auth::bearer(&parts)
+        .and_then(hash_presented)
         .ok_or_else(|| ApiError::unauthorized("missing bearer key"))?;
     let link = token();
     let now = state.env.now();
