@@ -483,9 +483,21 @@ fn approval_binds_to_the_exact_call() {
             ApprovalState::Expired,
             Some(RejectCode::ApprovalExpired),
         ),
+        // Consumed, presented again with its key: the same operation, bound at the decision;
+        // the store answers its recorded outcome or refuses (it never runs twice).
         (
             ApprovalRecord {
                 status: ApprovalStatus::Consumed,
+                ..base.clone()
+            },
+            ApprovalState::BoundToCall,
+            None,
+        ),
+        // Consumed by another operation (another key): refused.
+        (
+            ApprovalRecord {
+                status: ApprovalStatus::Consumed,
+                idempotency_key: Some("k-other".into()),
                 ..base.clone()
             },
             ApprovalState::Mismatch,

@@ -235,6 +235,7 @@ pub struct Contract {
     effect: Effect,
     scopes: BTreeSet<String>,
     approval: ApprovalMode,
+    execute_on_approval: bool,
     idempotency: Option<Idempotency>,
     retry: RetryPolicy,
     budget: Budget,
@@ -323,6 +324,11 @@ impl Contract {
     /// Call budgets.
     pub fn budget(&self) -> Budget {
         self.budget
+    }
+    /// Whether Warrant executes an approved call on the reviewer's decision (the proposer's
+    /// later retry answers the stored result) instead of waiting for the proposer to call again.
+    pub fn execute_on_approval(&self) -> bool {
+        self.execute_on_approval
     }
     /// Cost units charged per committed call.
     pub fn cost_per_call(&self) -> u64 {
@@ -478,6 +484,23 @@ impl Contract {
                 None
             }
         };
+        let execute_on_approval = match f.optional("execute_on_approval") {
+            None => Some(false),
+            Some(Value::Bool(b)) => Some(*b),
+            Some(_) => {
+                f.problems.push(
+                    "/execute_on_approval",
+                    "execute_on_approval must be true or false",
+                );
+                None
+            }
+        };
+        if execute_on_approval == Some(true) && approval == Some(ApprovalMode::None) {
+            f.problems.push(
+                "/execute_on_approval",
+                "execute_on_approval needs `approval: per_call`",
+            );
+        }
         let idempotency = match f.optional("idempotency") {
             None => {
                 if effect.is_some_and(Effect::requires_idempotency_key) {
@@ -527,6 +550,7 @@ impl Contract {
             effect,
             scopes,
             approval,
+            execute_on_approval,
             retry,
             budget,
             cost_per_call,
@@ -541,6 +565,7 @@ impl Contract {
                 Some(effect),
                 Some(scopes),
                 Some(approval),
+                Some(execute_on_approval),
                 Some(retry),
                 Some(budget),
                 Some(cost_per_call),
@@ -562,6 +587,7 @@ impl Contract {
                     effect,
                     scopes,
                     approval,
+                    execute_on_approval,
                     idempotency,
                     retry,
                     budget,
@@ -702,6 +728,7 @@ const TOP_LEVEL: &[&str] = &[
     "effect",
     "scopes",
     "approval",
+    "execute_on_approval",
     "idempotency",
     "retry",
     "budget",

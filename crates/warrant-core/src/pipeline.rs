@@ -896,6 +896,24 @@ fn bind(
     now: OffsetDateTime,
 ) -> ApprovalBinding {
     match ApprovalRecord::from_request(request) {
+        // The same operation presented again with its consumed approval (its key): bound when
+        // everything else binds, and the store then answers the recorded outcome, or refuses
+        // when none is recorded (consuming a consumed approval fails atomically) — it never
+        // runs twice. This is how a call executed on the reviewer's decision reaches the
+        // proposer's later retry. (The offline check, `bind_approval` alone, still says
+        // consumed: it cannot see the recorded outcome.)
+        Some(record)
+            if record.status == ApprovalStatus::Consumed
+                && record.idempotency_key.is_some()
+                && record.idempotency_key.as_deref() == proposal.idempotency_key() =>
+        {
+            let as_approved = ApprovalRecord {
+                status: ApprovalStatus::Approved,
+                expires_at: record.expires_at.max(now + time::Duration::SECOND),
+                ..record
+            };
+            bind_approval(&as_approved, proposal, principal, now)
+        }
         Some(record) => bind_approval(&record, proposal, principal, now),
         None => ApprovalBinding::Refused(
             ApprovalState::Mismatch,

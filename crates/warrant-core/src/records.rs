@@ -1040,6 +1040,74 @@ pub struct ConsoleSession {
     pub expires_at: OffsetDateTime,
 }
 
+/// The state of an agent's durable task (the MCP tasks extension) for a call held for review.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskStatus {
+    /// The call waits for a reviewer (or its execution is under way).
+    Working,
+    /// The call ran; the task holds its result (which may be a typed refusal of the run).
+    Completed,
+    /// The call will not run (rejected, expired, refused); the task holds the typed refusal.
+    Failed,
+    /// The agent cancelled the task before the call ran.
+    Cancelled,
+}
+
+impl TaskStatus {
+    /// The stored name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Working => "working",
+            TaskStatus::Completed => "completed",
+            TaskStatus::Failed => "failed",
+            TaskStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// Parses a stored name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "working" => TaskStatus::Working,
+            "completed" => TaskStatus::Completed,
+            "failed" => TaskStatus::Failed,
+            "cancelled" => TaskStatus::Cancelled,
+            _ => return None,
+        })
+    }
+
+    /// Whether the task has ended (its result no longer changes).
+    pub const fn is_terminal(self) -> bool {
+        !matches!(self, TaskStatus::Working)
+    }
+}
+
+/// A durable task an agent polls for a call held for review (MCP tasks extension): created
+/// before its id is returned, readable from any node, ended once with its result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskRecord {
+    /// The task id (random, unguessable).
+    pub id: String,
+    /// The tenant.
+    pub tenant: String,
+    /// The principal that created the task; only it may read or cancel it.
+    pub principal: String,
+    /// The approval request the call waits on.
+    pub approval_id: String,
+    /// What runs once the call is approved (the proposal as the agent sent it, its key and
+    /// trace), as the lane that created the task wrote it.
+    pub call: Value,
+    /// Where the task stands.
+    pub status: TaskStatus,
+    /// The result, once the task has ended.
+    pub result: Option<Value>,
+    /// Created.
+    pub created_at: OffsetDateTime,
+    /// Last changed.
+    pub updated_at: OffsetDateTime,
+    /// When the task and its result are forgotten.
+    pub expires_at: OffsetDateTime,
+}
+
 /// What the sweeper removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PurgeCounts {
@@ -1051,6 +1119,8 @@ pub struct PurgeCounts {
     pub approvals_expired: u64,
     /// Console sessions and sign-in links past their end.
     pub console_sessions: u64,
+    /// Spent single-use tokens and agent tasks past their end.
+    pub tokens_and_tasks: u64,
 }
 
 /// An unresolved ledger row (`attempting` or `unknown`) a reconciler claimed with

@@ -35,6 +35,20 @@ impl RedactionKey {
         (bytes.len() >= MIN_KEY_LEN).then_some(RedactionKey(bytes))
     }
 
+    /// A key for another purpose, derived from this one (HMAC-SHA256 over a domain-separated
+    /// `label`): every node configured with the same key derives the same subkey, and no
+    /// subkey reveals the key or another subkey.
+    pub fn derive(&self, label: &str) -> [u8; 32] {
+        let mut out = [0; 32];
+        // INVARIANT: HMAC accepts keys of any length, so this never fails.
+        if let Ok(mut mac) = HmacSha256::new_from_slice(&self.0) {
+            mac.update(b"warrant-subkey-v1\0");
+            mac.update(label.as_bytes());
+            out.copy_from_slice(&mac.finalize().into_bytes());
+        }
+        out
+    }
+
     /// `hmac-sha256:<hex>` of the canonical form of `value`.
     pub fn token(&self, value: &Value) -> String {
         // INVARIANT: HMAC accepts keys of any length, so this never fails.

@@ -6,6 +6,7 @@
 //! takes the tenant.
 
 use async_trait::async_trait;
+use serde_json::Value;
 use time::OffsetDateTime;
 
 use crate::contract::Namespace;
@@ -411,6 +412,38 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Option<ConsoleSession>, StoreError>;
     /// Ends a console session (sign-out); whether there was one.
     async fn delete_console_session(&self, token_hash: &str) -> Result<bool, StoreError>;
+
+    // ----- single-use tokens and agent tasks -----
+
+    /// Spends the single-use token `id` of `tenant` in `scope` (an MCP `requestState`, an
+    /// inbound event id): `true` the first time, `false` on every later spend until
+    /// `expires_at`, whichever node asks; atomically.
+    async fn spend_token(
+        &self,
+        scope: &str,
+        tenant: &str,
+        id: &str,
+        expires_at: OffsetDateTime,
+    ) -> Result<bool, StoreError>;
+    /// Stores a new agent task (an existing id is a conflict).
+    async fn create_task(&self, task: &TaskRecord) -> Result<(), StoreError>;
+    /// One task of `tenant`, unless it has expired by `now`.
+    async fn get_task(
+        &self,
+        tenant: &str,
+        id: &str,
+        now: OffsetDateTime,
+    ) -> Result<Option<TaskRecord>, StoreError>;
+    /// Ends a working task with `status` and `result`, once: `true` when this call ended it,
+    /// `false` when it had already ended (or does not exist). `status` must be terminal.
+    async fn end_task(
+        &self,
+        tenant: &str,
+        id: &str,
+        status: TaskStatus,
+        result: &Value,
+        now: OffsetDateTime,
+    ) -> Result<bool, StoreError>;
 
     // ----- jobs (outbox) -----
 

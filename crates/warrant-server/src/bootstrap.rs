@@ -267,6 +267,7 @@ impl Gateway {
         let stored = store.list_contracts().await?;
         let contracts = registry.load(&stored, now)?;
         let policy = Arc::new(ReloadablePolicy::new(&contracts, config.policies)?);
+        let mcp_sealer = crate::mcp::Sealer::new(config.redaction.derive("mcp-request-state"));
         let authority = Arc::new(Authority::new(
             store.clone(),
             registry.clone(),
@@ -342,6 +343,7 @@ impl Gateway {
                 &stored, &contracts, now,
             )))),
             keys: Arc::new(crate::auth::KeyCache::new(crate::auth::KEY_CACHE_TTL)),
+            mcp_sealer,
         });
         if config.background && !config.contract_sync_every.is_zero() {
             tasks.push(crate::state::spawn_contract_sync(

@@ -12,6 +12,7 @@ pub mod console;
 pub mod error;
 pub mod mcp;
 pub mod openapi;
+mod review;
 pub mod routes;
 pub mod runs;
 pub mod state;

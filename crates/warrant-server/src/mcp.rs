@@ -25,6 +25,7 @@
 
 mod direct;
 mod lines;
+mod native;
 mod raw;
 pub(crate) mod tools;
 mod workflows;
@@ -38,8 +39,9 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult, PaginatedRequestParams,
-    ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, GetTaskParams, GetTaskResult, Implementation,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
+    UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
@@ -49,6 +51,7 @@ use serde_json::json;
 use warrant_core::authority::Principal;
 use warrant_core::json::Limits;
 
+pub use native::Sealer;
 pub use tools::{DERIVED_KEY_WINDOW, derived_idempotency_key};
 
 use crate::auth::{Caller, authenticate, authenticate_request};
@@ -258,18 +261,25 @@ async fn call_directly(
         return ApiError::internal(&"the request was not authenticated").into_response();
     };
     let trace = trace_of(&call.meta, Some(parts));
-    let result = if raw.matches(&call.id, &call.params.name) {
+    // A direct call is one the SDK would serve on a legacy protocol without capabilities: its
+    // held answer is the tool error (`native::Native::default()`).
+    let answered = if raw.matches(&call.id, &call.params.name) {
         tools::call(
             state,
             caller.principal.clone(),
-            trace,
+            trace.clone(),
             call.params,
             raw,
             &call.meta,
+            native::Native::default(),
         )
         .await
     } else {
-        tools::unframed(&trace)
+        tools::unframed(&trace).into()
+    };
+    let result = match answered {
+        CallToolResponse::Complete(result) => result,
+        _ => tools::internal(&"a direct call answered other than a tool result", &trace),
     };
     match direct::answer(call.id, result) {
         Ok(body) => (
@@ -334,16 +344,29 @@ impl Gateway {
 }
 
 impl ServerHandler for Gateway {
+    /// The revisions this server implements, up to 2026-07-28 (pinned, so a newer SDK does not
+    /// advertise a revision before it is implemented here).
+    fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
+        std::borrow::Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2026_07_28))
+    }
+
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("warrant", env!("CARGO_PKG_VERSION")))
-            .with_instructions(
-                "Each tool is a Warrant contract. Calls are checked (schema, policy, scopes, \
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tasks()
+                .build(),
+        )
+        .with_server_info(Implementation::new("warrant", env!("CARGO_PKG_VERSION")))
+        .with_instructions(
+            "Each tool is a Warrant contract. Calls are checked (schema, policy, scopes, \
                  budgets, approvals) and recorded before anything happens. A result marked as an \
-                 error says why (stage and code); a call awaiting approval names its approval id: \
-                 once a reviewer approves it, call again with the same arguments and \
+                 error says why (stage and code). A call that needs a human approval answers a \
+                 task (tasks extension) or an input-required result linking to the review page \
+                 (2026-07-28 with URL elicitation); otherwise it names its approval id: once a \
+                 reviewer approves it, call again with the same arguments and \
                  `_meta.approval_id`.",
-            )
+        )
     }
 
     async fn list_tools(
@@ -380,11 +403,49 @@ impl ServerHandler for Gateway {
                     .and_then(|p| p.extensions.get::<raw::RawCall>())
             })
             .filter(|raw| raw.matches(&context.id, &request.name));
-        let result = match raw {
-            Some(raw) => tools::call(&self.state, principal, trace, request, raw, &context.meta.0.0).await,
-            None => tools::unframed(&trace),
-        };
-        Ok(result.into())
+        let native = native::Native::of(&context);
+        Ok(match raw {
+            Some(raw) => {
+                tools::call(
+                    &self.state,
+                    principal,
+                    trace,
+                    request,
+                    raw,
+                    &context.meta.0.0,
+                    native,
+                )
+                .await
+            }
+            None => tools::unframed(&trace).into(),
+        })
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let (principal, _) = self.caller(&context).await?;
+        native::get_task(&self.state, &principal, &request.task_id).await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let (principal, _) = self.caller(&context).await?;
+        native::cancel_task(&self.state, &principal, &request.task_id).await
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let (principal, _) = self.caller(&context).await?;
+        native::update_task(&self.state, &principal, &request.task_id).await
     }
 }
 

@@ -122,6 +122,8 @@ pub struct AppState {
     pub keys: Arc<crate::auth::KeyCache>,
     /// The contracts as MCP tools, rebuilt with the registry (see [`AppState::sync_contracts`]).
     pub(crate) tools: Arc<RwLock<Arc<Index>>>,
+    /// Seals and opens MCP `requestState`s (a key derived from the server's secret).
+    pub(crate) mcp_sealer: crate::mcp::Sealer,
 }
 
 /// One stored contract as the sync compares it: where it lives, its content id and its binding

@@ -167,6 +167,17 @@ adapter: {{ kind: http, url: "http://{upstream}/lookup" }}
             ),
         ),
         (
+            "payout.yaml",
+            contract(
+                "payout",
+                "write",
+                "credits:write",
+                "per_call",
+                "execute_on_approval: true\nidempotency: { honoured: true, retention: 24h }",
+                &credit,
+            ),
+        ),
+        (
             "note.yaml",
             contract(
                 "note",
@@ -212,8 +223,41 @@ permit (principal, action in Warrant::Action::"invoke", resource);
 permit (principal in Warrant::Role::"supervisor", action in Warrant::Action::"review", resource);
 "#;
 
+/// A gateway over `store` whose public URL is `base`.
+async fn start_gateway(store: Arc<dyn Store>, contracts_dir: std::path::PathBuf, base: &str) -> Gateway {
+    Gateway::start(GatewayConfig {
+        store,
+        contracts_dir: Some(contracts_dir),
+        policies: vec![PolicySource::new("test.cedar", POLICY)],
+        guards: Guards::new(),
+        budgets: Default::default(),
+        redaction: RedactionKey::new(vec![5; 32]).unwrap(),
+        adapters: AdapterConfig {
+            client: SafeClient::new(NetPolicy {
+                allow_hosts: vec!["127.0.0.1".into()],
+                ..NetPolicy::default()
+            }),
+            secrets: Secrets::default(),
+            smtp: None,
+            command_roots: Vec::new(),
+            model: None,
+        },
+        runtime: RuntimeSettings::default(),
+        settings: Settings::default(),
+        limits: HttpLimits::default(),
+        public_url: base.to_owned(),
+        first_tenant: "acme".into(),
+        background: false,
+        contract_sync_every: warrant_server::CONTRACT_SYNC_EVERY,
+    })
+    .await
+    .unwrap()
+}
+
 struct Harness {
     base: String,
+    store: Arc<dyn Store>,
+    contracts_dir: std::path::PathBuf,
     gateway: Gateway,
     upstream: Arc<Upstream>,
     /// Keys by name: agent (orders:read, credits:write), reader (orders:read), reviewer.
@@ -251,33 +295,7 @@ impl Harness {
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
-        let gateway = Gateway::start(GatewayConfig {
-            store: store.clone(),
-            contracts_dir: Some(contracts_dir),
-            policies: vec![PolicySource::new("test.cedar", POLICY)],
-            guards: Guards::new(),
-            budgets: Default::default(),
-            redaction: RedactionKey::new(vec![5; 32]).unwrap(),
-            adapters: AdapterConfig {
-                client: SafeClient::new(NetPolicy {
-                    allow_hosts: vec!["127.0.0.1".into()],
-                    ..NetPolicy::default()
-                }),
-                secrets: Secrets::default(),
-                smtp: None,
-                command_roots: Vec::new(),
-                model: None,
-            },
-            runtime: RuntimeSettings::default(),
-            settings: Settings::default(),
-            limits: HttpLimits::default(),
-            public_url: base.clone(),
-            first_tenant: "acme".into(),
-            background: false,
-            contract_sync_every: warrant_server::CONTRACT_SYNC_EVERY,
-        })
-        .await
-        .unwrap();
+        let gateway = start_gateway(store.clone(), contracts_dir.clone(), &base).await;
         // A retired contract is not a tool (retired as the retire route does it).
         let state = &gateway.state;
         let old = state
@@ -334,6 +352,8 @@ impl Harness {
         });
         Some(Harness {
             base,
+            store,
+            contracts_dir,
             gateway,
             upstream,
             keys,
@@ -341,6 +361,22 @@ impl Harness {
             _server: server,
             _dir: dir,
         })
+    }
+
+    /// A second node: another gateway over the same store (and the same server secret), on its
+    /// own port; served until the handle is dropped.
+    async fn second_node(&self) -> (String, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let gateway = start_gateway(self.store.clone(), self.contracts_dir.clone(), &base).await;
+        let (state, limits) = (gateway.state.clone(), gateway.limits);
+        let server = tokio::spawn(async move {
+            let _gateway = gateway;
+            axum::serve(listener, warrant_server::router(state, limits))
+                .await
+                .unwrap();
+        });
+        (base, server)
     }
 
     /// An MCP client over streamable HTTP with `who`'s key.
@@ -410,7 +446,7 @@ async fn tools_are_listed_by_grant_with_hints(h: &Harness) {
     let mut names: Vec<&str> = tools.keys().map(String::as_str).collect();
     names.sort_unstable();
     // `wipe` needs a scope the agent lacks; `old` is retired.
-    assert_eq!(names, ["credit", "lookup", "note", "refund"]);
+    assert_eq!(names, ["credit", "lookup", "note", "payout", "refund"]);
 
     let lookup = tools["lookup"];
     assert_eq!(lookup.description.as_deref(), Some("Look up an order."));
@@ -859,7 +895,7 @@ async fn stdio_serves_the_same_tools(h: &Harness) {
     ));
     let client = ().serve(tokio::io::split(client_io)).await.unwrap();
     let tools = client.list_all_tools().await.unwrap();
-    assert_eq!(tools.len(), 4);
+    assert_eq!(tools.len(), 5);
     let result = client
         .call_tool(call("lookup", json!({"order_id": "ord_stdio1"}), None))
         .await
@@ -1000,6 +1036,523 @@ async fn workflows_are_tools_that_start_runs(h: &Harness) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Native approvals (2026-07-28: input-required results, the tasks extension)
+// ---------------------------------------------------------------------------------------------
+
+/// A 2026-07-28 client that declares URL elicitation (and the tasks extension when `tasks`).
+/// When `approve_as` holds a reviewer key, answering the URL elicitation approves the approval
+/// it names over HTTP first (the human acting on the page), then accepts.
+#[derive(Clone)]
+struct NativeClient {
+    tasks: bool,
+    approve_as: Option<(String, String)>,
+}
+
+impl rmcp::ClientHandler for NativeClient {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        use rmcp::model::{ClientCapabilities, ElicitationCapability, UrlElicitationCapability};
+        let builder = ClientCapabilities::builder()
+            .enable_elicitation_with(ElicitationCapability::new().with_url(UrlElicitationCapability::new()));
+        let capabilities = if self.tasks {
+            builder.enable_tasks().build()
+        } else {
+            builder.build()
+        };
+        rmcp::model::ClientConfig::new(
+            capabilities,
+            rmcp::model::Implementation::new("warrant-tests", "1"),
+        )
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction};
+        let ElicitRequestParams::UrlElicitationParams {
+            elicitation_id, url, ..
+        } = request
+        else {
+            return Ok(ElicitResult::new(ElicitationAction::Decline));
+        };
+        if let Some((base, key)) = &self.approve_as {
+            assert_eq!(url, format!("{base}/console/approvals/{elicitation_id}"));
+            let r = reqwest::Client::new()
+                .post(format!("{base}/v1/approvals/{elicitation_id}/approve"))
+                .bearer_auth(key)
+                .json(&json!({"reason": "seen on the page"}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status().as_u16(), 200);
+        }
+        Ok(ElicitResult::new(ElicitationAction::Accept))
+    }
+}
+
+impl Harness {
+    /// A 2026-07-28 client (`server/discover`, per-request metadata) with `who`'s key.
+    async fn native(&self, who: &str, client: NativeClient) -> RunningService<RoleClient, NativeClient> {
+        use rmcp::{ClientLifecycleMode, ClientServiceExt};
+        let config = StreamableHttpClientTransportConfig::with_uri(format!("{}/mcp", self.base))
+            .auth_header(self.keys[who].clone());
+        let running = client
+            .serve_with_lifecycle(
+                StreamableHttpClientTransport::from_config(config),
+                ClientLifecycleMode::Discover {
+                    preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            running.peer_info().unwrap().protocol_version,
+            rmcp::model::ProtocolVersion::V_2026_07_28
+        );
+        running
+    }
+
+    async fn decide(&self, approval: &str, verdict: &str) {
+        let r = reqwest::Client::new()
+            .post(format!("{}/v1/approvals/{approval}/{verdict}", self.base))
+            .bearer_auth(&self.keys["reviewer"])
+            .json(&json!({"reason": "checked"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200, "{}", r.text().await.unwrap());
+    }
+
+    async fn approval_status(&self, approval: &str) -> String {
+        let r = reqwest::Client::new()
+            .get(format!("{}/v1/approvals/{approval}", self.base))
+            .bearer_auth(&self.keys["reviewer"])
+            .send()
+            .await
+            .unwrap();
+        let body: Value = r.json().await.unwrap();
+        body["status"].as_str().unwrap().to_owned()
+    }
+}
+
+/// The URL elicitation of an input-required result or a task: (approval id, url).
+fn elicited(requests: &rmcp::model::InputRequests) -> (String, String) {
+    let value = serde_json::to_value(&requests["approval"]).unwrap();
+    assert_eq!(value["method"], "elicitation/create", "{value}");
+    assert_eq!(value["params"]["mode"], "url", "{value}");
+    (
+        value["params"]["elicitationId"].as_str().unwrap().to_owned(),
+        value["params"]["url"].as_str().unwrap().to_owned(),
+    )
+}
+
+fn input_required(response: rmcp::model::CallToolResponse) -> rmcp::model::InputRequiredResult {
+    match response {
+        rmcp::model::CallToolResponse::InputRequired(ir) => ir,
+        other => panic!("not input-required: {other:?}"),
+    }
+}
+
+fn complete(response: rmcp::model::CallToolResponse) -> CallToolResult {
+    match response {
+        rmcp::model::CallToolResponse::Complete(r) => r,
+        other => panic!("not complete: {other:?}"),
+    }
+}
+
+fn retry(name: &str, arguments: &Value, state: &str) -> CallToolRequestParams {
+    let mut responses = rmcp::model::InputResponses::new();
+    responses.insert("approval".into(), json!({"action": "accept"}));
+    call(name, arguments.clone(), None)
+        .with_input_responses(responses)
+        .with_request_state(state.to_owned())
+}
+
+/// MRTR: a call that needs approval answers an input-required result (a URL elicitation to the
+/// console page, a sealed `requestState`); a retry while pending answers a fresh one; each
+/// state is spent once; a tampered or foreign state is a typed refusal and runs nothing; once
+/// approved, the retry runs the call once and answers the tool result.
+async fn an_input_required_result_resumes_with_its_sealed_state_once(h: &Harness) {
+    let agent = h
+        .native(
+            "agent",
+            NativeClient {
+                tasks: false,
+                approve_as: None,
+            },
+        )
+        .await;
+    let arguments = json!({"customer_id": "cus_mrtr", "amount_cents": 1200});
+    let first = input_required(
+        agent
+            .call_tool_once(call("credit", arguments.clone(), None))
+            .await
+            .unwrap(),
+    );
+    let requests = first.input_requests.as_ref().unwrap();
+    let (approval, url) = elicited(requests);
+    assert_eq!(url, format!("{}/console/approvals/{approval}", h.base));
+    let state = first.request_state.clone().unwrap();
+    assert_eq!(h.upstream.effects(), 0);
+
+    // Pending: a fresh state; the presented one is spent.
+    let again = input_required(
+        agent
+            .call_tool_once(retry("credit", &arguments, &state))
+            .await
+            .unwrap(),
+    );
+    let fresh = again.request_state.clone().unwrap();
+    assert_ne!(fresh, state);
+    assert_eq!(elicited(again.input_requests.as_ref().unwrap()).0, approval);
+    let replayed = complete(
+        agent
+            .call_tool_once(retry("credit", &arguments, &state))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        structured(&replayed)["code"],
+        "REQUEST_STATE_REPLAYED",
+        "{}",
+        text(&replayed)
+    );
+
+    // Tampered: any changed character of the sealed state.
+    let mut tampered = fresh.clone().into_bytes();
+    let at = tampered.len() / 2;
+    tampered[at] = if tampered[at] == b'A' { b'B' } else { b'A' };
+    let tampered = String::from_utf8(tampered).unwrap();
+    let refused = complete(
+        agent
+            .call_tool_once(retry("credit", &arguments, &tampered))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        structured(&refused)["code"],
+        "REQUEST_STATE_INVALID",
+        "{}",
+        text(&refused)
+    );
+    assert_eq!(structured(&refused)["stage"], "approval");
+
+    // Foreign: another principal presenting the agent's state.
+    let reader = h
+        .native(
+            "reader",
+            NativeClient {
+                tasks: false,
+                approve_as: None,
+            },
+        )
+        .await;
+    let foreign = complete(
+        reader
+            .call_tool_once(retry("credit", &arguments, &fresh))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        structured(&foreign)["code"],
+        "REQUEST_STATE_FOREIGN",
+        "{}",
+        text(&foreign)
+    );
+    reader.cancel().await.unwrap();
+    assert_eq!(h.upstream.effects(), 0);
+
+    // Approved: the retry runs the call, once.
+    h.decide(&approval, "approve").await;
+    let done = complete(
+        agent
+            .call_tool_once(retry("credit", &arguments, &fresh))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(done.is_error, Some(false), "{}", text(&done));
+    assert_eq!(
+        structured(&done),
+        &json!({"credit_id": "cr_cus_mrtr", "status": "applied"})
+    );
+    assert_eq!(h.upstream.effects(), 1);
+    let twice = complete(
+        agent
+            .call_tool_once(retry("credit", &arguments, &fresh))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(structured(&twice)["code"], "REQUEST_STATE_REPLAYED");
+    assert_eq!(h.upstream.effects(), 1);
+    assert_eq!(h.approval_status(&approval).await, "consumed");
+    agent.cancel().await.unwrap();
+}
+
+/// The SDK's own client loop (`call_tool`): it answers the URL elicitation (here the human
+/// approves on the page meanwhile), retries with the state, and returns the tool result.
+async fn the_sdk_client_loop_receives_the_result_natively(h: &Harness) {
+    let reviewer = (h.base.clone(), h.keys["reviewer"].clone());
+    let agent = h
+        .native(
+            "agent",
+            NativeClient {
+                tasks: false,
+                approve_as: Some(reviewer),
+            },
+        )
+        .await;
+    let arguments = json!({"customer_id": "cus_loop", "amount_cents": 900});
+    let done = agent.call_tool(call("credit", arguments, None)).await.unwrap();
+    assert_eq!(done.is_error, Some(false), "{}", text(&done));
+    assert_eq!(structured(&done)["credit_id"], "cr_cus_loop");
+    assert_eq!(h.upstream.effects(), 1);
+    agent.cancel().await.unwrap();
+}
+
+/// The tasks extension: the held call is a durable task — `input_required` with the console
+/// link while pending, invisible to another principal; once approved, any node's `tasks/get`
+/// runs the call and completes the task with the tool result, once.
+async fn a_task_completes_when_the_reviewer_decides_on_any_node(h: &Harness) {
+    use rmcp::model::{CallToolResponse, GetTaskParams, TaskPayload, TaskStatus};
+    let agent = h
+        .native(
+            "agent",
+            NativeClient {
+                tasks: true,
+                approve_as: None,
+            },
+        )
+        .await;
+    let arguments = json!({"customer_id": "cus_task", "amount_cents": 700});
+    let CallToolResponse::Task(created) = agent
+        .call_tool_once(call("credit", arguments, None))
+        .await
+        .unwrap()
+    else {
+        panic!("not a task")
+    };
+    let id = created.task.task_id.clone();
+    assert_eq!(created.task.status, TaskStatus::InputRequired);
+    let got = agent
+        .peer()
+        .get_task(GetTaskParams::new(id.clone()))
+        .await
+        .unwrap();
+    let TaskPayload::InputRequired { input_requests } = &got.task.payload else {
+        panic!("not input-required: {got:?}")
+    };
+    let (approval, _) = elicited(input_requests);
+    assert_eq!(h.upstream.effects(), 0);
+
+    let other = h
+        .native(
+            "reader",
+            NativeClient {
+                tasks: true,
+                approve_as: None,
+            },
+        )
+        .await;
+    let unknown = other.peer().get_task(GetTaskParams::new(id.clone())).await;
+    assert!(
+        matches!(&unknown, Err(ServiceError::McpError(e)) if e.code.0 == -32602),
+        "{unknown:?}"
+    );
+    other.cancel().await.unwrap();
+
+    h.decide(&approval, "approve").await;
+    // Another node on the same store answers the poll.
+    let (second, _node) = h.second_node().await;
+    let config = StreamableHttpClientTransportConfig::with_uri(format!("{second}/mcp"))
+        .auth_header(h.keys["agent"].clone());
+    let elsewhere = {
+        use rmcp::{ClientLifecycleMode, ClientServiceExt};
+        NativeClient {
+            tasks: true,
+            approve_as: None,
+        }
+        .serve_with_lifecycle(
+            StreamableHttpClientTransport::from_config(config),
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .unwrap()
+    };
+    let done = elsewhere
+        .peer()
+        .get_task(GetTaskParams::new(id.clone()))
+        .await
+        .unwrap();
+    let TaskPayload::Completed { result } = &done.task.payload else {
+        panic!("not completed: {done:?}")
+    };
+    let result: CallToolResult = serde_json::from_value(Value::Object(result.clone())).unwrap();
+    assert_eq!(result.is_error, Some(false), "{}", text(&result));
+    assert_eq!(structured(&result)["credit_id"], "cr_cus_task");
+    assert_eq!(h.upstream.effects(), 1);
+    // Polled again (here, back on the first node): the same result, no second effect.
+    let again = agent.peer().get_task(GetTaskParams::new(id)).await.unwrap();
+    assert_eq!(again.task.task.status, TaskStatus::Completed);
+    let TaskPayload::Completed { result: again } = &again.task.payload else {
+        panic!("{again:?}")
+    };
+    let TaskPayload::Completed { result: first } = &done.task.payload else {
+        unreachable!()
+    };
+    assert_eq!(again, first);
+    assert_eq!(h.upstream.effects(), 1);
+    elsewhere.cancel().await.unwrap();
+    agent.cancel().await.unwrap();
+}
+
+/// A rejected approval fails its task with the typed refusal; cancelling a task withdraws its
+/// pending approval (no reviewer can run it any more), and an ended task cannot be cancelled.
+async fn a_task_fails_on_rejection_and_cancels_its_approval(h: &Harness) {
+    use rmcp::model::{CallToolResponse, CancelTaskParams, GetTaskParams, TaskPayload, TaskStatus};
+    let agent = h
+        .native(
+            "agent",
+            NativeClient {
+                tasks: true,
+                approve_as: None,
+            },
+        )
+        .await;
+    let task_of = |r: CallToolResponse| match r {
+        CallToolResponse::Task(t) => t.task.task_id,
+        other => panic!("not a task: {other:?}"),
+    };
+    let rejected = task_of(
+        agent
+            .call_tool_once(call(
+                "credit",
+                json!({"customer_id": "cus_no", "amount_cents": 5}),
+                None,
+            ))
+            .await
+            .unwrap(),
+    );
+    let got = agent
+        .peer()
+        .get_task(GetTaskParams::new(rejected.clone()))
+        .await
+        .unwrap();
+    let TaskPayload::InputRequired { input_requests } = &got.task.payload else {
+        panic!("{got:?}")
+    };
+    let (approval, _) = elicited(input_requests);
+    h.decide(&approval, "reject").await;
+    let failed = agent
+        .peer()
+        .get_task(GetTaskParams::new(rejected.clone()))
+        .await
+        .unwrap();
+    let TaskPayload::Failed { error } = &failed.task.payload else {
+        panic!("{failed:?}")
+    };
+    assert_eq!(error["data"]["code"], "APPROVAL_REJECTED", "{error:?}");
+    assert_eq!(failed.task.task.status, TaskStatus::Failed);
+
+    let cancelled = task_of(
+        agent
+            .call_tool_once(call(
+                "credit",
+                json!({"customer_id": "cus_cancel", "amount_cents": 6}),
+                None,
+            ))
+            .await
+            .unwrap(),
+    );
+    let got = agent
+        .peer()
+        .get_task(GetTaskParams::new(cancelled.clone()))
+        .await
+        .unwrap();
+    let TaskPayload::InputRequired { input_requests } = &got.task.payload else {
+        panic!("{got:?}")
+    };
+    let (approval, _) = elicited(input_requests);
+    agent
+        .peer()
+        .cancel_task(CancelTaskParams::new(cancelled.clone()))
+        .await
+        .unwrap();
+    let got = agent
+        .peer()
+        .get_task(GetTaskParams::new(cancelled.clone()))
+        .await
+        .unwrap();
+    assert_eq!(got.task.task.status, TaskStatus::Cancelled);
+    assert_eq!(h.approval_status(&approval).await, "rejected");
+    let twice = agent.peer().cancel_task(CancelTaskParams::new(cancelled)).await;
+    assert!(twice.is_err(), "{twice:?}");
+    assert_eq!(h.upstream.effects(), 0);
+    agent.cancel().await.unwrap();
+}
+
+/// A contract with `execute_on_approval`: the reviewer's decision runs the call at once; the
+/// agent's later retry (a legacy retry with the approval id, or an MRTR retry with its state)
+/// answers the stored result without a second effect.
+async fn an_approval_executes_on_decision_and_the_retry_replays(h: &Harness) {
+    // Legacy client.
+    let agent = h.client("agent").await.unwrap();
+    let arguments = json!({"customer_id": "cus_auto", "amount_cents": 300});
+    let held = call_ok(&agent, call("payout", arguments.clone(), None))
+        .await
+        .unwrap();
+    let approval = structured(&held)["approval_id"].as_str().unwrap().to_owned();
+    h.decide(&approval, "approve").await;
+    assert_eq!(h.upstream.effects(), 1, "executed on the decision");
+    assert_eq!(h.approval_status(&approval).await, "consumed");
+    let retried = call_ok(
+        &agent,
+        call("payout", arguments, Some(json!({"approval_id": approval}))),
+    )
+    .await
+    .unwrap();
+    assert_eq!(retried.is_error, Some(false), "{}", text(&retried));
+    assert_eq!(retried.meta.as_ref().unwrap().0["io.warrant/outcome"], "replayed");
+    assert_eq!(structured(&retried)["credit_id"], "cr_cus_auto");
+    assert_eq!(h.upstream.effects(), 1);
+    agent.cancel().await.unwrap();
+
+    // MRTR client.
+    let native = h
+        .native(
+            "agent",
+            NativeClient {
+                tasks: false,
+                approve_as: None,
+            },
+        )
+        .await;
+    let arguments = json!({"customer_id": "cus_auto2", "amount_cents": 301});
+    let first = input_required(
+        native
+            .call_tool_once(call("payout", arguments.clone(), None))
+            .await
+            .unwrap(),
+    );
+    let (approval, _) = elicited(first.input_requests.as_ref().unwrap());
+    h.decide(&approval, "approve").await;
+    assert_eq!(h.upstream.effects(), 2);
+    let state = first.request_state.unwrap();
+    let done = complete(
+        native
+            .call_tool_once(retry("payout", &arguments, &state))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(done.is_error, Some(false), "{}", text(&done));
+    assert_eq!(done.meta.as_ref().unwrap().0["io.warrant/outcome"], "replayed");
+    assert_eq!(h.upstream.effects(), 2);
+    native.cancel().await.unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
 // Both backends
 // ---------------------------------------------------------------------------------------------
 
@@ -1029,6 +1582,11 @@ macro_rules! on_every_backend {
 }
 
 on_every_backend! {
+    an_input_required_result_resumes_with_its_sealed_state_once,
+    the_sdk_client_loop_receives_the_result_natively,
+    a_task_completes_when_the_reviewer_decides_on_any_node,
+    a_task_fails_on_rejection_and_cancels_its_approval,
+    an_approval_executes_on_decision_and_the_retry_replays,
     tools_are_listed_by_grant_with_hints,
     a_read_is_committed,
     a_write_is_approved_then_committed_once,

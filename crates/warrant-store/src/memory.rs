@@ -34,6 +34,10 @@ struct State {
     budgets: HashMap<String, HashMap<String, (u64, OffsetDateTime)>>,
     keys: BTreeMap<String, ApiKeyRecord>,
     console: HashMap<String, ConsoleSession>,
+    /// (scope, tenant, id) → when the spent token is forgotten.
+    tokens: HashMap<(String, String, String), OffsetDateTime>,
+    /// (tenant, id) → agent task.
+    tasks: HashMap<(String, String), TaskRecord>,
     jobs: BTreeMap<String, Job>,
     /// ledger id → its reconciliation schedule (the SQL backends' `reconcile_*` columns).
     schedules: HashMap<String, Schedule>,
@@ -1239,6 +1243,74 @@ impl Store for MemoryStore {
         self.with(|s| Ok(s.console.remove(token_hash).is_some()))
     }
 
+    async fn spend_token(
+        &self,
+        scope: &str,
+        tenant: &str,
+        id: &str,
+        expires_at: OffsetDateTime,
+    ) -> Result<bool, StoreError> {
+        self.with(|s| {
+            let key = (scope.to_owned(), tenant.to_owned(), id.to_owned());
+            if s.tokens.contains_key(&key) {
+                return Ok(false);
+            }
+            s.tokens.insert(key, trunc(expires_at));
+            Ok(true)
+        })
+    }
+
+    async fn create_task(&self, t: &TaskRecord) -> Result<(), StoreError> {
+        self.with(|s| {
+            let key = (t.tenant.clone(), t.id.clone());
+            if s.tasks.contains_key(&key) {
+                return Err(StoreError::Conflict("task exists".into()));
+            }
+            let mut t = t.clone();
+            t.created_at = trunc(t.created_at);
+            t.updated_at = trunc(t.updated_at);
+            t.expires_at = trunc(t.expires_at);
+            s.tasks.insert(key, t);
+            Ok(())
+        })
+    }
+
+    async fn get_task(
+        &self,
+        tenant: &str,
+        id: &str,
+        now: OffsetDateTime,
+    ) -> Result<Option<TaskRecord>, StoreError> {
+        self.with(|s| {
+            Ok(s.tasks
+                .get(&(tenant.to_owned(), id.to_owned()))
+                .filter(|t| t.expires_at > now)
+                .cloned())
+        })
+    }
+
+    async fn end_task(
+        &self,
+        tenant: &str,
+        id: &str,
+        status: TaskStatus,
+        result: &serde_json::Value,
+        now: OffsetDateTime,
+    ) -> Result<bool, StoreError> {
+        if !status.is_terminal() {
+            return Err(StoreError::Invalid("a task ends with a terminal status".into()));
+        }
+        self.with(|s| match s.tasks.get_mut(&(tenant.to_owned(), id.to_owned())) {
+            Some(t) if t.status == TaskStatus::Working => {
+                t.status = status;
+                t.result = Some(result.clone());
+                t.updated_at = trunc(now);
+                Ok(true)
+            }
+            _ => Ok(false),
+        })
+    }
+
     async fn has_api_keys(&self) -> Result<bool, StoreError> {
         self.with(|s| Ok(!s.keys.is_empty()))
     }
@@ -1358,11 +1430,15 @@ impl Store for MemoryStore {
             }
             let sessions = s.console.len();
             s.console.retain(|_, c| ms(c.expires_at) > now_ms);
+            let held = s.tokens.len() + s.tasks.len();
+            s.tokens.retain(|_, at| ms(*at) > now_ms);
+            s.tasks.retain(|_, t| ms(t.expires_at) > now_ms);
             Ok(PurgeCounts {
                 idempotency,
                 budget_counters,
                 approvals_expired,
                 console_sessions: (sessions - s.console.len()) as u64,
+                tokens_and_tasks: (held - s.tokens.len() - s.tasks.len()) as u64,
             })
         })
     }

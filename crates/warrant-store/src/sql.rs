@@ -620,6 +620,23 @@ fn effective_status(status: ApprovalStatus) -> &'static str {
     }
 }
 
+fn task_of(row: &impl RowExt) -> Result<TaskRecord, StoreError> {
+    let status = row.text("status")?;
+    Ok(TaskRecord {
+        tenant: row.text("tenant")?,
+        id: row.text("id")?,
+        principal: row.text("principal")?,
+        approval_id: row.text("approval_id")?,
+        call: json_of(&row.text("call")?)?,
+        status: TaskStatus::parse(&status)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown task status `{status}`")))?,
+        result: row.opt_text("result")?.map(|r| json_of(&r)).transpose()?,
+        created_at: from_ms(row.int("created_at")?)?,
+        updated_at: from_ms(row.int("updated_at")?)?,
+        expires_at: from_ms(row.int("expires_at")?)?,
+    })
+}
+
 fn console_session_of(row: &impl RowExt) -> Result<ConsoleSession, StoreError> {
     let kind = row.text("kind")?;
     Ok(ConsoleSession {
@@ -2235,6 +2252,93 @@ impl Store for SqlStore {
         })
     }
 
+    async fn spend_token(
+        &self,
+        scope: &str,
+        tenant: &str,
+        id: &str,
+        expires_at: OffsetDateTime,
+    ) -> Result<bool, StoreError> {
+        let sql = "INSERT INTO spent_tokens (scope, tenant, id, expires_at) VALUES ($1, $2, $3, $4) \
+                   ON CONFLICT (scope, tenant, id) DO NOTHING";
+        write_op!(
+            self,
+            [
+                scope = scope.to_owned(),
+                tenant = tenant.to_owned(),
+                id = id.to_owned()
+            ],
+            |ex| Ok(ex
+                .execute(sql, &args![&scope, &tenant, &id, ms(expires_at)])
+                .await?
+                == 1)
+        )
+    }
+
+    async fn create_task(&self, t: &TaskRecord) -> Result<(), StoreError> {
+        let sql = "INSERT INTO agent_tasks (tenant, id, principal, approval_id, call, status, result, \
+                   created_at, updated_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+        write_op!(self, [t = t.clone()], |ex| {
+            let result = t.result.as_ref().map(json_text);
+            let call = json_text(&t.call);
+            let params = args![
+                &t.tenant,
+                &t.id,
+                &t.principal,
+                &t.approval_id,
+                &call,
+                t.status.as_str(),
+                &result,
+                ms(t.created_at),
+                ms(t.updated_at),
+                ms(t.expires_at),
+            ];
+            ex.execute(sql, &params).await?;
+            Ok(())
+        })
+    }
+
+    async fn get_task(
+        &self,
+        tenant: &str,
+        id: &str,
+        now: OffsetDateTime,
+    ) -> Result<Option<TaskRecord>, StoreError> {
+        let sql = "SELECT tenant, id, principal, approval_id, call, status, result, created_at, updated_at, \
+                   expires_at FROM agent_tasks WHERE tenant = $1 AND id = $2 AND expires_at > $3";
+        read_op!(self, [tenant = tenant.to_owned(), id = id.to_owned()], |ex| {
+            let row = ex.fetch_optional(sql, &args![&tenant, &id, ms(now)]).await?;
+            row.map(|r| task_of(&r)).transpose()
+        })
+    }
+
+    async fn end_task(
+        &self,
+        tenant: &str,
+        id: &str,
+        status: TaskStatus,
+        result: &Value,
+        now: OffsetDateTime,
+    ) -> Result<bool, StoreError> {
+        if !status.is_terminal() {
+            return Err(StoreError::Invalid("a task ends with a terminal status".into()));
+        }
+        let sql = "UPDATE agent_tasks SET status = $1, result = $2, updated_at = $3 \
+                   WHERE tenant = $4 AND id = $5 AND status = 'working'";
+        write_op!(
+            self,
+            [
+                tenant = tenant.to_owned(),
+                id = id.to_owned(),
+                result = json_text(result)
+            ],
+            |ex| {
+                let params = args![status.as_str(), &result, ms(now), &tenant, &id];
+                Ok(ex.execute(sql, &params).await? == 1)
+            }
+        )
+    }
+
     async fn has_api_keys(&self) -> Result<bool, StoreError> {
         read_op!(self, [], |ex| {
             let row = ex
@@ -2352,11 +2456,18 @@ impl Store for SqlStore {
             let console_sessions = ex
                 .execute("DELETE FROM console_sessions WHERE expires_at <= $1", &args![now])
                 .await?;
+            let tokens = ex
+                .execute("DELETE FROM spent_tokens WHERE expires_at <= $1", &args![now])
+                .await?;
+            let tasks = ex
+                .execute("DELETE FROM agent_tasks WHERE expires_at <= $1", &args![now])
+                .await?;
             Ok(PurgeCounts {
                 idempotency,
                 budget_counters,
                 approvals_expired,
                 console_sessions,
+                tokens_and_tasks: tokens + tasks,
             })
         })
     }

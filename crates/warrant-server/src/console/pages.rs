@@ -412,7 +412,7 @@ async fn decide(
         .await
     {
         Ok(Ok(approval)) => {
-            crate::runs::wake_for_approval(state, &approval).await;
+            crate::review::after_decision(state, &approval).await;
             metrics::counter!("warrant_console_decisions_total", "verdict" => approval.status.as_str())
                 .increment(1);
             see_other(&format!("/console/approvals/{}", urlencode(id)))
@@ -901,10 +901,7 @@ enum FieldKind {
 /// Whether an approval request may be approved with edits: a direct call's (a workflow's
 /// review binds the step's exact payload, and the run waits for that one).
 fn editable(a: &ApprovalRequest) -> bool {
-    !a.request
-        .idempotency_key
-        .as_deref()
-        .is_some_and(|k| k.starts_with("run_"))
+    !crate::review::of_a_run(a)
 }
 
 /// The fields of the edit form, from the contract's input schema: its top-level properties.
@@ -913,7 +910,7 @@ fn editable(a: &ApprovalRequest) -> bool {
 /// not carry the real value).
 fn editable_fields(contract: &warrant_core::Contract) -> Option<Vec<EditField>> {
     let input = contract.input_document()?;
-    if input.to_string().contains("x-warrant-sensitive") {
+    if crate::review::mentions_sensitive(input) {
         return None;
     }
     let required: Vec<&str> = input
@@ -1013,31 +1010,6 @@ fn edited_arguments(
     Ok(out)
 }
 
-/// The proposer's authority now: the least any of its live keys in the tenant holds (the
-/// grants and roles all of them have). `None` when it holds no live key (the edited call is
-/// then not made: the proposer could not make it either).
-async fn proposer_authority(
-    state: &AppState,
-    tenant: &str,
-    proposer: &str,
-) -> Result<Option<warrant_core::authority::Principal>, ApiError> {
-    let keys = state.store.list_api_keys(tenant).await?;
-    let mut live = keys
-        .iter()
-        .filter(|k| k.key.principal == proposer && k.revoked_at.is_none());
-    let Some(first) = live.next() else {
-        return Ok(None);
-    };
-    let (mut grants, mut roles) = (first.key.grants.clone(), first.key.roles.clone());
-    for k in live {
-        grants.retain(|g| k.key.grants.contains(g));
-        roles.retain(|r| k.key.roles.contains(r));
-    }
-    Ok(warrant_core::authority::Principal::new(proposer, tenant, grants)
-        .and_then(|p| p.with_roles(roles))
-        .ok())
-}
-
 /// Approves a request with edits: the edited arguments, parsed by the input schema's types,
 /// are proposed again as the proposer (the proposer's current authority) through `submit` —
 /// strict parser, schema, policy, guards, budget — held for review and so bound to the
@@ -1112,7 +1084,7 @@ pub(crate) async fn edit(
             "The arguments are unchanged: approve the request as it is instead.",
         ));
     }
-    let Some(proposer) = proposer_authority(&state, tenant, &a.request.proposer).await? else {
+    let Some(proposer) = crate::review::proposer_authority(&state, tenant, &a.request.proposer).await? else {
         return Ok(problem(
             StatusCode::CONFLICT,
             "The proposer holds no key",

@@ -256,7 +256,12 @@ fn locate(text: &str) -> Option<Located> {
     };
     let mut members = Vec::new();
     for (key, value) in &params.0 {
-        if matches!(key.as_str(), "name" | "arguments" | "_meta") {
+        // A retry's `requestState` and `inputResponses` (MRTR) are the lane's, not the
+        // proposal's: the SDK decodes them for the handler.
+        if matches!(
+            key.as_str(),
+            "name" | "arguments" | "_meta" | "requestState" | "inputResponses"
+        ) {
             continue;
         }
         members.extend_from_slice(serde_json::to_string(key).ok()?.as_bytes());

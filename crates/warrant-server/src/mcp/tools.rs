@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ContentBlock, JsonObject, MetaObject, Tool, ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, JsonObject, MetaObject, Tool,
+    ToolAnnotations,
 };
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
@@ -23,6 +24,7 @@ use warrant_core::proposal::Envelope;
 use warrant_core::store::StoreError;
 use warrant_runtime::{Dispatched, OwnedCall, submit};
 
+use super::native::Native;
 use super::raw::RawCall;
 use crate::routes::rfc3339;
 use crate::state::AppState;
@@ -228,9 +230,11 @@ fn meta_field<'a>(
     }
 }
 
-/// Runs one `tools/call` through `dispatch` and answers it as a tool result. The proposal is
-/// built from `raw`, the client's own bytes of the call; `request` (the SDK's decoding of the
-/// same message) only names the tool.
+/// Runs one `tools/call` through `dispatch` and answers it as a tool result — or, for a call
+/// held for review, as the client can take it (`native`: a task, an input-required result,
+/// else the tool error). The proposal is built from `raw`, the client's own bytes of the call;
+/// `request` (the SDK's decoding of the same message) names the tool and carries the
+/// `requestState` of a retry.
 pub(crate) async fn call(
     state: &Arc<AppState>,
     principal: Principal,
@@ -238,10 +242,13 @@ pub(crate) async fn call(
     request: CallToolRequestParams,
     raw: &RawCall,
     meta: &JsonObject,
-) -> CallToolResult {
+    native: Native,
+) -> CallToolResponse {
     let name = request.name.into_owned();
     if name.starts_with(super::workflows::PREFIX) {
-        return super::workflows::call(state, principal, trace, &name, raw).await;
+        return super::workflows::call(state, principal, trace, &name, raw)
+            .await
+            .into();
     }
     let mut extra = Vec::new();
     let client_key = meta_field(meta, &KEY_FIELDS, "idempotency_key", &mut extra).map(str::to_owned);
@@ -250,12 +257,15 @@ pub(crate) async fn call(
     let (version, contract) = index.resolve(principal.tenant(), &name);
     let needs_key = contract.is_some_and(|c| c.effect().requires_idempotency_key());
     let bytes = raw.proposal(version, &extra);
+    if let Some(sealed) = request.request_state.as_deref() {
+        return super::native::resume(state, principal, trace, &name, bytes, sealed).await;
+    }
     let key = match client_key {
         Some(key) => Some(key),
         None if needs_key => {
             match derive_key(state, &principal, &name, &bytes, approval_id.as_deref()).await {
                 Ok(key) => key,
-                Err(e) => return internal(&e, &trace),
+                Err(e) => return internal(&e, &trace).into(),
             }
         }
         None => None,
@@ -269,10 +279,24 @@ pub(crate) async fn call(
         trace_id: trace.clone(),
         ..OwnedCall::default()
     };
-    match submit(state.authority.clone(), state.runtime.clone(), principal, call).await {
-        Ok(dispatched) => answer(state, &name, dispatched, &trace),
-        Err(e) => internal(&e, &trace),
+    let held = principal.clone();
+    let dispatched = match submit(
+        state.authority.clone(),
+        state.runtime.clone(),
+        principal,
+        call.clone(),
+    )
+    .await
+    {
+        Ok(dispatched) => dispatched,
+        Err(e) => return internal(&e, &trace).into(),
+    };
+    if let Dispatched::NeedsApproval { needed, .. } = &dispatched
+        && let Some(native) = super::native::held(state, native, &held, &name, &call, needed).await
+    {
+        return native;
     }
+    answer(state, &name, dispatched, &trace).into()
 }
 
 /// A `tools/call` whose raw bytes the transport did not keep (or that do not match the
@@ -325,7 +349,7 @@ async fn derive_key(
 }
 
 /// The tool result of a dispatched proposal.
-fn answer(state: &AppState, tool: &str, dispatched: Dispatched, trace: &str) -> CallToolResult {
+pub(crate) fn answer(state: &AppState, tool: &str, dispatched: Dispatched, trace: &str) -> CallToolResult {
     let ledger_id = dispatched.ledger_id().to_owned();
     match dispatched {
         Dispatched::Rejected { rejection, .. } => rejected(
@@ -335,10 +359,7 @@ fn answer(state: &AppState, tool: &str, dispatched: Dispatched, trace: &str) -> 
         Dispatched::NeedsApproval { needed, .. } => {
             let id = needed.request_id.clone().unwrap_or_default();
             let expires_at = needed.expires_at.map(rfc3339);
-            let review_url = format!(
-                "{}/console/approvals/{id}",
-                state.public_url.trim_end_matches('/')
-            );
+            let review_url = super::native::review_url(state, &id);
             let text = format!(
                 "awaiting approval: this call of `{tool}` needs a human approval before it runs. \
                  Approval id: {id}{}. A reviewer can approve it at {review_url}. Once it is \

@@ -149,7 +149,7 @@ async fn review(
         .await?
     {
         Ok(approval) => {
-            crate::runs::wake_for_approval(state, &approval).await;
+            crate::review::after_decision(state, &approval).await;
             Ok(Json(approval_json(&approval)))
         }
         Err(refusal) => Err(match refusal {

@@ -2775,3 +2775,82 @@ pub async fn approvals_are_paged_newest_first(b: &Backend) {
         ["apr_globex"]
     );
 }
+
+/// A single-use token is spent once per (scope, tenant), also under concurrent spends; an
+/// agent task is read back as written, ends once (a second end and a cancel after completion
+/// change nothing), is invisible to another tenant and after it expires, and the sweeper
+/// removes what has ended.
+pub async fn tokens_are_spent_once_and_tasks_end_once(b: &Backend) {
+    let s = b.store();
+    let until = T0 + secs(600);
+    let (one, two) = tokio::join!(
+        s.spend_token("mrtr", "acme", "tok_1", until),
+        s.spend_token("mrtr", "acme", "tok_1", until)
+    );
+    assert_eq!(
+        [one.unwrap(), two.unwrap()].iter().filter(|x| **x).count(),
+        1,
+        "exactly one concurrent spend wins"
+    );
+    assert!(!s.spend_token("mrtr", "acme", "tok_1", until).await.unwrap());
+    assert!(s.spend_token("mrtr", "globex", "tok_1", until).await.unwrap());
+    assert!(s.spend_token("inbound", "acme", "tok_1", until).await.unwrap());
+
+    let task = TaskRecord {
+        id: "task_1".into(),
+        tenant: "acme".into(),
+        principal: "agent".into(),
+        approval_id: "apr_1".into(),
+        call: serde_json::json!({"bytes": "{}", "idempotency_key": "k"}),
+        status: TaskStatus::Working,
+        result: None,
+        created_at: T0,
+        updated_at: T0,
+        expires_at: T0 + secs(3600),
+    };
+    s.create_task(&task).await.unwrap();
+    assert!(
+        s.create_task(&task).await.is_err(),
+        "an existing id is a conflict"
+    );
+    assert_eq!(
+        s.get_task("acme", "task_1", T0 + secs(1)).await.unwrap(),
+        Some(task.clone())
+    );
+    assert_eq!(s.get_task("globex", "task_1", T0).await.unwrap(), None);
+    assert_eq!(s.get_task("acme", "task_1", T0 + secs(3600)).await.unwrap(), None);
+    assert!(
+        s.end_task("acme", "task_1", TaskStatus::Working, &serde_json::json!({}), T0)
+            .await
+            .is_err(),
+        "working is not an end"
+    );
+    let result = serde_json::json!({"content": [], "isError": false});
+    let empty = serde_json::json!({});
+    let (a, b2) = tokio::join!(
+        s.end_task("acme", "task_1", TaskStatus::Completed, &result, T0 + secs(5)),
+        s.end_task("acme", "task_1", TaskStatus::Cancelled, &empty, T0 + secs(5))
+    );
+    assert_eq!(
+        [a.unwrap(), b2.unwrap()].iter().filter(|x| **x).count(),
+        1,
+        "a task ends once"
+    );
+    let ended = s.get_task("acme", "task_1", T0 + secs(6)).await.unwrap().unwrap();
+    assert!(ended.status.is_terminal());
+    assert_eq!(ended.updated_at, T0 + secs(5));
+    assert!(ended.result.is_some());
+    assert!(
+        !s.end_task("globex", "task_1", TaskStatus::Failed, &result, T0 + secs(7))
+            .await
+            .unwrap()
+    );
+
+    let purged = s.purge_expired(T0 + secs(3600)).await.unwrap();
+    assert_eq!(purged.tokens_and_tasks, 4, "three tokens and the task");
+    assert!(
+        s.spend_token("mrtr", "acme", "tok_1", T0 + secs(7200))
+            .await
+            .unwrap()
+    );
+}

@@ -82,6 +82,7 @@ conformance! {
     a_recorded_step_hands_its_job_on,
     a_committed_step_call_records_its_step_with_its_outcome,
     console_sessions_end_and_links_are_taken_once,
+    tokens_are_spent_once_and_tasks_end_once,
     ledger_lists_by_trace_and_approval,
     approvals_are_paged_newest_first,
 }
