@@ -263,6 +263,7 @@ impl ApprovalRecord {
             decided_at: None,
             consumed_at: None,
             consumed_by: None,
+            superseded_by: None,
         }
     }
 

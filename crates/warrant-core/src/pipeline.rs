@@ -614,6 +614,18 @@ impl Authority {
         // operation already running (its approval consumed by it): either answer comes before
         // asking a reviewer or spending an approval.
         if let Some(rejection) = conflict {
+            // The key was taken by an edited version of this call (approve with edits): say
+            // so, naming the approval that replaced the one presented.
+            if rejection.code() == RejectCode::IdempotencyKeyReused
+                && let Some(id) = proposal.approval()
+                && let Some(request) = self.store.get_approval(tenant, id, now).await?
+                && request.superseded_by.is_some()
+                && let ApprovalBinding::Refused(state, replaced) = bind(&request, proposal, principal, now)
+            {
+                p.row.approval_id = Some(id.to_owned());
+                p.facts.approval = Some(state);
+                return Ok(Err(replaced.at("/approval")));
+            }
             p.facts.approval = Some(match proposal.approval() {
                 None => ApprovalState::RequiredMissing,
                 Some(_) => ApprovalState::Mismatch,
@@ -895,6 +907,19 @@ fn bind(
     principal: &Principal,
     now: OffsetDateTime,
 ) -> ApprovalBinding {
+    if let (ApprovalStatus::Rejected, Some(by)) = (request.status, &request.superseded_by) {
+        return ApprovalBinding::Refused(
+            ApprovalState::Mismatch,
+            Rejection::new(
+                RejectCode::ApprovalRejected,
+                format!(
+                    "a reviewer approved an edited version of this call (approval {by}); the \
+                     edited call runs instead, under this call's idempotency key, and this one \
+                     never runs"
+                ),
+            ),
+        );
+    }
     match ApprovalRecord::from_request(request) {
         // The same operation presented again with its consumed approval (its key): bound when
         // everything else binds, and the store then answers the recorded outcome, or refuses

@@ -477,6 +477,9 @@ pub struct ApprovalRequest {
     pub consumed_at: Option<OffsetDateTime>,
     /// The ledger row of the consuming call.
     pub consumed_by: Option<String>,
+    /// The request a reviewer's edit replaced this one with (approve with edits): the call
+    /// that runs instead of this one, whose result answers this request's waiting agent.
+    pub superseded_by: Option<String>,
 }
 
 impl ApprovalRequest {
@@ -490,6 +493,7 @@ impl ApprovalRequest {
             decided_at: None,
             consumed_at: None,
             consumed_by: None,
+            superseded_by: None,
         }
     }
 

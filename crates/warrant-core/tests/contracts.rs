@@ -229,3 +229,31 @@ fn nested_schemas_are_linted_everywhere_values_are_defined() {
         vec!["/input/properties/reason/anyOf/1/items: string schema must set `maxLength`".to_owned()]
     );
 }
+
+/// `execute_on_approval` is a boolean, only with per-call approval, off by default, and part
+/// of the content id.
+#[test]
+fn execute_on_approval_needs_per_call_approval() {
+    let plain = load(CREDIT);
+    assert!(!plain.execute_on_approval());
+    let on = load(&credit_with(
+        "approval: per_call",
+        "approval: per_call\nexecute_on_approval: true",
+    ));
+    assert!(on.execute_on_approval());
+    assert_ne!(on.id(), plain.id());
+    assert_eq!(
+        problems(&credit_with(
+            "approval: per_call",
+            "approval: per_call\nexecute_on_approval: \"yes\""
+        )),
+        ["/execute_on_approval: execute_on_approval must be true or false"]
+    );
+    assert_eq!(
+        problems(&credit_with(
+            "approval: per_call",
+            "approval: none\nexecute_on_approval: true"
+        )),
+        ["/execute_on_approval: execute_on_approval needs `approval: per_call`"]
+    );
+}

@@ -206,8 +206,13 @@ pub struct ApprovalList {
 /// A reviewer's verdict.
 #[derive(ToSchema)]
 pub struct ReviewBody {
-    /// Why (up to 1000 characters).
+    /// Why (up to 1000 characters; required with `arguments`).
     reason: Option<String>,
+    /// Approve with edits (approve only): the edited arguments, proposed again as the proposer
+    /// through the whole pipeline and bound to their own digest; the original request is
+    /// rejected and never runs; the edited call runs at once.
+    #[schema(value_type = Option<Object>)]
+    arguments: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// A one-time console sign-in link (`POST /v1/console/links`).

@@ -129,3 +129,203 @@ pub(crate) async fn proposer_authority(
         .and_then(|p| p.with_roles(roles))
         .ok())
 }
+
+/// An approval with edits that did not happen, and why.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub(crate) enum EditRefusal {
+    /// The edited arguments equal the proposed ones.
+    #[error("the arguments are unchanged: approve the request as it is instead")]
+    Unchanged,
+    /// Edits are not offered for this request.
+    #[error(
+        "this request cannot be approved with edits (a workflow's review, a sensitive field, or a retired contract)"
+    )]
+    NotEditable,
+    /// The proposer holds no live key: the edited call would have no authority.
+    #[error("the proposer's keys have all been revoked; the edited call would have no authority")]
+    ProposerWithoutKey,
+    /// The pipeline refused the edited call.
+    #[error("the edited call is refused: {code} at the {stage} stage: {detail}")]
+    Refused {
+        /// The stage that refused it.
+        stage: &'static str,
+        /// The refusal's code.
+        code: &'static str,
+        /// Why.
+        detail: String,
+    },
+    /// The original was decided meanwhile, or a decision failed.
+    #[error("not decided: {0}")]
+    Conflict(String),
+    /// The edited call ran without being held for review (a bug, reported as such).
+    #[error("the edited call ran without a review")]
+    NotHeld,
+}
+
+impl EditRefusal {
+    /// The HTTP status and a short title for the refusal.
+    pub(crate) fn status_and_title(&self) -> (axum::http::StatusCode, &'static str) {
+        use axum::http::StatusCode;
+        match self {
+            EditRefusal::Unchanged => (StatusCode::BAD_REQUEST, "Nothing was edited"),
+            EditRefusal::NotEditable => (StatusCode::BAD_REQUEST, "Edits are not offered here"),
+            EditRefusal::ProposerWithoutKey => (StatusCode::CONFLICT, "The proposer holds no key"),
+            EditRefusal::Refused { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "The edited call is refused"),
+            EditRefusal::Conflict(_) => (StatusCode::CONFLICT, "Not decided"),
+            EditRefusal::NotHeld => (StatusCode::INTERNAL_SERVER_ERROR, "The edited call was not held"),
+        }
+    }
+
+    /// The API's error code for the refusal.
+    pub(crate) fn code(&self) -> &'static str {
+        match self {
+            EditRefusal::Unchanged => "EDIT_UNCHANGED",
+            EditRefusal::NotEditable => "EDIT_NOT_OFFERED",
+            EditRefusal::ProposerWithoutKey => "PROPOSER_WITHOUT_KEY",
+            EditRefusal::Refused { .. } => "EDIT_REFUSED",
+            EditRefusal::Conflict(_) => "APPROVAL_NOT_PENDING",
+            EditRefusal::NotHeld => "INTERNAL",
+        }
+    }
+}
+
+/// An approval with edits that happened.
+#[derive(Debug)]
+pub(crate) struct Edited {
+    /// The approval request of the edited call (approved).
+    pub(crate) approval_id: String,
+    /// What running the edited call came to.
+    pub(crate) ran: Dispatched,
+}
+
+/// Whether `original` (a pending request `reviewer` may decide) may be approved with edits:
+/// a direct call's (a workflow's review binds the step's exact payload, and the run waits for
+/// that one) whose contract's input has no sensitive field (the stored arguments hold only its
+/// keyed hash, so an edit could not carry the real value).
+pub(crate) fn editable(original: &ApprovalRequest, contract: &warrant_core::Contract) -> bool {
+    !of_a_run(original) && !contract.input_document().is_some_and(mentions_sensitive)
+}
+
+/// Approves `original` with edits, as `reviewer`: the edited arguments are proposed again as
+/// the proposer (the least authority of its live keys) through `submit` — strict parser,
+/// schema, policy, guards, budget — held for review and so bound to the edited payload's
+/// digest; the original is linked to the edited request and rejected (its payload can never
+/// run on this decision); the edited request is approved by `reviewer` (both reasons name the
+/// other request and the original digest) and executed at once with its approval, as the
+/// proposer, under the original idempotency key. The caller has checked that `reviewer` may
+/// decide `original` and that it is pending.
+///
+/// # Errors
+/// The store fails.
+pub(crate) async fn approve_with_edits(
+    state: &AppState,
+    reviewer: &Principal,
+    original: &ApprovalRequest,
+    contract: &warrant_core::Contract,
+    edited: serde_json::Map<String, serde_json::Value>,
+    reason: &str,
+) -> Result<Result<Edited, EditRefusal>, StoreError> {
+    use warrant_core::records::Verdict;
+    if !editable(original, contract) {
+        return Ok(Err(EditRefusal::NotEditable));
+    }
+    if serde_json::Value::Object(edited.clone()) == original.request.arguments {
+        return Ok(Err(EditRefusal::Unchanged));
+    }
+    let tenant = reviewer.tenant();
+    let Some(proposer) = proposer_authority(state, tenant, &original.request.proposer).await? else {
+        return Ok(Err(EditRefusal::ProposerWithoutKey));
+    };
+    let bytes = json!({
+        "tool": contract.qualified_name(),
+        "contract": contract.id_str(),
+        "arguments": edited,
+    })
+    .to_string();
+    let trace = crate::trace::trace_id(&axum::http::HeaderMap::new());
+    let call = |approval: Option<String>| OwnedCall {
+        bytes: bytes.clone().into_bytes().into(),
+        idempotency_key: original.request.idempotency_key.clone(),
+        approval_id: approval.clone(),
+        trace_id: trace.clone(),
+        review: approval.is_none(),
+        ..OwnedCall::default()
+    };
+    let held = warrant_runtime::submit(
+        state.authority.clone(),
+        state.runtime.clone(),
+        proposer.clone(),
+        call(None),
+    )
+    .await?;
+    let new_id = match held {
+        Dispatched::NeedsApproval { needed, .. } => needed.request_id.unwrap_or_default(),
+        Dispatched::Rejected { rejection, .. } => {
+            return Ok(Err(EditRefusal::Refused {
+                stage: rejection.stage().as_str(),
+                code: rejection.code().as_str(),
+                detail: rejection.detail().to_owned(),
+            }));
+        }
+        Dispatched::Executed(_) => return Ok(Err(EditRefusal::NotHeld)),
+    };
+    let id = &original.request.id;
+    let who = reviewer.id();
+    // Linked before the original is rejected: an agent waiting on the original (a task, an
+    // MCP retry) follows the link to the edited call's result, never sees a bare rejection.
+    if !state.store.supersede_approval(tenant, id, &new_id).await? {
+        return Ok(Err(EditRefusal::Conflict(
+            "the request was decided meanwhile".into(),
+        )));
+    }
+    let rejected = state
+        .authority
+        .review(
+            reviewer,
+            id,
+            Verdict::Reject,
+            Some(&format!("edited into {new_id} by {who}: {reason}")),
+        )
+        .await?;
+    if let Err(refusal) = rejected {
+        return Ok(Err(EditRefusal::Conflict(format!(
+            "the original request could not be closed: {refusal:?}"
+        ))));
+    }
+    let original_digest = &original.request.payload_digest;
+    let approved = state
+        .authority
+        .review(
+            reviewer,
+            &new_id,
+            Verdict::Approve,
+            Some(&format!(
+                "{reason} (edited by {who} from {id}, {original_digest})"
+            )),
+        )
+        .await?;
+    if let Err(refusal) = approved {
+        return Ok(Err(EditRefusal::Conflict(format!(
+            "the edited request could not be approved: {refusal:?}"
+        ))));
+    }
+    metrics::counter!("warrant_console_decisions_total", "verdict" => "approved_with_edits").increment(1);
+    // Executed on the decision: the proposer's call with its approval, through the pipeline.
+    let ran = warrant_runtime::submit(
+        state.authority.clone(),
+        state.runtime.clone(),
+        proposer,
+        call(Some(new_id.clone())),
+    )
+    .await?;
+    tracing::info!(
+        approval = new_id,
+        original = id,
+        ledger = ran.ledger_id(),
+        "edited call executed on the reviewer's decision"
+    );
+    Ok(Ok(Edited {
+        approval_id: new_id,
+        ran,
+    }))
+}

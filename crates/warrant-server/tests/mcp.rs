@@ -1552,6 +1552,154 @@ async fn an_approval_executes_on_decision_and_the_retry_replays(h: &Harness) {
     native.cancel().await.unwrap();
 }
 
+/// Approve with edits (`POST /v1/approvals/{id}/approve` with `arguments`): the edited call
+/// runs at once, the original never; an agent waiting natively — a task poll, an MRTR retry —
+/// receives the edited call's result, marked as edited; a legacy retry of the original is told
+/// which approval replaced it.
+async fn an_edited_approval_answers_the_waiting_agent_with_the_edited_call(h: &Harness) {
+    use rmcp::model::{CallToolResponse, GetTaskParams, TaskPayload};
+    let http = reqwest::Client::new();
+    let edit = |approval: String, amount: u64, customer: &'static str| {
+        let http = http.clone();
+        let url = format!("{}/v1/approvals/{approval}/approve", h.base);
+        let key = h.keys["reviewer"].clone();
+        async move {
+            let r = http
+                .post(url)
+                .bearer_auth(key)
+                .json(&json!({"reason": "smaller credit", "arguments": {"customer_id": customer, "amount_cents": amount}}))
+                .send()
+                .await
+                .unwrap();
+            let status = r.status().as_u16();
+            let body: Value = r.json().await.unwrap();
+            assert_eq!(status, 200, "{body:#}");
+            assert_eq!(body["status"], "consumed", "{body:#}");
+            assert_eq!(body["edited_from"], approval.as_str());
+            body
+        }
+    };
+
+    // A task: completes with the edited call's result.
+    let agent = h
+        .native(
+            "agent",
+            NativeClient {
+                tasks: true,
+                approve_as: None,
+            },
+        )
+        .await;
+    let CallToolResponse::Task(created) = agent
+        .call_tool_once(call(
+            "credit",
+            json!({"customer_id": "cus_ed1", "amount_cents": 9000}),
+            None,
+        ))
+        .await
+        .unwrap()
+    else {
+        panic!("not a task")
+    };
+    let id = created.task.task_id.clone();
+    let got = agent
+        .peer()
+        .get_task(GetTaskParams::new(id.clone()))
+        .await
+        .unwrap();
+    let TaskPayload::InputRequired { input_requests } = &got.task.payload else {
+        panic!("{got:?}")
+    };
+    let (approval, _) = elicited(input_requests);
+    let edited = edit(approval.clone(), 4000, "cus_ed1").await;
+    assert_eq!(h.upstream.effects(), 1, "the edited call ran on the decision");
+    assert_eq!(h.approval_status(&approval).await, "rejected");
+    let done = agent.peer().get_task(GetTaskParams::new(id)).await.unwrap();
+    let TaskPayload::Completed { result } = &done.task.payload else {
+        panic!("{done:?}")
+    };
+    let result: CallToolResult = serde_json::from_value(Value::Object(result.clone())).unwrap();
+    assert_eq!(result.is_error, Some(false), "{}", text(&result));
+    let marked = &result.meta.as_ref().unwrap().0["io.warrant/edited"];
+    assert_eq!(marked["original_approval_id"], approval.as_str());
+    assert_eq!(marked["approval_id"], edited["id"]);
+    assert_eq!(marked["arguments"]["amount_cents"], 4000);
+    assert_eq!(result.meta.as_ref().unwrap().0["io.warrant/outcome"], "replayed");
+    assert_eq!(h.upstream.effects(), 1);
+    agent.cancel().await.unwrap();
+
+    // MRTR: the retry with the original state answers the edited call's result.
+    let native = h
+        .native(
+            "agent",
+            NativeClient {
+                tasks: false,
+                approve_as: None,
+            },
+        )
+        .await;
+    let arguments = json!({"customer_id": "cus_ed2", "amount_cents": 9000});
+    let first = input_required(
+        native
+            .call_tool_once(call("credit", arguments.clone(), None))
+            .await
+            .unwrap(),
+    );
+    let (approval, _) = elicited(first.input_requests.as_ref().unwrap());
+    edit(approval.clone(), 3000, "cus_ed2").await;
+    assert_eq!(h.upstream.effects(), 2);
+    let done = complete(
+        native
+            .call_tool_once(retry(
+                "credit",
+                &arguments,
+                first.request_state.as_deref().unwrap(),
+            ))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(done.is_error, Some(false), "{}", text(&done));
+    assert_eq!(
+        done.meta.as_ref().unwrap().0["io.warrant/edited"]["arguments"]["amount_cents"],
+        3000
+    );
+    assert_eq!(h.upstream.effects(), 2);
+    native.cancel().await.unwrap();
+
+    // A legacy retry of the original with its approval id: refused, naming the edited approval.
+    let legacy = h.client("agent").await.unwrap();
+    let arguments = json!({"customer_id": "cus_ed3", "amount_cents": 9000});
+    let held = call_ok(&legacy, call("credit", arguments.clone(), None))
+        .await
+        .unwrap();
+    let approval = structured(&held)["approval_id"].as_str().unwrap().to_owned();
+    let edited = edit(approval.clone(), 2000, "cus_ed3").await;
+    let retried = call_ok(
+        &legacy,
+        call("credit", arguments, Some(json!({"approval_id": approval}))),
+    )
+    .await
+    .unwrap();
+    assert_eq!(structured(&retried)["code"], "APPROVAL_REJECTED");
+    assert!(
+        text(&retried).contains(edited["id"].as_str().unwrap()),
+        "{}",
+        text(&retried)
+    );
+    assert_eq!(h.upstream.effects(), 3);
+    legacy.cancel().await.unwrap();
+
+    // The proposer cannot edit its own request; edits of a decided request conflict.
+    let r = http
+        .post(format!("{}/v1/approvals/{approval}/approve", h.base))
+        .bearer_auth(&h.keys["reviewer"])
+        .json(&json!({"reason": "again", "arguments": {"customer_id": "cus_ed3", "amount_cents": 1}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 409);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Both backends
 // ---------------------------------------------------------------------------------------------
@@ -1587,6 +1735,7 @@ on_every_backend! {
     a_task_completes_when_the_reviewer_decides_on_any_node,
     a_task_fails_on_rejection_and_cancels_its_approval,
     an_approval_executes_on_decision_and_the_retry_replays,
+    an_edited_approval_answers_the_waiting_agent_with_the_edited_call,
     tools_are_listed_by_grant_with_hints,
     a_read_is_committed,
     a_write_is_approved_then_committed_once,

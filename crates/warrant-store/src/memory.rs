@@ -1096,6 +1096,20 @@ impl Store for MemoryStore {
         })
     }
 
+    async fn supersede_approval(&self, tenant: &str, id: &str, by: &str) -> Result<bool, StoreError> {
+        self.with(|s| match s.approvals.get_mut(id) {
+            Some(a)
+                if a.request.tenant == tenant
+                    && a.status == ApprovalStatus::Pending
+                    && a.superseded_by.is_none() =>
+            {
+                a.superseded_by = Some(by.to_owned());
+                Ok(true)
+            }
+            _ => Ok(false),
+        })
+    }
+
     async fn consume_approval(
         &self,
         tenant: &str,

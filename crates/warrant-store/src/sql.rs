@@ -482,7 +482,7 @@ fn idempotency_of(row: &impl RowExt) -> Result<IdempotencyRecord, StoreError> {
 macro_rules! approval_columns {
     () => {
         "id, tenant, contract_id, tool, proposer, payload_digest, idempotency_key, arguments, \
-     status, reviewer, reason, created_at, expires_at, decided_at, consumed_at, consumed_by, reviewers"
+     status, reviewer, reason, created_at, expires_at, decided_at, consumed_at, consumed_by, reviewers, superseded_by"
     };
 }
 
@@ -519,6 +519,7 @@ fn approval_of(row: &impl RowExt) -> Result<ApprovalRequest, StoreError> {
         decided_at: opt_from_ms(row.opt_int("decided_at")?)?,
         consumed_at: opt_from_ms(row.opt_int("consumed_at")?)?,
         consumed_by: row.opt_text("consumed_by")?,
+        superseded_by: row.opt_text("superseded_by")?,
     })
 }
 
@@ -2094,6 +2095,16 @@ impl Store for SqlStore {
                     }
                 }
             }
+        )
+    }
+
+    async fn supersede_approval(&self, tenant: &str, id: &str, by: &str) -> Result<bool, StoreError> {
+        let sql = "UPDATE approvals SET superseded_by = $1 WHERE tenant = $2 AND id = $3 \
+                   AND status = 'pending' AND superseded_by IS NULL";
+        write_op!(
+            self,
+            [tenant = tenant.to_owned(), id = id.to_owned(), by = by.to_owned()],
+            |ex| Ok(ex.execute(sql, &args![&by, &tenant, &id]).await? == 1)
         )
     }
 

@@ -1077,113 +1077,15 @@ pub(crate) async fn edit(
         Ok(edited) => edited,
         Err(why) => return Ok(problem(StatusCode::BAD_REQUEST, "The edit is not valid", &why)),
     };
-    if Value::Object(edited.clone()) == a.request.arguments {
-        return Ok(problem(
-            StatusCode::BAD_REQUEST,
-            "Nothing was edited",
-            "The arguments are unchanged: approve the request as it is instead.",
-        ));
-    }
-    let Some(proposer) = crate::review::proposer_authority(&state, tenant, &a.request.proposer).await? else {
-        return Ok(problem(
-            StatusCode::CONFLICT,
-            "The proposer holds no key",
-            "The proposer's keys have all been revoked; the edited call would have no authority.",
-        ));
-    };
-    let bytes = json!({
-        "tool": contract.qualified_name(),
-        "contract": contract.id_str(),
-        "arguments": edited,
-    })
-    .to_string();
-    let call = |approval: Option<String>| warrant_runtime::OwnedCall {
-        bytes: bytes.clone().into_bytes().into(),
-        idempotency_key: a.request.idempotency_key.clone(),
-        approval_id: approval.clone(),
-        trace_id: crate::trace::trace_id(&axum::http::HeaderMap::new()),
-        review: approval.is_none(),
-        ..warrant_runtime::OwnedCall::default()
-    };
-    let held = warrant_runtime::submit(
-        state.authority.clone(),
-        state.runtime.clone(),
-        proposer.clone(),
-        call(None),
-    )
-    .await?;
-    let new_id = match held {
-        warrant_runtime::Dispatched::NeedsApproval { needed, .. } => needed.request_id.unwrap_or_default(),
-        warrant_runtime::Dispatched::Rejected { rejection, .. } => {
-            return Ok(problem(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "The edited call is refused",
-                &format!(
-                    "{} at the {} stage: {}",
-                    rejection.code().as_str(),
-                    rejection.stage().as_str(),
-                    rejection.detail()
-                ),
-            ));
-        }
-        warrant_runtime::Dispatched::Executed(_) => {
-            return Ok(problem(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "The edited call was not held",
-                "The edited call ran without a review; this is a bug.",
-            ));
+    let outcome =
+        crate::review::approve_with_edits(&state, &reviewer.caller.principal, &a, &contract, edited, &reason)
+            .await?;
+    let new_id = match outcome {
+        Ok(edited) => edited.approval_id,
+        Err(refusal) => {
+            let (status, title) = refusal.status_and_title();
+            return Ok(problem(status, title, &refusal.to_string()));
         }
     };
-    let who = reviewer.caller.principal.id();
-    let original_digest = a.request.payload_digest.clone();
-    let rejected = state
-        .authority
-        .review(
-            &reviewer.caller.principal,
-            &id,
-            Verdict::Reject,
-            Some(&format!("edited into {new_id} by {who}: {reason}")),
-        )
-        .await?;
-    if let Err(refusal) = rejected {
-        return Ok(problem(
-            StatusCode::CONFLICT,
-            "Not decided",
-            &format!("The original request could not be closed: {refusal:?}."),
-        ));
-    }
-    let approved = state
-        .authority
-        .review(
-            &reviewer.caller.principal,
-            &new_id,
-            Verdict::Approve,
-            Some(&format!(
-                "{reason} (edited by {who} from {id}, {original_digest})"
-            )),
-        )
-        .await?;
-    if let Err(refusal) = approved {
-        return Ok(problem(
-            StatusCode::CONFLICT,
-            "Not approved",
-            &format!("The edited request could not be approved: {refusal:?}."),
-        ));
-    }
-    metrics::counter!("warrant_console_decisions_total", "verdict" => "approved_with_edits").increment(1);
-    // Executed on the decision: the proposer's call with its approval, through the pipeline.
-    let ran = warrant_runtime::submit(
-        state.authority.clone(),
-        state.runtime.clone(),
-        proposer,
-        call(Some(new_id.clone())),
-    )
-    .await?;
-    tracing::info!(
-        approval = new_id,
-        original = id,
-        ledger = ran.ledger_id(),
-        "edited call executed on the reviewer's decision"
-    );
     Ok(see_other(&format!("/console/approvals/{}", urlencode(&new_id))))
 }

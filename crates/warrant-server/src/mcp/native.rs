@@ -315,6 +315,21 @@ pub(crate) async fn resume(
                 return CallToolResponse::InputRequired(again);
             }
         }
+        // Approved with edits: the edited call answers (run now, or replayed when it ran on
+        // the decision).
+        Ok(Some(a)) if a.superseded_by.is_some() => {
+            return match edited(state, &a, &trace).await {
+                Ok(Some((_, result))) => CallToolResponse::Complete(result),
+                Ok(None) => match input_required(state, &principal, tool, &Pending::of_request(&a)) {
+                    Some(again) => CallToolResponse::InputRequired(again),
+                    None => CallToolResponse::Complete(super::tools::internal(
+                        &"no input-required result",
+                        &trace,
+                    )),
+                },
+                Err(e) => CallToolResponse::Complete(super::tools::internal(&e, &trace)),
+            };
+        }
         Ok(_) => {}
         Err(e) => return CallToolResponse::Complete(super::tools::internal(&e, &trace)),
     }
@@ -329,6 +344,58 @@ pub(crate) async fn resume(
         Ok(dispatched) => CallToolResponse::Complete(super::tools::answer(state, tool, dispatched, &trace)),
         Err(e) => CallToolResponse::Complete(super::tools::internal(&e, &trace)),
     }
+}
+
+/// The answer for a request a reviewer approved with edits (`original.superseded_by`): the
+/// edited call, run through the pipeline with its approval as the proposer (or replayed when it
+/// already ran on the decision), as a tool result naming both approvals; `Ok(None)` while the
+/// edited request is not yet approved. A settled flag says whether the result is final.
+async fn edited(
+    state: &AppState,
+    original: &ApprovalRequest,
+    trace: &str,
+) -> Result<Option<(bool, CallToolResult)>, warrant_core::store::StoreError> {
+    let Some(by) = original.superseded_by.as_deref() else {
+        return Ok(None);
+    };
+    let Some(successor) = state
+        .store
+        .get_approval(&original.request.tenant, by, state.env.now())
+        .await?
+    else {
+        return Ok(None);
+    };
+    if successor.status == ApprovalStatus::Pending {
+        return Ok(None);
+    }
+    let Some(dispatched) = crate::review::execute_approved(state, &successor, Some(trace.to_owned())).await?
+    else {
+        return Ok(Some((
+            true,
+            super::tools::refusal(
+                "approval",
+                "PROPOSER_WITHOUT_KEY",
+                "the edited call cannot run: its proposer holds no live key",
+                None,
+                json!({"trace_id": trace}),
+            ),
+        )));
+    };
+    let settled = settled(&dispatched);
+    let mut result = super::tools::answer(state, &successor.request.tool, dispatched, trace);
+    let meta = result.meta.get_or_insert_with(Default::default);
+    meta.0.insert(
+        "io.warrant/edited".into(),
+        json!({
+            "original_approval_id": original.request.id,
+            "original_payload_digest": original.request.payload_digest,
+            "approval_id": successor.request.id,
+            "payload_digest": successor.request.payload_digest,
+            "arguments": successor.request.arguments,
+            "reviewer": successor.reviewer,
+        }),
+    );
+    Ok(Some((settled, result)))
 }
 
 /// Opens a presented `requestState`: sealed by this server (any node), unaltered, of this
@@ -530,6 +597,20 @@ async fn advance(
             }
             let result = super::tools::answer(state, &call.tool, dispatched, &call.trace_id);
             (TaskStatus::Completed, tool_result_json(&result)?)
+        }
+        Some(ApprovalStatus::Rejected) if approval.as_ref().is_some_and(|a| a.superseded_by.is_some()) => {
+            let original = approval
+                .as_ref()
+                .ok_or_else(|| super::internal_error(&"no approval"))?;
+            let call: TaskCall =
+                serde_json::from_value(task.call.clone()).map_err(|e| super::internal_error(&e))?;
+            match edited(state, original, &call.trace_id)
+                .await
+                .map_err(|e| super::internal_error(&e))?
+            {
+                Some((true, result)) => (TaskStatus::Completed, tool_result_json(&result)?),
+                _ => return Ok(()),
+            }
         }
         Some(ApprovalStatus::Rejected) => {
             let reason = approval

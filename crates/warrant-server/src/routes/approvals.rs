@@ -119,20 +119,25 @@ pub(crate) async fn show(
 #[serde(deny_unknown_fields)]
 struct ReviewBody {
     reason: Option<String>,
+    /// Edited arguments: approve with edits (approve only).
+    arguments: Option<serde_json::Map<String, Value>>,
 }
 
-fn reason(body: &Bytes) -> Result<Option<String>, ApiError> {
+/// The body, read with the strict parser first (a repeated key, a lone surrogate or excessive
+/// depth is refused, not silently resolved by `serde_json`), then as a [`ReviewBody`].
+fn review_body(body: &Bytes) -> Result<ReviewBody, ApiError> {
     if body.is_empty() {
-        return Ok(None);
+        return Ok(ReviewBody::default());
     }
-    let parsed: ReviewBody = serde_json::from_slice(body)
-        .map_err(|_| ApiError::bad_request("the body is `{\"reason\": \"…\"}`"))?;
-    match parsed.reason {
-        Some(r) if r.chars().count() > 1000 => {
-            Err(ApiError::bad_request("the reason is over 1000 characters"))
-        }
-        other => Ok(other),
+    let value = warrant_core::json::parse(body, warrant_core::json::Limits::PROPOSAL)
+        .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?;
+    let parsed: ReviewBody = serde_json::from_value(value).map_err(|_| {
+        ApiError::bad_request("the body is `{\"reason\": \"…\"}`, with `arguments` to approve with edits")
+    })?;
+    if parsed.reason.as_ref().is_some_and(|r| r.chars().count() > 1000) {
+        return Err(ApiError::bad_request("the reason is over 1000 characters"));
     }
+    Ok(parsed)
 }
 
 async fn review(
@@ -142,7 +147,14 @@ async fn review(
     verdict: Verdict,
     body: &Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let reason = reason(body)?;
+    let body = review_body(body)?;
+    if let Some(arguments) = body.arguments {
+        if verdict != Verdict::Approve {
+            return Err(ApiError::bad_request("edited arguments go with an approval only"));
+        }
+        return approve_with_edits(state, caller, id, arguments, body.reason.as_deref()).await;
+    }
+    let reason = body.reason;
     match state
         .authority
         .review(&caller.principal, id, verdict, reason.as_deref())
@@ -152,37 +164,103 @@ async fn review(
             crate::review::after_decision(state, &approval).await;
             Ok(Json(approval_json(&approval)))
         }
-        Err(refusal) => Err(match refusal {
-            ReviewRefusal::NotFound => ApiError::not_found("approval"),
-            ReviewRefusal::Forbidden(_) => ApiError::new(
-                StatusCode::FORBIDDEN,
-                "approval",
-                "REVIEW_FORBIDDEN",
-                "policy does not let this principal review this tool",
-            ),
-            ReviewRefusal::SelfReview => ApiError::new(
-                StatusCode::FORBIDDEN,
-                "approval",
-                "SELF_REVIEW",
-                "the proposer cannot review its own call",
-            ),
-            ReviewRefusal::NotPending(status) => ApiError::new(
-                StatusCode::CONFLICT,
-                "approval",
-                "APPROVAL_NOT_PENDING",
-                format!("the approval is {status}"),
-            ),
-            ReviewRefusal::Expired => ApiError::new(
-                StatusCode::CONFLICT,
-                "approval",
-                "APPROVAL_EXPIRED",
-                "the approval request expired",
-            ),
-        }),
+        Err(refusal) => Err(review_refusal(refusal)),
     }
 }
 
-/// Approve a request (a reviewer other than the proposer, permitted by policy).
+/// The API error of a refused review.
+fn review_refusal(refusal: ReviewRefusal) -> ApiError {
+    match refusal {
+        ReviewRefusal::NotFound => ApiError::not_found("approval"),
+        ReviewRefusal::Forbidden(_) => ApiError::new(
+            StatusCode::FORBIDDEN,
+            "approval",
+            "REVIEW_FORBIDDEN",
+            "policy does not let this principal review this tool",
+        ),
+        ReviewRefusal::SelfReview => ApiError::new(
+            StatusCode::FORBIDDEN,
+            "approval",
+            "SELF_REVIEW",
+            "the proposer cannot review its own call",
+        ),
+        ReviewRefusal::NotPending(status) => ApiError::new(
+            StatusCode::CONFLICT,
+            "approval",
+            "APPROVAL_NOT_PENDING",
+            format!("the approval is {status}"),
+        ),
+        ReviewRefusal::Expired => ApiError::new(
+            StatusCode::CONFLICT,
+            "approval",
+            "APPROVAL_EXPIRED",
+            "the approval request expired",
+        ),
+    }
+}
+
+/// Approves `id` with edited `arguments` (`review::approve_with_edits`); answers the edited
+/// request (approved, executed) with `edited_from` naming the original.
+async fn approve_with_edits(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    arguments: serde_json::Map<String, Value>,
+    reason: Option<&str>,
+) -> Result<Json<Value>, ApiError> {
+    let Some(reason) = reason.map(str::trim).filter(|r| !r.is_empty()) else {
+        return Err(ApiError::bad_request("approving with edits needs a reason"));
+    };
+    let principal = &caller.principal;
+    let now = state.env.now();
+    let original = match state.store.get_approval(principal.tenant(), id, now).await? {
+        Some(a) if state.authority.may_review(principal, &a).await? => a,
+        _ => return Err(ApiError::not_found("approval")),
+    };
+    if original.request.proposer == principal.id() {
+        return Err(review_refusal(ReviewRefusal::SelfReview));
+    }
+    if original.status != ApprovalStatus::Pending {
+        return Err(review_refusal(ReviewRefusal::NotPending(original.status)));
+    }
+    let Some(contract) = state
+        .registry
+        .by_id(principal.tenant(), &original.request.contract_id, now)
+        .await?
+    else {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "approval",
+            "EDIT_NOT_OFFERED",
+            "the request's contract is no longer registered",
+        ));
+    };
+    match crate::review::approve_with_edits(state, principal, &original, &contract, arguments, reason).await?
+    {
+        Ok(edited) => {
+            let approval = state
+                .store
+                .get_approval(principal.tenant(), &edited.approval_id, state.env.now())
+                .await?
+                .ok_or_else(|| ApiError::not_found("approval"))?;
+            let mut answer = approval_json(&approval);
+            if let Value::Object(map) = &mut answer {
+                map.insert("edited_from".into(), json!(id));
+                map.insert("execution_ledger_id".into(), json!(edited.ran.ledger_id()));
+            }
+            Ok(Json(answer))
+        }
+        Err(refusal) => Err(ApiError::new(
+            refusal.status_and_title().0,
+            "approval",
+            refusal.code(),
+            refusal.to_string(),
+        )),
+    }
+}
+
+/// Approve a request (a reviewer other than the proposer, permitted by policy); with
+/// `arguments`, approve it with edits.
 #[utoipa::path(post, path = "/v1/approvals/{id}/approve", tag = "approvals",
     params(("id" = String, Path, description = "approval id")),
     request_body(content = Option<crate::openapi::ReviewBody>, content_type = "application/json"),

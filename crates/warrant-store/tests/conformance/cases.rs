@@ -2854,3 +2854,65 @@ pub async fn tokens_are_spent_once_and_tasks_end_once(b: &Backend) {
             .unwrap()
     );
 }
+
+/// Approve with edits links the original request to the edited one while it is pending, once,
+/// within its tenant; the link is read back with the request after it is rejected.
+pub async fn a_pending_approval_is_superseded_once(b: &Backend) {
+    let s = b.store();
+    s.create_approval(&approval("apr_orig", "acme", T0))
+        .await
+        .unwrap();
+    s.create_approval(&approval("apr_other", "acme", T0))
+        .await
+        .unwrap();
+    assert!(
+        !s.supersede_approval("globex", "apr_orig", "apr_new")
+            .await
+            .unwrap()
+    );
+    assert!(!s.supersede_approval("acme", "apr_none", "apr_new").await.unwrap());
+    assert!(s.supersede_approval("acme", "apr_orig", "apr_new").await.unwrap());
+    assert!(
+        !s.supersede_approval("acme", "apr_orig", "apr_newer")
+            .await
+            .unwrap()
+    );
+    let rejected = s
+        .decide_approval(
+            "acme",
+            "apr_orig",
+            "sup",
+            Verdict::Reject,
+            Some("edited"),
+            T0 + secs(1),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(rejected.superseded_by.as_deref(), Some("apr_new"));
+    let read = s
+        .get_approval("acme", "apr_orig", T0 + secs(2))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (read.status, read.superseded_by.as_deref()),
+        (ApprovalStatus::Rejected, Some("apr_new"))
+    );
+    // A decided request is not superseded.
+    s.decide_approval("acme", "apr_other", "sup", Verdict::Approve, None, T0 + secs(1))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        !s.supersede_approval("acme", "apr_other", "apr_new")
+            .await
+            .unwrap()
+    );
+    let other = s
+        .get_approval("acme", "apr_other", T0 + secs(2))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(other.superseded_by, None);
+}

@@ -83,6 +83,7 @@ conformance! {
     a_committed_step_call_records_its_step_with_its_outcome,
     console_sessions_end_and_links_are_taken_once,
     tokens_are_spent_once_and_tasks_end_once,
+    a_pending_approval_is_superseded_once,
     ledger_lists_by_trace_and_approval,
     approvals_are_paged_newest_first,
 }
