@@ -402,8 +402,34 @@ fn a_reviewer_decides_in_a_real_browser() {
         assert_eq!(seen.lock().unwrap().len(), 2);
         screenshot("edited.png", &c.screenshot().await.unwrap());
 
+        // A workflow run waiting on its review: the run page shows the graph and each step.
+        let workflow = "name: goodwill\nversion: 1\ndescription: A supervisor reviews a goodwill credit before it is applied.\n\
+            input:\n  type: object\n  additionalProperties: false\n  required: [customer_id, amount_cents]\n  properties:\n    \
+            customer_id: { type: string, pattern: \"^cus_[a-z0-9]{8,32}$\", maxLength: 36 }\n    \
+            amount_cents: { type: integer, minimum: 1, maximum: 50000 }\nsteps:\n  - id: review_credit\n    \
+            review: { covers: [credit], reviewers: { role: supervisor }, expires_in: 24h }\n    on_approve: credit\n    on_reject: done\n  \
+            - id: credit\n    tool: create_support_credit@1\n    \
+            with: { customer_id: \"${input.customer_id}\", amount_cents: \"${input.amount_cents}\", reason: goodwill }\n    next: done\n  \
+            - id: done\n    end: { status: completed }\n";
+        let r = http
+            .post(format!("{url}/v1/workflows"))
+            .bearer_auth(&admin)
+            .header("content-type", "application/yaml")
+            .body(workflow)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 201, "{}", r.text().await.unwrap());
+        let run = api(&http, &url, reqwest::Method::POST, "/v1/workflows/goodwill/1/runs", &agent,
+            json!({"customer_id": "cus_8f3k2m9q", "amount_cents": 1500})).await;
+        let run_id = run["id"].as_str().unwrap_or_else(|| panic!("{run}")).to_owned();
         c.goto(&format!("{url}/console/runs")).await.unwrap();
         assert!(text(&c).await.contains("Runs"));
+        c.goto(&format!("{url}/console/runs/{run_id}")).await.unwrap();
+        wait_text(&c, "review_credit").await;
+        let page = text(&c).await;
+        assert!(page.contains("credit") && page.contains("goodwill"), "{page}");
+        screenshot("run.png", &c.screenshot().await.unwrap());
         sign_out(&c).await;
 
         // The proposer sees its request without a form, and a forged post is refused.
