@@ -108,11 +108,29 @@ struct FileConfig {
     limits: LimitsSection,
     /// The chat model of workflows' `model` steps.
     model: Option<ModelSection>,
+    /// The reviewer console: `[console.notify]` emails reviewers when an approval is requested.
+    console: ConsoleSection,
     /// The operator's credential map: `[credentials.NAME] env = "VAR"` (or `secret = "key"` of
     /// the secrets file), `tools = [...]`, `origins = [...]`.
     credentials: BTreeMap<String, CredentialSection>,
     /// Allow-lists per tenant: `[guards.acme] email_recipients = ["*@acme.example"]`.
     guards: BTreeMap<String, BTreeMap<String, Vec<String>>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct ConsoleSection {
+    notify: Option<NotifySection>,
+}
+
+/// `[console.notify]`: `from = "warrant@example.com"` and `[console.notify.reviewers]
+/// demo = ["sup@example.com"]`, sent through `[adapters.smtp]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NotifySection {
+    from: String,
+    #[serde(default)]
+    reviewers: BTreeMap<String, Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -585,6 +603,7 @@ pub(crate) struct Loaded {
     settings: Settings,
     redaction: RedactionKey,
     contract_sync_every: Duration,
+    review_mail: Option<warrant_server::events::ReviewMail>,
 }
 
 impl Loaded {
@@ -605,6 +624,7 @@ impl Loaded {
             first_tenant: self.first_tenant,
             background: true,
             contract_sync_every: self.contract_sync_every,
+            review_mail: self.review_mail,
         }
     }
 }
@@ -739,7 +759,15 @@ pub(crate) fn load(args: &ConfigArgs) -> Result<Loaded> {
         command_roots: cfg.adapters.command_roots,
         model,
     };
+    let review_mail = cfg.console.notify.map(|n| warrant_server::events::ReviewMail {
+        from: n.from,
+        reviewers: n.reviewers,
+    });
+    if review_mail.is_some() && adapters.smtp.is_none() {
+        bail!("`console.notify` sends through `[adapters.smtp]`, which is not configured");
+    }
     Ok(Loaded {
+        review_mail,
         listen: cfg.server.listen,
         workers: cfg.server.workers,
         database,
@@ -885,6 +913,19 @@ mod tests {
             .is_err()
         );
         assert!(model_endpoint(&cfg(""), &Secrets::default()).unwrap().is_none());
+    }
+
+    #[test]
+    fn reviewer_mail_is_read_strictly() {
+        let c: FileConfig = toml::from_str(
+            "[console.notify]\nfrom = \"warrant@example.com\"\n[console.notify.reviewers]\ndemo = [\"sup@example.com\"]\n",
+        )
+        .unwrap();
+        let notify = c.console.notify.unwrap();
+        assert_eq!(notify.from, "warrant@example.com");
+        assert_eq!(notify.reviewers["demo"], ["sup@example.com"]);
+        assert!(toml::from_str::<FileConfig>("[console.notify]\nfrom = \"a@b.c\"\nto = []\n").is_err());
+        assert!(toml::from_str::<FileConfig>("[console]\nnotfy = {}\n").is_err());
     }
 
     #[test]

@@ -460,6 +460,25 @@ pub struct NewApproval {
     pub reviewers: Option<ReviewerRule>,
 }
 
+/// The kind of the jobs that carry events (the outbox): each committed with the record that
+/// causes it, delivered by the gateway's event worker.
+pub const EVENT_JOB: &str = "event";
+
+impl NewApproval {
+    /// The `approval.requested` event job of this request, committed with it: id
+    /// `evt_<approval id>`, kind [`EVENT_JOB`], due at once.
+    pub fn requested_event(&self) -> NewJob {
+        NewJob {
+            id: format!("evt_{}", self.id),
+            tenant: self.tenant.clone(),
+            kind: EVENT_JOB.to_owned(),
+            payload: serde_json::json!({"type": "approval.requested", "approval_id": self.id}),
+            run_at: self.created_at,
+            max_attempts: 8,
+        }
+    }
+}
+
 /// A stored approval request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApprovalRequest {

@@ -289,7 +289,8 @@ pub trait Store: Send + Sync + 'static {
 
     // ----- approvals -----
 
-    /// Stores a new pending approval request.
+    /// Stores a new pending approval request and its `approval.requested` event job
+    /// ([`NewApproval::requested_event`]) in one transaction: both or neither.
     async fn create_approval(&self, approval: &NewApproval) -> Result<(), StoreError>;
     /// One approval of `tenant`, with its effective status at `now`
     /// ([`ApprovalRequest::as_of`]: pending or approved past its expiry is `expired`, whether

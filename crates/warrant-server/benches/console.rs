@@ -129,6 +129,7 @@ fn main() {
             first_tenant: "acme".into(),
             background: false,
             contract_sync_every: Duration::ZERO,
+            review_mail: None,
         })
         .await
         .unwrap();

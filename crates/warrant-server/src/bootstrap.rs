@@ -93,6 +93,8 @@ pub struct GatewayConfig {
     pub first_tenant: String,
     /// Start the background sweeper, reconciler and contract sync.
     pub background: bool,
+    /// Who is emailed when an approval is requested (`[console.notify]`); `None`: nobody.
+    pub review_mail: Option<crate::events::ReviewMail>,
     /// How often the background contract sync looks for contracts registered or retired by
     /// other nodes on the same store (default [`crate::CONTRACT_SYNC_EVERY`]); zero turns it off.
     pub contract_sync_every: Duration,
@@ -125,6 +127,9 @@ pub enum StartError {
     /// The policies do not load.
     #[error("policies: {0}")]
     Policy(#[from] warrant_policy::PolicyLoadError),
+    /// A part of the configuration cannot be used (e.g. reviewer mail without a relay).
+    #[error("configuration: {0}")]
+    Config(String),
 }
 
 /// The keys created on the first start of an empty store (shown once).
@@ -268,6 +273,12 @@ impl Gateway {
         let contracts = registry.load(&stored, now)?;
         let policy = Arc::new(ReloadablePolicy::new(&contracts, config.policies)?);
         let mcp_sealer = crate::mcp::Sealer::new(config.redaction.derive("mcp-request-state"));
+        let review_mail = match &config.review_mail {
+            Some(mail) => Some(Arc::new(
+                crate::events::Notifier::new(mail, &config.adapters).map_err(StartError::Config)?,
+            )),
+            None => None,
+        };
         let authority = Arc::new(Authority::new(
             store.clone(),
             registry.clone(),
@@ -344,6 +355,7 @@ impl Gateway {
             )))),
             keys: Arc::new(crate::auth::KeyCache::new(crate::auth::KEY_CACHE_TTL)),
             mcp_sealer,
+            review_mail,
         });
         if config.background && !config.contract_sync_every.is_zero() {
             tasks.push(crate::state::spawn_contract_sync(
@@ -353,6 +365,7 @@ impl Gateway {
         }
         if config.background {
             tasks.push(crate::runs::spawn_runner(state.clone()));
+            tasks.push(crate::events::spawn_worker(state.clone()));
         }
         Ok(Gateway {
             state,

@@ -10,6 +10,7 @@ pub mod authoring;
 pub mod bootstrap;
 pub mod console;
 pub mod error;
+pub mod events;
 pub mod mcp;
 pub mod openapi;
 mod review;

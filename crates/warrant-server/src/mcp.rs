@@ -52,6 +52,7 @@ use warrant_core::authority::Principal;
 use warrant_core::json::Limits;
 
 pub use native::Sealer;
+pub(crate) use native::review_url;
 pub use tools::{DERIVED_KEY_WINDOW, derived_idempotency_key};
 
 use crate::auth::{Caller, authenticate, authenticate_request};
@@ -503,6 +504,7 @@ mod tests {
             first_tenant: "acme".into(),
             background: false,
             contract_sync_every: crate::CONTRACT_SYNC_EVERY,
+            review_mail: None,
         })
         .await
         .unwrap();

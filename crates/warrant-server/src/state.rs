@@ -124,6 +124,8 @@ pub struct AppState {
     pub(crate) tools: Arc<RwLock<Arc<Index>>>,
     /// Seals and opens MCP `requestState`s (a key derived from the server's secret).
     pub(crate) mcp_sealer: crate::mcp::Sealer,
+    /// Emails reviewers when an approval is requested, when the operator configured it.
+    pub(crate) review_mail: Option<Arc<crate::events::Notifier>>,
 }
 
 /// One stored contract as the sync compares it: where it lives, its content id and its binding

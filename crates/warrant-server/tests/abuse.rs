@@ -63,6 +63,7 @@ async fn start(limits: HttpLimits) -> Server {
         first_tenant: "acme".into(),
         background: false,
         contract_sync_every: Duration::ZERO,
+        review_mail: None,
     })
     .await
     .unwrap();

@@ -931,6 +931,7 @@ impl Store for MemoryStore {
             let mut request = a.clone();
             request.created_at = trunc(request.created_at);
             request.expires_at = trunc(request.expires_at);
+            s.enqueue(&a.requested_event())?;
             s.approvals
                 .insert(a.id.clone(), ApprovalRequest::pending(request));
             Ok(())

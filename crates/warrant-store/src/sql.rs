@@ -1916,7 +1916,7 @@ impl Store for SqlStore {
                 &reviewers,
             ];
             ex.execute(sql, &params).await?;
-            Ok(())
+            enqueue_in(ex, &a.requested_event()).await
         })
     }
 

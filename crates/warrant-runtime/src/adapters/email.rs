@@ -138,40 +138,48 @@ impl EmailAdapter {
         })
     }
 
-    /// A transport to one vetted address of the relay: the name is resolved and vetted by the
-    /// outbound guard (as for HTTP), and the connection goes to that address, while TLS still
-    /// verifies the relay's name.
     async fn transport(&self) -> Result<AsyncSmtpTransport<Tokio1Executor>, Failure> {
-        let relay = &self.relay;
-        let tls = relay.security != RelaySecurity::Plain;
-        let addrs = self
-            .client
-            .vet(tls, &relay.host, relay.port)
-            .await
-            .map_err(net_failure)?;
-        let ip = addrs
-            .first()
-            .ok_or_else(|| Failure::new(ToolErrorCode::UpstreamUnavailable, "the relay has no address"))?;
-        let parameters = || {
-            TlsParameters::new(relay.host.clone())
-                .map_err(|_| Failure::new(ToolErrorCode::PermanentFailure, "tls parameters for the relay"))
-        };
-        let security = match relay.security {
-            RelaySecurity::StartTls => Tls::Required(parameters()?),
-            RelaySecurity::Tls => Tls::Wrapper(parameters()?),
-            RelaySecurity::Plain => Tls::None,
-        };
-        // `builder_dangerous` only because the TLS settings are given explicitly above.
-        let mut builder = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(ip.to_string())
-            .port(relay.port)
-            .tls(security)
-            .timeout(Some(self.timeout));
-        if let Some((user, password)) = relay.login.as_ref().and_then(|l| l.expose().split_once(':')) {
-            builder = builder.credentials(Credentials::new(user.to_owned(), password.to_owned()));
-        }
-        Ok(builder.build())
+        transport(&self.client, &self.relay, self.timeout).await
     }
+}
 
+/// A transport to one vetted address of `relay`: the name is resolved and vetted by the
+/// outbound guard (as for HTTP), and the connection goes to that address, while TLS still
+/// verifies the relay's name.
+async fn transport(
+    client: &SafeClient,
+    relay: &SmtpRelay,
+    timeout: Duration,
+) -> Result<AsyncSmtpTransport<Tokio1Executor>, Failure> {
+    let tls = relay.security != RelaySecurity::Plain;
+    let addrs = client
+        .vet(tls, &relay.host, relay.port)
+        .await
+        .map_err(net_failure)?;
+    let ip = addrs
+        .first()
+        .ok_or_else(|| Failure::new(ToolErrorCode::UpstreamUnavailable, "the relay has no address"))?;
+    let parameters = || {
+        TlsParameters::new(relay.host.clone())
+            .map_err(|_| Failure::new(ToolErrorCode::PermanentFailure, "tls parameters for the relay"))
+    };
+    let security = match relay.security {
+        RelaySecurity::StartTls => Tls::Required(parameters()?),
+        RelaySecurity::Tls => Tls::Wrapper(parameters()?),
+        RelaySecurity::Plain => Tls::None,
+    };
+    // `builder_dangerous` only because the TLS settings are given explicitly above.
+    let mut builder = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(ip.to_string())
+        .port(relay.port)
+        .tls(security)
+        .timeout(Some(timeout));
+    if let Some((user, password)) = relay.login.as_ref().and_then(|l| l.expose().split_once(':')) {
+        builder = builder.credentials(Credentials::new(user.to_owned(), password.to_owned()));
+    }
+    Ok(builder.build())
+}
+
+impl EmailAdapter {
     fn message(&self, call: &Invocation<'_>) -> Result<Message, Failure> {
         let invalid = |why: String| Failure::new(ToolErrorCode::InputInvalid, why);
         let args = call.arguments;
@@ -234,6 +242,84 @@ impl Adapter for EmailAdapter {
                 ask_status(&self.client, url, http::HeaderMap::new(), inquiry).await
             }
             None => Ok(Reconciled::Unknown),
+        }
+    }
+}
+
+/// Warrant's own mail (reviewer notifications): plain-text messages from the operator's sender
+/// address through the operator's relay (`[adapters.smtp]`), over the same vetted connection
+/// as the `send_email` tool. Not a tool: no contract, no ledger row; the caller retries.
+#[derive(Clone)]
+pub struct Mailer {
+    relay: SmtpRelay,
+    from: Mailbox,
+    client: SafeClient,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Mailer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mailer")
+            .field("from", &self.from.to_string())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Mailer {
+    /// A mailer sending as `from` through the operator's relay in `config`.
+    ///
+    /// # Errors
+    /// No relay is configured, the relay breaks its rules, or `from` is not an address.
+    pub fn new(from: &str, config: &AdapterConfig) -> Result<Self, String> {
+        let from: Mailbox = from.parse().map_err(|_| format!("`{from}` is not an address"))?;
+        let relay = config
+            .smtp
+            .clone()
+            .ok_or_else(|| "no SMTP relay is configured ([adapters.smtp])".to_owned())?;
+        relay.check()?;
+        Ok(Mailer {
+            relay,
+            from,
+            client: config.client.clone(),
+            timeout: Duration::from_secs(30),
+        })
+    }
+
+    /// Sends one plain-text message to `to` (addresses), with `message_id` (`<id@domain>`, the
+    /// same for every attempt of one notification).
+    ///
+    /// # Errors
+    /// An address is malformed, or the relay refused or could not be reached.
+    pub async fn send(
+        &self,
+        to: &[String],
+        subject: &str,
+        body: &str,
+        message_id: &str,
+    ) -> Result<(), Failure> {
+        let invalid = |why: String| Failure::new(ToolErrorCode::InputInvalid, why);
+        let mut builder = Message::builder()
+            .from(self.from.clone())
+            .message_id(Some(format!("<{message_id}@{}>", self.from.email.domain())))
+            .subject(subject)
+            .header(ContentType::TEXT_PLAIN);
+        for address in to {
+            let mailbox: Mailbox = address
+                .parse()
+                .map_err(|_| invalid("a recipient is not an address".into()))?;
+            builder = builder.to(mailbox);
+        }
+        let message = builder
+            .body(body.to_owned())
+            .map_err(|e| invalid(format!("cannot build the message: {e}")))?;
+        let transport = transport(&self.client, &self.relay, self.timeout).await?;
+        match tokio::time::timeout(self.timeout, transport.send(message)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(smtp_failure(&e)),
+            Err(_) => Err(Failure::ambiguous(
+                ToolErrorCode::Timeout,
+                "no answer from the relay in time",
+            )),
         }
     }
 }

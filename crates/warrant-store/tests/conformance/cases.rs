@@ -2916,3 +2916,28 @@ pub async fn a_pending_approval_is_superseded_once(b: &Backend) {
         .unwrap();
     assert_eq!(other.superseded_by, None);
 }
+
+/// An approval request and its `approval.requested` event commit together (the outbox): the
+/// event is claimable as soon as the request exists, once, in the request's tenant.
+pub async fn an_approval_request_commits_with_its_event(b: &Backend) {
+    let s = b.store();
+    s.create_approval(&approval("apr_evt", "acme", T0)).await.unwrap();
+    assert!(s.create_approval(&approval("apr_evt", "acme", T0)).await.is_err());
+    let claimed = s
+        .claim_jobs("w", EVENT_JOB, 10, Duration::from_secs(60), T0 + secs(1))
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1, "{claimed:?}");
+    let job = &claimed[0].job;
+    assert_eq!((job.id.as_str(), job.tenant.as_str()), ("evt_apr_evt", "acme"));
+    assert_eq!(
+        job.payload,
+        json!({"type": "approval.requested", "approval_id": "apr_evt"})
+    );
+    assert!(
+        s.claim_jobs("w2", EVENT_JOB, 10, Duration::from_secs(60), T0 + secs(2))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}

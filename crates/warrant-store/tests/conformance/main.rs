@@ -84,6 +84,7 @@ conformance! {
     console_sessions_end_and_links_are_taken_once,
     tokens_are_spent_once_and_tasks_end_once,
     a_pending_approval_is_superseded_once,
+    an_approval_request_commits_with_its_event,
     ledger_lists_by_trace_and_approval,
     approvals_are_paged_newest_first,
 }

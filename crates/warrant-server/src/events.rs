@@ -1,0 +1,163 @@
+//! The gateway's event worker. Events are jobs of kind [`EVENT_JOB`] the store commits with the
+//! records that cause them (the outbox: an approval request and its `approval.requested` event
+//! commit together or not at all); any node claims due events under a lease, and one whose
+//! node died is claimed again when the lease lapses. Delivery is at least once: a failed one is
+//! retried with backoff, and dead after its attempts.
+//!
+//! Today's consumer: `approval.requested` → an email to the tenant's reviewers through the
+//! operator's relay, when the operator configured them (`[console.notify]` in `warrant.toml`):
+//! the tool, the proposer, the digest, the expiry and the console link — never the arguments
+//! (the reviewer reads those signed in).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use warrant_core::records::{EVENT_JOB, Job, JobCompletion};
+use warrant_core::store::StoreError;
+use warrant_runtime::adapters::email::Mailer;
+
+use crate::state::AppState;
+
+/// How long a claimed event is held before another node may take it.
+const LEASE: Duration = Duration::from_secs(60);
+/// Events claimed at once.
+const CLAIM: u32 = 16;
+/// How often an idle worker looks for due events.
+const IDLE_POLL: Duration = Duration::from_secs(1);
+
+/// Who is told when an approval is requested (the operator's `[console.notify]`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReviewMail {
+    /// The sender address.
+    pub from: String,
+    /// Each tenant's reviewer addresses.
+    pub reviewers: BTreeMap<String, Vec<String>>,
+}
+
+/// Sends reviewer notifications: the mailer and the addresses.
+#[derive(Debug, Clone)]
+pub struct Notifier {
+    mailer: Mailer,
+    reviewers: BTreeMap<String, Vec<String>>,
+}
+
+impl Notifier {
+    /// The notifier of `mail` through the relay in `adapters`.
+    ///
+    /// # Errors
+    /// No relay is configured, or the sender is not an address.
+    pub fn new(
+        mail: &ReviewMail,
+        adapters: &warrant_runtime::adapters::AdapterConfig,
+    ) -> Result<Self, String> {
+        Ok(Notifier {
+            mailer: Mailer::new(&mail.from, adapters)?,
+            reviewers: mail.reviewers.clone(),
+        })
+    }
+}
+
+/// Runs the event worker until the gateway stops.
+pub(crate) fn spawn_worker(state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let worker = format!("events-{}", hex::encode(rand::random::<[u8; 6]>()));
+        loop {
+            match deliver_due(&state, &worker).await {
+                Ok(0) => tokio::time::sleep(IDLE_POLL).await,
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(%error, "the event worker cannot claim events");
+                    tokio::time::sleep(IDLE_POLL * 5).await;
+                }
+            }
+        }
+    })
+}
+
+/// Claims the due events as `worker` and delivers each; answers how many were claimed.
+///
+/// # Errors
+/// The store fails to claim.
+pub async fn deliver_due(state: &AppState, worker: &str) -> Result<usize, StoreError> {
+    let jobs = state
+        .store
+        .claim_jobs(worker, EVENT_JOB, CLAIM, LEASE, state.env.now())
+        .await?;
+    for job in &jobs {
+        let completion = match deliver(state, job).await {
+            Ok(()) => JobCompletion::Done,
+            Err(error) => {
+                let wait = Duration::from_secs(5u64.saturating_mul(1 << job.attempts.min(7)));
+                tracing::warn!(event = job.job.id, attempts = job.attempts, %error, "an event was not delivered; retrying");
+                JobCompletion::Retry {
+                    run_at: state.env.now() + wait,
+                    error,
+                }
+            }
+        };
+        if let Err(error) = state
+            .store
+            .complete_job(&job.job.id, worker, &completion, state.env.now())
+            .await
+        {
+            tracing::warn!(event = job.job.id, %error, "an event's delivery was not recorded");
+        }
+    }
+    Ok(jobs.len())
+}
+
+/// Delivers one event; an error is retried.
+async fn deliver(state: &AppState, job: &Job) -> Result<(), String> {
+    match job.job.payload.get("type").and_then(Value::as_str) {
+        Some("approval.requested") => approval_requested(state, job).await,
+        // An event no consumer reads today: delivered to nobody.
+        _ => Ok(()),
+    }
+}
+
+/// Emails the tenant's reviewers about a new approval request (nothing when none are
+/// configured, or the request was decided meanwhile).
+async fn approval_requested(state: &AppState, job: &Job) -> Result<(), String> {
+    let Some(notifier) = &state.review_mail else {
+        return Ok(());
+    };
+    let tenant = &job.job.tenant;
+    let Some(to) = notifier.reviewers.get(tenant).filter(|to| !to.is_empty()) else {
+        return Ok(());
+    };
+    let Some(id) = job.job.payload.get("approval_id").and_then(Value::as_str) else {
+        return Ok(());
+    };
+    let approval = state
+        .store
+        .get_approval(tenant, id, state.env.now())
+        .await
+        .map_err(|e| e.to_string())?;
+    let Some(approval) = approval.filter(|a| a.status == warrant_core::records::ApprovalStatus::Pending)
+    else {
+        return Ok(());
+    };
+    let request = &approval.request;
+    let url = crate::mcp::review_url(state, id);
+    let subject = format!("Approval requested: {} by {}", request.tool, request.proposer);
+    let body = format!(
+        "{proposer} asks to call `{tool}` in tenant {tenant}.\n\n\
+         Approval   {id}\n\
+         Payload    {digest}\n\
+         Expires    {expires}\n\n\
+         Review the exact payload and decide:\n{url}\n",
+        proposer = request.proposer,
+        tool = request.tool,
+        digest = request.payload_digest,
+        expires = crate::routes::rfc3339(request.expires_at),
+    );
+    notifier
+        .mailer
+        .send(to, &subject, &body, &format!("approval-requested.{id}"))
+        .await
+        .map_err(|failure| failure.to_string())?;
+    metrics::counter!("warrant_review_notifications_total").increment(1);
+    Ok(())
+}
