@@ -501,6 +501,14 @@ impl Contract {
                 "execute_on_approval needs `approval: per_call`",
             );
         }
+        // A call run for its proposer answers the proposer's retry from its idempotency
+        // record: only effects that always carry a key.
+        if execute_on_approval == Some(true) && effect == Some(Effect::Read) {
+            f.problems.push(
+                "/execute_on_approval",
+                "execute_on_approval needs a write, irreversible or async effect (a read carries no idempotency key to answer the retry from)",
+            );
+        }
         let idempotency = match f.optional("idempotency") {
             None => {
                 if effect.is_some_and(Effect::requires_idempotency_key) {

@@ -115,6 +115,10 @@ pub struct Call<'a> {
     pub reviewers: Option<&'a ReviewerRule>,
 }
 
+/// The prefix of a workflow run's idempotency keys (`<run id>.<step>.<visit>`, run ids being
+/// `run_…`): reserved for calls that belong to a run ([`Call::run_id`]).
+pub const RUN_KEY_PREFIX: &str = "run_";
+
 /// How a call is approved: per call when its contract says so, or when a workflow's review
 /// requires it ([`Call::review`]).
 fn approval_mode(contract: &Contract, call: &Call<'_>) -> ApprovalMode {
@@ -355,6 +359,24 @@ impl Authority {
             };
         }
         p.row.idempotency_key = envelope.idempotency_key().map(str::to_owned);
+        // A workflow run's steps carry keys `<run id>.<step>.<visit>`, and the server reads the
+        // run from them (waking it on a decision, keeping its reviews out of edits): no other
+        // call may use one.
+        if call.run_id.is_none()
+            && envelope
+                .idempotency_key()
+                .is_some_and(|k| k.starts_with(RUN_KEY_PREFIX))
+        {
+            reject!(
+                Rejection::new(
+                    RejectCode::IdempotencyKeyInvalid,
+                    format!(
+                        "idempotency keys starting with `{RUN_KEY_PREFIX}` are reserved for workflow runs"
+                    ),
+                )
+                .at("/idempotency_key")
+            );
+        }
         let (contract, proposal, scopes) = match self.front(principal, envelope, now, p).await? {
             Ok(front) => front,
             Err(r) => reject!(r),

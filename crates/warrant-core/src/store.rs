@@ -354,10 +354,19 @@ pub trait Store: Send + Sync + 'static {
         reason: Option<&str>,
         now: OffsetDateTime,
     ) -> Result<Result<ApprovalRequest, DecideRefusal>, StoreError>;
-    /// Records that a reviewer's edit replaced the pending request `id` with `by` (before the
-    /// original is rejected, so a waiting agent never sees the rejection without the link):
-    /// `true` when it was pending and not yet superseded.
-    async fn supersede_approval(&self, tenant: &str, id: &str, by: &str) -> Result<bool, StoreError>;
+    /// Rejects the pending, unexpired request `id` as `reviewer` (not its proposer) with
+    /// `reason` and links it to `by`, the request a reviewer's edit replaced it with, in one
+    /// write: a waiting agent never sees the rejection without the link, and a request decided
+    /// meanwhile is left alone (`false`).
+    async fn supersede_approval(
+        &self,
+        tenant: &str,
+        id: &str,
+        by: &str,
+        reviewer: &str,
+        reason: &str,
+        now: OffsetDateTime,
+    ) -> Result<bool, StoreError>;
     /// Consumes an approved, unexpired approval bound to exactly this call; single use is
     /// enforced atomically.
     async fn consume_approval(

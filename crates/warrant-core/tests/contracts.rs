@@ -256,4 +256,11 @@ fn execute_on_approval_needs_per_call_approval() {
         )),
         ["/execute_on_approval: execute_on_approval needs `approval: per_call`"]
     );
+    let read = LOOKUP.replace("approval: none", "approval: per_call\nexecute_on_approval: true");
+    assert_eq!(
+        problems(&read),
+        [
+            "/execute_on_approval: execute_on_approval needs a write, irreversible or async effect (a read carries no idempotency key to answer the retry from)"
+        ]
+    );
 }

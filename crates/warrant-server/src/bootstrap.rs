@@ -365,7 +365,11 @@ impl Gateway {
         }
         if config.background {
             tasks.push(crate::runs::spawn_runner(state.clone()));
-            tasks.push(crate::events::spawn_worker(state.clone()));
+            // Only a node that can deliver claims events (a node without the mail settings
+            // would mark them delivered).
+            if state.review_mail.is_some() {
+                tasks.push(crate::events::spawn_worker(state.clone()));
+            }
         }
         Ok(Gateway {
             state,

@@ -22,8 +22,8 @@ use crate::state::AppState;
 
 /// How long a claimed event is held before another node may take it.
 const LEASE: Duration = Duration::from_secs(60);
-/// Events claimed at once.
-const CLAIM: u32 = 16;
+/// Events claimed at once, delivered side by side (each send is bounded well inside the lease).
+const CLAIM: u32 = 8;
 /// How often an idle worker looks for due events.
 const IDLE_POLL: Duration = Duration::from_secs(1);
 
@@ -80,15 +80,31 @@ pub(crate) fn spawn_worker(state: Arc<AppState>) -> tokio::task::JoinHandle<()> 
 ///
 /// # Errors
 /// The store fails to claim.
-pub async fn deliver_due(state: &AppState, worker: &str) -> Result<usize, StoreError> {
+pub async fn deliver_due(state: &Arc<AppState>, worker: &str) -> Result<usize, StoreError> {
     let jobs = state
         .store
         .claim_jobs(worker, EVENT_JOB, CLAIM, LEASE, state.env.now())
         .await?;
-    for job in &jobs {
+    let claimed = jobs.len();
+    let mut deliveries = tokio::task::JoinSet::new();
+    for job in jobs {
+        let (state, worker) = (state.clone(), worker.to_owned());
+        deliveries.spawn(async move { settle(&state, &worker, &job).await });
+    }
+    while deliveries.join_next().await.is_some() {}
+    Ok(claimed)
+}
+
+/// Delivers one claimed event and records how that went.
+async fn settle(state: &AppState, worker: &str, job: &Job) {
+    {
         let completion = match deliver(state, job).await {
             Ok(()) => JobCompletion::Done,
-            Err(error) => {
+            Err(Undelivered::Never(error)) => {
+                tracing::warn!(event = job.job.id, %error, "an event cannot be delivered");
+                JobCompletion::Dead { error }
+            }
+            Err(Undelivered::Later(error)) => {
                 let wait = Duration::from_secs(5u64.saturating_mul(1 << job.attempts.min(7)));
                 tracing::warn!(event = job.job.id, attempts = job.attempts, %error, "an event was not delivered; retrying");
                 JobCompletion::Retry {
@@ -105,11 +121,18 @@ pub async fn deliver_due(state: &AppState, worker: &str) -> Result<usize, StoreE
             tracing::warn!(event = job.job.id, %error, "an event's delivery was not recorded");
         }
     }
-    Ok(jobs.len())
 }
 
-/// Delivers one event; an error is retried.
-async fn deliver(state: &AppState, job: &Job) -> Result<(), String> {
+/// Why an event was not delivered.
+enum Undelivered {
+    /// Worth trying again later (the relay deferred, or could not be reached).
+    Later(String),
+    /// Never deliverable (a malformed address): dead at once.
+    Never(String),
+}
+
+/// Delivers one event.
+async fn deliver(state: &AppState, job: &Job) -> Result<(), Undelivered> {
     match job.job.payload.get("type").and_then(Value::as_str) {
         Some("approval.requested") => approval_requested(state, job).await,
         // An event no consumer reads today: delivered to nobody.
@@ -119,7 +142,7 @@ async fn deliver(state: &AppState, job: &Job) -> Result<(), String> {
 
 /// Emails the tenant's reviewers about a new approval request (nothing when none are
 /// configured, or the request was decided meanwhile).
-async fn approval_requested(state: &AppState, job: &Job) -> Result<(), String> {
+async fn approval_requested(state: &AppState, job: &Job) -> Result<(), Undelivered> {
     let Some(notifier) = &state.review_mail else {
         return Ok(());
     };
@@ -134,7 +157,7 @@ async fn approval_requested(state: &AppState, job: &Job) -> Result<(), String> {
         .store
         .get_approval(tenant, id, state.env.now())
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| Undelivered::Later(e.to_string()))?;
     let Some(approval) = approval.filter(|a| a.status == warrant_core::records::ApprovalStatus::Pending)
     else {
         return Ok(());
@@ -157,7 +180,13 @@ async fn approval_requested(state: &AppState, job: &Job) -> Result<(), String> {
         .mailer
         .send(to, &subject, &body, &format!("approval-requested.{id}"))
         .await
-        .map_err(|failure| failure.to_string())?;
+        .map_err(|failure| {
+            if failure.code() == warrant_core::ToolErrorCode::InputInvalid {
+                Undelivered::Never(failure.to_string())
+            } else {
+                Undelivered::Later(failure.to_string())
+            }
+        })?;
     metrics::counter!("warrant_review_notifications_total").increment(1);
     Ok(())
 }

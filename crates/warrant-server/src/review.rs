@@ -259,7 +259,10 @@ pub(crate) async fn approve_with_edits(
     )
     .await?;
     let new_id = match held {
-        Dispatched::NeedsApproval { needed, .. } => needed.request_id.unwrap_or_default(),
+        Dispatched::NeedsApproval { needed, .. } => match needed.request_id {
+            Some(id) => id,
+            None => return Ok(Err(EditRefusal::NotHeld)),
+        },
         Dispatched::Rejected { rejection, .. } => {
             return Ok(Err(EditRefusal::Refused {
                 stage: rejection.stage().as_str(),
@@ -271,26 +274,42 @@ pub(crate) async fn approve_with_edits(
     };
     let id = &original.request.id;
     let who = reviewer.id();
-    // Linked before the original is rejected: an agent waiting on the original (a task, an
-    // MCP retry) follows the link to the edited call's result, never sees a bare rejection.
-    if !state.store.supersede_approval(tenant, id, &new_id).await? {
-        return Ok(Err(EditRefusal::Conflict(
-            "the request was decided meanwhile".into(),
-        )));
-    }
-    let rejected = state
-        .authority
-        .review(
-            reviewer,
+    // Rejected and linked in one write: an agent waiting on the original (a task, an MCP
+    // retry) follows the link to the edited call's result and never sees a bare rejection; an
+    // original decided meanwhile is left alone, and the edited request is withdrawn.
+    let superseded = state
+        .store
+        .supersede_approval(
+            tenant,
             id,
-            Verdict::Reject,
-            Some(&format!("edited into {new_id} by {who}: {reason}")),
+            &new_id,
+            who,
+            &format!("edited into {new_id} by {who}: {reason}"),
+            state.env.now(),
         )
         .await?;
-    if let Err(refusal) = rejected {
-        return Ok(Err(EditRefusal::Conflict(format!(
-            "the original request could not be closed: {refusal:?}"
-        ))));
+    if !superseded {
+        let withdrawn = state
+            .store
+            .decide_approval(
+                tenant,
+                &new_id,
+                who,
+                Verdict::Reject,
+                Some("withdrawn: the original request was decided meanwhile"),
+                state.env.now(),
+            )
+            .await?;
+        if let Err(refusal) = withdrawn {
+            tracing::warn!(
+                approval = new_id,
+                ?refusal,
+                "an unused edited request was not withdrawn"
+            );
+        }
+        return Ok(Err(EditRefusal::Conflict(
+            "the original request was decided meanwhile".into(),
+        )));
     }
     let original_digest = &original.request.payload_digest;
     let approved = state

@@ -609,6 +609,24 @@ async fn a_write_is_approved_then_committed_once(h: &Harness) {
     }
     assert_eq!(h.upstream.effects(), 1);
 
+    // Keys of the form `run_…` belong to workflow runs: no other call may use one.
+    let reserved = call_ok(
+        &agent,
+        call(
+            "credit",
+            arguments.clone(),
+            Some(json!({"idempotency_key": "run_01abc.credit.1"})),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        structured(&reserved)["code"],
+        "IDEMPOTENCY_KEY_INVALID",
+        "{}",
+        text(&reserved)
+    );
+
     // Changed arguments do not ride on the approval.
     let changed = call_ok(
         &agent,
@@ -1491,6 +1509,40 @@ async fn a_task_fails_on_rejection_and_cancels_its_approval(h: &Harness) {
     let twice = agent.peer().cancel_task(CancelTaskParams::new(cancelled)).await;
     assert!(twice.is_err(), "{twice:?}");
     assert_eq!(h.upstream.effects(), 0);
+
+    // Approved: too late to cancel; the task still completes with the call's result.
+    let approved = task_of(
+        agent
+            .call_tool_once(call(
+                "credit",
+                json!({"customer_id": "cus_late", "amount_cents": 7}),
+                None,
+            ))
+            .await
+            .unwrap(),
+    );
+    let got = agent
+        .peer()
+        .get_task(GetTaskParams::new(approved.clone()))
+        .await
+        .unwrap();
+    let TaskPayload::InputRequired { input_requests } = &got.task.payload else {
+        panic!("{got:?}")
+    };
+    let (approval, _) = elicited(input_requests);
+    h.decide(&approval, "approve").await;
+    let refused = agent
+        .peer()
+        .cancel_task(CancelTaskParams::new(approved.clone()))
+        .await;
+    assert!(
+        matches!(&refused, Err(ServiceError::McpError(e)) if e.code.0 == -32602),
+        "{refused:?}"
+    );
+    assert_eq!(h.approval_status(&approval).await, "approved");
+    let done = agent.peer().get_task(GetTaskParams::new(approved)).await.unwrap();
+    assert_eq!(done.task.task.status, TaskStatus::Completed);
+    assert_eq!(h.upstream.effects(), 1);
     agent.cancel().await.unwrap();
 }
 

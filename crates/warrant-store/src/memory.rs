@@ -1097,14 +1097,28 @@ impl Store for MemoryStore {
         })
     }
 
-    async fn supersede_approval(&self, tenant: &str, id: &str, by: &str) -> Result<bool, StoreError> {
+    async fn supersede_approval(
+        &self,
+        tenant: &str,
+        id: &str,
+        by: &str,
+        reviewer: &str,
+        reason: &str,
+        now: OffsetDateTime,
+    ) -> Result<bool, StoreError> {
+        let now = trunc(now);
         self.with(|s| match s.approvals.get_mut(id) {
             Some(a)
                 if a.request.tenant == tenant
                     && a.status == ApprovalStatus::Pending
-                    && a.superseded_by.is_none() =>
+                    && a.request.expires_at > now
+                    && a.request.proposer != reviewer =>
             {
+                a.status = ApprovalStatus::Rejected;
                 a.superseded_by = Some(by.to_owned());
+                a.reviewer = Some(reviewer.to_owned());
+                a.reason = Some(reason.to_owned());
+                a.decided_at = Some(now);
                 Ok(true)
             }
             _ => Ok(false),

@@ -2098,13 +2098,31 @@ impl Store for SqlStore {
         )
     }
 
-    async fn supersede_approval(&self, tenant: &str, id: &str, by: &str) -> Result<bool, StoreError> {
-        let sql = "UPDATE approvals SET superseded_by = $1 WHERE tenant = $2 AND id = $3 \
-                   AND status = 'pending' AND superseded_by IS NULL";
+    async fn supersede_approval(
+        &self,
+        tenant: &str,
+        id: &str,
+        by: &str,
+        reviewer: &str,
+        reason: &str,
+        now: OffsetDateTime,
+    ) -> Result<bool, StoreError> {
+        let sql = "UPDATE approvals SET status = 'rejected', superseded_by = $1, reviewer = $2, reason = $3, \
+                   decided_at = $4 WHERE tenant = $5 AND id = $6 AND status = 'pending' AND expires_at > $4 \
+                   AND proposer <> $2";
         write_op!(
             self,
-            [tenant = tenant.to_owned(), id = id.to_owned(), by = by.to_owned()],
-            |ex| Ok(ex.execute(sql, &args![&by, &tenant, &id]).await? == 1)
+            [
+                tenant = tenant.to_owned(),
+                id = id.to_owned(),
+                by = by.to_owned(),
+                reviewer = reviewer.to_owned(),
+                reason = reason.to_owned()
+            ],
+            |ex| {
+                let params = args![&by, &reviewer, &reason, ms(now), &tenant, &id];
+                Ok(ex.execute(sql, &params).await? == 1)
+            }
         )
     }
 

@@ -79,6 +79,10 @@ pub(crate) fn call_of(message: &[u8]) -> Option<DirectCall> {
     if meta.keys().any(|k| k.starts_with(PROTOCOL_META_PREFIX)) {
         return None;
     }
+    // A retry of an input-required result is the SDK's (it checks the negotiated revision).
+    if call.params.request_state.is_some() || call.params.input_responses.is_some() {
+        return None;
+    }
     Some(DirectCall {
         id: call.id,
         params: call.params,

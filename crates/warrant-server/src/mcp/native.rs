@@ -220,12 +220,19 @@ pub(crate) async fn held(
     tool: &str,
     call: &OwnedCall,
     needed: &ApprovalNeeded,
+    sensitive: bool,
 ) -> Option<CallToolResponse> {
     if !native.tasks && !native.input_required {
         return None;
     }
+    // A call without an idempotency key cannot be answered from its record once its approval
+    // is consumed (by a decision that ran it, or a concurrent poll): the tool error, whose
+    // retry is the agent's own.
+    needed.idempotency_key.as_ref()?;
     let pending = Pending::of_needed(needed)?;
-    if native.tasks {
+    // A task stores the call to run it later; a sensitive value is never stored in clear, so
+    // such a call is resumed by the client, which sends it again (MRTR), or the tool error.
+    if native.tasks && !sensitive {
         return create_task(state, principal, tool, call, &pending)
             .await
             .map(CallToolResponse::Task);
@@ -296,6 +303,15 @@ pub(crate) async fn resume(
         Err(why) => return refused(why),
     };
     let until = OffsetDateTime::from_unix_timestamp(opened.expires_at).unwrap_or(now);
+    // Read before the state is spent: a store failure here leaves the state usable.
+    let approval = match state
+        .store
+        .get_approval(principal.tenant(), &opened.approval_id, now)
+        .await
+    {
+        Ok(approval) => approval,
+        Err(e) => return CallToolResponse::Complete(super::tools::internal(&e, &trace)),
+    };
     match state
         .store
         .spend_token(SPENT_SCOPE, principal.tenant(), &opened.jti, until)
@@ -305,19 +321,15 @@ pub(crate) async fn resume(
         Ok(false) => return refused(StateRefusal::Replayed),
         Err(e) => return CallToolResponse::Complete(super::tools::internal(&e, &trace)),
     }
-    match state
-        .store
-        .get_approval(principal.tenant(), &opened.approval_id, now)
-        .await
-    {
-        Ok(Some(a)) if a.status == ApprovalStatus::Pending => {
+    match approval {
+        Some(a) if a.status == ApprovalStatus::Pending => {
             if let Some(again) = input_required(state, &principal, tool, &Pending::of_request(&a)) {
                 return CallToolResponse::InputRequired(again);
             }
         }
         // Approved with edits: the edited call answers (run now, or replayed when it ran on
         // the decision).
-        Ok(Some(a)) if a.superseded_by.is_some() => {
+        Some(a) if a.status == ApprovalStatus::Rejected && a.superseded_by.is_some() => {
             return match edited(state, &a, &trace).await {
                 Ok(Some((_, result))) => CallToolResponse::Complete(result),
                 Ok(None) => match input_required(state, &principal, tool, &Pending::of_request(&a)) {
@@ -330,8 +342,7 @@ pub(crate) async fn resume(
                 Err(e) => CallToolResponse::Complete(super::tools::internal(&e, &trace)),
             };
         }
-        Ok(_) => {}
-        Err(e) => return CallToolResponse::Complete(super::tools::internal(&e, &trace)),
+        _ => {}
     }
     let call = OwnedCall {
         bytes: bytes.into(),
@@ -521,7 +532,7 @@ pub(crate) async fn get_task(
         },
         (TaskStatus::Failed, Some(Value::Object(error))) => TaskPayload::Failed { error: error.clone() },
         (TaskStatus::Cancelled, _) => TaskPayload::Cancelled,
-        (TaskStatus::Working, _) => match pending_tool(state, principal, &task).await {
+        (TaskStatus::Working, _) => match pending_tool(state, principal, &task).await? {
             Some(tool) => TaskPayload::InputRequired {
                 input_requests: elicitation(state, &tool, &task.approval_id),
             },
@@ -543,18 +554,22 @@ pub(crate) async fn get_task(
 }
 
 /// The tool of a working task whose approval is still pending (it asks for input).
-async fn pending_tool(state: &AppState, principal: &Principal, task: &TaskRecord) -> Option<String> {
+async fn pending_tool(
+    state: &AppState,
+    principal: &Principal,
+    task: &TaskRecord,
+) -> Result<Option<String>, ErrorData> {
     let approval = state
         .store
         .get_approval(principal.tenant(), &task.approval_id, state.env.now())
         .await
-        .ok()??;
-    if approval.status != ApprovalStatus::Pending {
-        return None;
+        .map_err(|e| super::internal_error(&e))?;
+    if approval.is_none_or(|a| a.status != ApprovalStatus::Pending) {
+        return Ok(None);
     }
-    serde_json::from_value::<TaskCall>(task.call.clone())
+    Ok(serde_json::from_value::<TaskCall>(task.call.clone())
         .ok()
-        .map(|c| c.tool)
+        .map(|c| c.tool))
 }
 
 /// Moves a working task on from its approval's state: approved (or consumed: executed on the
@@ -642,7 +657,12 @@ async fn advance(
     {
         // Ended here, or by a concurrent poll: read what the store holds.
         Ok(_) => {
-            if let Ok(Some(stored)) = state.store.get_task(principal.tenant(), &task.id, now).await {
+            if let Some(stored) = state
+                .store
+                .get_task(principal.tenant(), &task.id, now)
+                .await
+                .map_err(|e| super::internal_error(&e))?
+            {
                 *task = stored;
             }
             Ok(())
@@ -683,22 +703,20 @@ fn tool_result_json(result: &CallToolResult) -> Result<Value, ErrorData> {
     serde_json::to_value(result).map_err(|e| super::internal_error(&e))
 }
 
-/// `tasks/cancel`: ends a working task as cancelled and withdraws its pending approval (so no
-/// reviewer runs a call its agent gave up on); a task that has ended is refused with `-32602`.
+/// `tasks/cancel`: withdraws the task's pending approval first (rejected as
+/// `warrant:task-cancelled`, atomically, so no reviewer can run a call its agent gave up on),
+/// then ends the task as cancelled. A task whose approval was already decided — approved (its
+/// call runs, or ran: poll for the result), rejected or expired — or that has ended is refused
+/// with `-32602`.
 pub(crate) async fn cancel_task(state: &AppState, principal: &Principal, id: &str) -> Result<(), ErrorData> {
     let task = own_task(state, principal, id).await?;
-    let now = state.env.now();
-    let ended = state
-        .store
-        .end_task(principal.tenant(), id, TaskStatus::Cancelled, &json!({}), now)
-        .await
-        .map_err(|e| super::internal_error(&e))?;
-    if !ended {
+    if task.status.is_terminal() {
         return Err(ErrorData::invalid_params(
             format!("task `{id}` has already ended"),
             None,
         ));
     }
+    let now = state.env.now();
     let withdrawn = state
         .store
         .decide_approval(
@@ -709,10 +727,23 @@ pub(crate) async fn cancel_task(state: &AppState, principal: &Principal, id: &st
             Some("withdrawn: the proposer cancelled its task"),
             now,
         )
-        .await;
-    if let Err(error) = withdrawn {
-        tracing::warn!(%error, approval = task.approval_id, "mcp: a cancelled task's approval was not withdrawn");
+        .await
+        .map_err(|e| super::internal_error(&e))?;
+    if let Err(refusal) = withdrawn {
+        return Err(ErrorData::invalid_params(
+            format!(
+                "task `{id}` cannot be cancelled: its approval was already decided ({refusal:?}); poll it for its end"
+            ),
+            None,
+        ));
     }
+    // Withdrawn: the call can no longer run. A concurrent poll may have ended the task as
+    // failed (the rejection) first; either way it ended without running.
+    state
+        .store
+        .end_task(principal.tenant(), id, TaskStatus::Cancelled, &json!({}), now)
+        .await
+        .map_err(|e| super::internal_error(&e))?;
     Ok(())
 }
 

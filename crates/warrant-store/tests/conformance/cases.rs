@@ -2865,50 +2865,70 @@ pub async fn a_pending_approval_is_superseded_once(b: &Backend) {
     s.create_approval(&approval("apr_other", "acme", T0))
         .await
         .unwrap();
-    assert!(
-        !s.supersede_approval("globex", "apr_orig", "apr_new")
-            .await
-            .unwrap()
-    );
-    assert!(!s.supersede_approval("acme", "apr_none", "apr_new").await.unwrap());
-    assert!(s.supersede_approval("acme", "apr_orig", "apr_new").await.unwrap());
-    assert!(
-        !s.supersede_approval("acme", "apr_orig", "apr_newer")
-            .await
-            .unwrap()
-    );
-    let rejected = s
-        .decide_approval(
-            "acme",
-            "apr_orig",
-            "sup",
-            Verdict::Reject,
-            Some("edited"),
-            T0 + secs(1),
-        )
+    s.create_approval(&approval("apr_late", "acme", T0))
         .await
-        .unwrap()
         .unwrap();
-    assert_eq!(rejected.superseded_by.as_deref(), Some("apr_new"));
+    let at = T0 + secs(1);
+    let supersede = |id: &'static str, by: &'static str, who: &'static str, at| {
+        s.supersede_approval("acme", id, by, who, "edited", at)
+    };
+    assert!(
+        !s.supersede_approval("globex", "apr_orig", "apr_new", "sup", "edited", at)
+            .await
+            .unwrap()
+    );
+    assert!(!supersede("apr_none", "apr_new", "sup", at).await.unwrap());
+    assert!(
+        !supersede("apr_orig", "apr_new", "agent-7", at).await.unwrap(),
+        "not by its proposer"
+    );
+    assert!(
+        !supersede("apr_late", "apr_new", "sup", T0 + secs(900))
+            .await
+            .unwrap(),
+        "not once expired"
+    );
+    let (a, b2) = tokio::join!(
+        supersede("apr_orig", "apr_new", "sup", at),
+        s.decide_approval("acme", "apr_orig", "sup-2", Verdict::Approve, None, at)
+    );
+    let superseded = a.unwrap();
+    let approved = b2.unwrap().is_ok();
+    assert!(superseded != approved, "one decision wins");
     let read = s
         .get_approval("acme", "apr_orig", T0 + secs(2))
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(
-        (read.status, read.superseded_by.as_deref()),
-        (ApprovalStatus::Rejected, Some("apr_new"))
-    );
+    if superseded {
+        assert_eq!(
+            (
+                read.status,
+                read.superseded_by.as_deref(),
+                read.reviewer.as_deref(),
+                read.reason.as_deref()
+            ),
+            (
+                ApprovalStatus::Rejected,
+                Some("apr_new"),
+                Some("sup"),
+                Some("edited")
+            )
+        );
+        assert_eq!(read.decided_at, Some(at));
+    } else {
+        assert_eq!(
+            (read.status, read.superseded_by),
+            (ApprovalStatus::Approved, None)
+        );
+    }
+    assert!(!supersede("apr_orig", "apr_newer", "sup", at).await.unwrap());
     // A decided request is not superseded.
-    s.decide_approval("acme", "apr_other", "sup", Verdict::Approve, None, T0 + secs(1))
+    s.decide_approval("acme", "apr_other", "sup", Verdict::Approve, None, at)
         .await
         .unwrap()
         .unwrap();
-    assert!(
-        !s.supersede_approval("acme", "apr_other", "apr_new")
-            .await
-            .unwrap()
-    );
+    assert!(!supersede("apr_other", "apr_new", "sup", at).await.unwrap());
     let other = s
         .get_approval("acme", "apr_other", T0 + secs(2))
         .await
