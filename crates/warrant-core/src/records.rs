@@ -1144,7 +1144,13 @@ pub struct PurgeCounts {
     pub console_sessions: u64,
     /// Spent single-use tokens and agent tasks past their end.
     pub tokens_and_tasks: u64,
+    /// Jobs done (delivered events, recorded steps) and due more than [`DONE_JOB_RETENTION`]
+    /// ago.
+    pub done_jobs: u64,
 }
+
+/// How long a done job is kept after it was due (for inspection), before the sweeper removes it.
+pub const DONE_JOB_RETENTION: time::Duration = time::Duration::days(1);
 
 /// An unresolved ledger row (`attempting` or `unknown`) a reconciler claimed with
 /// [`crate::store::Store::claim_unresolved`], with its reconciliation schedule.

@@ -486,7 +486,8 @@ pub trait Store: Send + Sync + 'static {
 
     // ----- sweeping -----
 
-    /// Purges expired idempotency records and budget counters and expires stale approvals.
+    /// Purges expired idempotency records, budget counters, sessions, spent tokens, tasks and
+    /// done jobs past [`DONE_JOB_RETENTION`], and expires stale approvals.
     async fn purge_expired(&self, now: OffsetDateTime) -> Result<PurgeCounts, StoreError>;
 }
 

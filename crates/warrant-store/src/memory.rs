@@ -1468,6 +1468,13 @@ impl Store for MemoryStore {
                 approvals_expired,
                 console_sessions: (sessions - s.console.len()) as u64,
                 tokens_and_tasks: (held - s.tokens.len() - s.tasks.len()) as u64,
+                done_jobs: {
+                    let before = s.jobs.len();
+                    let horizon = now_ms - DONE_JOB_RETENTION.whole_milliseconds();
+                    s.jobs
+                        .retain(|_, j| !(j.status == JobStatus::Done && ms(j.job.run_at) <= horizon));
+                    (before - s.jobs.len()) as u64
+                },
             })
         })
     }

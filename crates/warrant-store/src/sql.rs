@@ -2491,12 +2491,19 @@ impl Store for SqlStore {
             let tasks = ex
                 .execute("DELETE FROM agent_tasks WHERE expires_at <= $1", &args![now])
                 .await?;
+            let done_jobs = ex
+                .execute(
+                    "DELETE FROM jobs WHERE status = 'done' AND run_at <= $1",
+                    &args![now - i64::try_from(DONE_JOB_RETENTION.whole_milliseconds()).unwrap_or(i64::MAX)],
+                )
+                .await?;
             Ok(PurgeCounts {
                 idempotency,
                 budget_counters,
                 approvals_expired,
                 console_sessions,
                 tokens_and_tasks: tokens + tasks,
+                done_jobs,
             })
         })
     }

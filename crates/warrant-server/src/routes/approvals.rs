@@ -213,15 +213,20 @@ async fn approve_with_edits(
     };
     let principal = &caller.principal;
     let now = state.env.now();
-    let original = match state.store.get_approval(principal.tenant(), id, now).await? {
-        Some(a) if state.authority.may_review(principal, &a).await? => a,
-        _ => return Err(ApiError::not_found("approval")),
+    // Refused as a plain approval would be: the proposer, then policy, then the state.
+    let Some(original) = state.store.get_approval(principal.tenant(), id, now).await? else {
+        return Err(review_refusal(ReviewRefusal::NotFound));
     };
     if original.request.proposer == principal.id() {
         return Err(review_refusal(ReviewRefusal::SelfReview));
     }
-    if original.status != ApprovalStatus::Pending {
-        return Err(review_refusal(ReviewRefusal::NotPending(original.status)));
+    if !state.authority.may_review(principal, &original).await? {
+        return Err(review_refusal(ReviewRefusal::Forbidden(Vec::new())));
+    }
+    match original.status {
+        ApprovalStatus::Pending => {}
+        ApprovalStatus::Expired => return Err(review_refusal(ReviewRefusal::Expired)),
+        other => return Err(review_refusal(ReviewRefusal::NotPending(other))),
     }
     let Some(contract) = state
         .registry

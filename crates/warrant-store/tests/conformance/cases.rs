@@ -2947,6 +2947,8 @@ pub async fn an_approval_request_commits_with_its_event(b: &Backend) {
         .claim_jobs("w", EVENT_JOB, 10, Duration::from_secs(60), T0 + secs(1))
         .await
         .unwrap();
+    // Not done yet: the sweeper keeps it.
+    assert_eq!(s.purge_expired(T0 + secs(3 * 86_400)).await.unwrap().done_jobs, 0);
     assert_eq!(claimed.len(), 1, "{claimed:?}");
     let job = &claimed[0].job;
     assert_eq!((job.id.as_str(), job.tenant.as_str()), ("evt_apr_evt", "acme"));
@@ -2960,4 +2962,12 @@ pub async fn an_approval_request_commits_with_its_event(b: &Backend) {
             .unwrap()
             .is_empty()
     );
+    // Delivered: kept a day after it was due, then swept.
+    assert!(
+        s.complete_job("evt_apr_evt", "w", &JobCompletion::Done, T0 + secs(3))
+            .await
+            .unwrap()
+    );
+    assert_eq!(s.purge_expired(T0 + secs(3600)).await.unwrap().done_jobs, 0);
+    assert_eq!(s.purge_expired(T0 + secs(86_400)).await.unwrap().done_jobs, 1);
 }
