@@ -19,6 +19,7 @@ pub mod records;
 pub mod redact;
 pub mod registry;
 pub mod store;
+pub mod webhook;
 pub mod yaml;
 
 pub use canon::Sha256Digest;

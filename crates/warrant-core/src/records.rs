@@ -1131,6 +1131,62 @@ pub struct TaskRecord {
     pub expires_at: OffsetDateTime,
 }
 
+/// The kind of the jobs that deliver one event to one webhook endpoint (a message).
+pub const WEBHOOK_JOB: &str = "webhook.deliver";
+
+/// A tenant's outbound webhook endpoint (Standard Webhooks).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WebhookEndpoint {
+    /// The tenant.
+    pub tenant: String,
+    /// The id (`whe_…`).
+    pub id: String,
+    /// Where events are posted.
+    pub url: String,
+    /// The event types delivered (empty: every type).
+    pub events: Vec<String>,
+    /// The signing secret, sealed by the gateway (the store never reads it).
+    pub secret: String,
+    /// The secret before the last rotation, still signing beside the new one until
+    /// `previous_until`.
+    pub previous_secret: Option<String>,
+    /// When the previous secret stops signing.
+    pub previous_until: Option<OffsetDateTime>,
+    /// Free text.
+    pub description: Option<String>,
+    /// Whether events are delivered.
+    pub enabled: bool,
+    /// Why it was disabled (by its admin, or by a `410 Gone`).
+    pub disabled_reason: Option<String>,
+    /// Created.
+    pub created_at: OffsetDateTime,
+    /// Last changed.
+    pub updated_at: OffsetDateTime,
+}
+
+/// One delivery attempt of a webhook message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WebhookAttempt {
+    /// The tenant.
+    pub tenant: String,
+    /// The message (its delivery job's id; the `webhook-id` receivers see is the event's).
+    pub message_id: String,
+    /// The endpoint.
+    pub endpoint_id: String,
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    /// When it was made.
+    pub at: OffsetDateTime,
+    /// The answer's status, when one came.
+    pub status: Option<u16>,
+    /// How long it took.
+    pub latency_ms: u64,
+    /// The first bytes of the answer's body.
+    pub response: Option<String>,
+    /// What went wrong, when no answer came (or it was not a success).
+    pub error: Option<String>,
+}
+
 /// What the sweeper removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PurgeCounts {

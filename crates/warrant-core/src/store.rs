@@ -459,6 +459,33 @@ pub trait Store: Send + Sync + 'static {
         now: OffsetDateTime,
     ) -> Result<bool, StoreError>;
 
+    // ----- webhooks -----
+
+    /// Stores a new endpoint (an existing id is a conflict).
+    async fn create_webhook(&self, endpoint: &WebhookEndpoint) -> Result<(), StoreError>;
+    /// The endpoints of `tenant`, oldest first.
+    async fn list_webhooks(&self, tenant: &str) -> Result<Vec<WebhookEndpoint>, StoreError>;
+    /// One endpoint of `tenant`.
+    async fn get_webhook(&self, tenant: &str, id: &str) -> Result<Option<WebhookEndpoint>, StoreError>;
+    /// Replaces the mutable fields of an existing endpoint (url, events, secrets, description,
+    /// enabled, reason, updated); `false` when there is none.
+    async fn update_webhook(&self, endpoint: &WebhookEndpoint) -> Result<bool, StoreError>;
+    /// Records one delivery attempt.
+    async fn record_webhook_attempt(&self, attempt: &WebhookAttempt) -> Result<(), StoreError>;
+    /// The attempts of `tenant`'s deliveries, newest first: of one message, or of one
+    /// endpoint, at most `limit`.
+    async fn list_webhook_attempts(
+        &self,
+        tenant: &str,
+        message_id: Option<&str>,
+        endpoint_id: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<WebhookAttempt>, StoreError>;
+    /// Puts a dead job of `tenant` back in the queue, due at `now` with its attempts reset (a
+    /// dead-letter replay); `false` when it is not dead (or not there).
+    async fn requeue_dead_job(&self, tenant: &str, id: &str, now: OffsetDateTime)
+    -> Result<bool, StoreError>;
+
     // ----- jobs (outbox) -----
 
     /// Enqueues a job.

@@ -38,6 +38,10 @@ struct State {
     tokens: HashMap<(String, String, String), OffsetDateTime>,
     /// (tenant, id) → agent task.
     tasks: HashMap<(String, String), TaskRecord>,
+    /// (tenant, id) → webhook endpoint.
+    webhooks: BTreeMap<(String, String), WebhookEndpoint>,
+    /// Webhook delivery attempts, in the order recorded.
+    attempts: Vec<WebhookAttempt>,
     jobs: BTreeMap<String, Job>,
     /// ledger id → its reconciliation schedule (the SQL backends' `reconcile_*` columns).
     schedules: HashMap<String, Schedule>,
@@ -1340,6 +1344,104 @@ impl Store for MemoryStore {
         })
     }
 
+    async fn create_webhook(&self, w: &WebhookEndpoint) -> Result<(), StoreError> {
+        self.with(|s| {
+            let key = (w.tenant.clone(), w.id.clone());
+            if s.webhooks.contains_key(&key) {
+                return Err(StoreError::Conflict("webhook endpoint exists".into()));
+            }
+            s.webhooks.insert(key, webhook_stored(w));
+            Ok(())
+        })
+    }
+
+    async fn list_webhooks(&self, tenant: &str) -> Result<Vec<WebhookEndpoint>, StoreError> {
+        self.with(|s| {
+            let mut all: Vec<WebhookEndpoint> = s
+                .webhooks
+                .values()
+                .filter(|w| w.tenant == tenant)
+                .cloned()
+                .collect();
+            all.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+            Ok(all)
+        })
+    }
+
+    async fn get_webhook(&self, tenant: &str, id: &str) -> Result<Option<WebhookEndpoint>, StoreError> {
+        self.with(|s| Ok(s.webhooks.get(&(tenant.to_owned(), id.to_owned())).cloned()))
+    }
+
+    async fn update_webhook(&self, w: &WebhookEndpoint) -> Result<bool, StoreError> {
+        self.with(|s| match s.webhooks.get_mut(&(w.tenant.clone(), w.id.clone())) {
+            Some(stored) => {
+                let created_at = stored.created_at;
+                *stored = webhook_stored(w);
+                stored.created_at = created_at;
+                Ok(true)
+            }
+            None => Ok(false),
+        })
+    }
+
+    async fn record_webhook_attempt(&self, a: &WebhookAttempt) -> Result<(), StoreError> {
+        self.with(|s| {
+            if s.attempts
+                .iter()
+                .any(|x| x.message_id == a.message_id && x.attempt == a.attempt)
+            {
+                return Err(StoreError::Conflict("webhook attempt exists".into()));
+            }
+            let mut a = a.clone();
+            a.at = trunc(a.at);
+            s.attempts.push(a);
+            Ok(())
+        })
+    }
+
+    async fn list_webhook_attempts(
+        &self,
+        tenant: &str,
+        message_id: Option<&str>,
+        endpoint_id: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<WebhookAttempt>, StoreError> {
+        self.with(|s| {
+            let mut found: Vec<WebhookAttempt> = s
+                .attempts
+                .iter()
+                .filter(|a| {
+                    a.tenant == tenant
+                        && message_id.is_none_or(|m| a.message_id == m)
+                        && endpoint_id.is_none_or(|e| a.endpoint_id == e)
+                })
+                .cloned()
+                .collect();
+            found.sort_by(|a, b| (b.at, &b.message_id, b.attempt).cmp(&(a.at, &a.message_id, a.attempt)));
+            found.truncate(limit.clamp(1, 1000) as usize);
+            Ok(found)
+        })
+    }
+
+    async fn requeue_dead_job(
+        &self,
+        tenant: &str,
+        id: &str,
+        now: OffsetDateTime,
+    ) -> Result<bool, StoreError> {
+        self.with(|s| match s.jobs.get_mut(id) {
+            Some(j) if j.job.tenant == tenant && j.status == JobStatus::Dead => {
+                j.status = JobStatus::Pending;
+                j.attempts = 0;
+                j.job.run_at = trunc(now);
+                j.locked_by = None;
+                j.locked_until = None;
+                Ok(true)
+            }
+            _ => Ok(false),
+        })
+    }
+
     async fn has_api_keys(&self) -> Result<bool, StoreError> {
         self.with(|s| Ok(!s.keys.is_empty()))
     }
@@ -1478,4 +1580,13 @@ impl Store for MemoryStore {
             })
         })
     }
+}
+
+/// An endpoint as the SQL backends read it back (timestamps at millisecond precision).
+fn webhook_stored(w: &WebhookEndpoint) -> WebhookEndpoint {
+    let mut w = w.clone();
+    w.created_at = trunc(w.created_at);
+    w.updated_at = trunc(w.updated_at);
+    w.previous_until = w.previous_until.map(trunc);
+    w
 }

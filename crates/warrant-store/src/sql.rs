@@ -621,6 +621,50 @@ fn effective_status(status: ApprovalStatus) -> &'static str {
     }
 }
 
+macro_rules! webhook_columns {
+    () => {
+        "tenant, id, url, events, secret, previous_secret, previous_until, description, enabled, \
+         disabled_reason, created_at, updated_at"
+    };
+}
+
+fn webhook_of(row: &impl RowExt) -> Result<WebhookEndpoint, StoreError> {
+    let events: Vec<String> = serde_json::from_str(&row.text("events")?)
+        .map_err(|e| StoreError::Corrupt(format!("webhook events: {e}")))?;
+    Ok(WebhookEndpoint {
+        tenant: row.text("tenant")?,
+        id: row.text("id")?,
+        url: row.text("url")?,
+        events,
+        secret: row.text("secret")?,
+        previous_secret: row.opt_text("previous_secret")?,
+        previous_until: opt_from_ms(row.opt_int("previous_until")?)?,
+        description: row.opt_text("description")?,
+        enabled: row.int("enabled")? != 0,
+        disabled_reason: row.opt_text("disabled_reason")?,
+        created_at: from_ms(row.int("created_at")?)?,
+        updated_at: from_ms(row.int("updated_at")?)?,
+    })
+}
+
+fn webhook_attempt_of(row: &impl RowExt) -> Result<WebhookAttempt, StoreError> {
+    Ok(WebhookAttempt {
+        tenant: row.text("tenant")?,
+        message_id: row.text("message_id")?,
+        endpoint_id: row.text("endpoint_id")?,
+        attempt: u32::try_from(row.int("attempt")?)
+            .map_err(|_| StoreError::Corrupt("webhook attempt number".into()))?,
+        at: from_ms(row.int("at")?)?,
+        status: row
+            .opt_int("status")?
+            .map(|s| u16::try_from(s).map_err(|_| StoreError::Corrupt("webhook attempt status".into())))
+            .transpose()?,
+        latency_ms: u64::try_from(row.int("latency_ms")?).unwrap_or(0),
+        response: row.opt_text("response")?,
+        error: row.opt_text("error")?,
+    })
+}
+
 fn task_of(row: &impl RowExt) -> Result<TaskRecord, StoreError> {
     let status = row.text("status")?;
     Ok(TaskRecord {
@@ -2366,6 +2410,143 @@ impl Store for SqlStore {
                 Ok(ex.execute(sql, &params).await? == 1)
             }
         )
+    }
+
+    async fn create_webhook(&self, w: &WebhookEndpoint) -> Result<(), StoreError> {
+        let sql = concat!(
+            "INSERT INTO webhook_endpoints (",
+            webhook_columns!(),
+            ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+        );
+        let events = serde_json::to_string(&w.events).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        write_op!(self, [w = w.clone()], |ex| {
+            let params = args![
+                &w.tenant,
+                &w.id,
+                &w.url,
+                &events,
+                &w.secret,
+                &w.previous_secret,
+                w.previous_until.map(ms),
+                &w.description,
+                i64::from(w.enabled),
+                &w.disabled_reason,
+                ms(w.created_at),
+                ms(w.updated_at),
+            ];
+            ex.execute(sql, &params).await?;
+            Ok(())
+        })
+    }
+
+    async fn list_webhooks(&self, tenant: &str) -> Result<Vec<WebhookEndpoint>, StoreError> {
+        let sql = concat!(
+            "SELECT ",
+            webhook_columns!(),
+            " FROM webhook_endpoints WHERE tenant = $1 ORDER BY created_at, id"
+        );
+        read_op!(self, [tenant = tenant.to_owned()], |ex| {
+            let rows = ex.fetch_all(sql, &args![&tenant]).await?;
+            rows.iter().map(webhook_of).collect()
+        })
+    }
+
+    async fn get_webhook(&self, tenant: &str, id: &str) -> Result<Option<WebhookEndpoint>, StoreError> {
+        let sql = concat!(
+            "SELECT ",
+            webhook_columns!(),
+            " FROM webhook_endpoints WHERE tenant = $1 AND id = $2"
+        );
+        read_op!(self, [tenant = tenant.to_owned(), id = id.to_owned()], |ex| {
+            let row = ex.fetch_optional(sql, &args![&tenant, &id]).await?;
+            row.map(|r| webhook_of(&r)).transpose()
+        })
+    }
+
+    async fn update_webhook(&self, w: &WebhookEndpoint) -> Result<bool, StoreError> {
+        let sql = "UPDATE webhook_endpoints SET url = $1, events = $2, secret = $3, previous_secret = $4, \
+                   previous_until = $5, description = $6, enabled = $7, disabled_reason = $8, updated_at = $9 \
+                   WHERE tenant = $10 AND id = $11";
+        let events = serde_json::to_string(&w.events).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        write_op!(self, [w = w.clone()], |ex| {
+            let params = args![
+                &w.url,
+                &events,
+                &w.secret,
+                &w.previous_secret,
+                w.previous_until.map(ms),
+                &w.description,
+                i64::from(w.enabled),
+                &w.disabled_reason,
+                ms(w.updated_at),
+                &w.tenant,
+                &w.id,
+            ];
+            Ok(ex.execute(sql, &params).await? == 1)
+        })
+    }
+
+    async fn record_webhook_attempt(&self, a: &WebhookAttempt) -> Result<(), StoreError> {
+        let sql = "INSERT INTO webhook_attempts (tenant, message_id, endpoint_id, attempt, at, status, latency_ms, \
+                   response, error) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)";
+        write_op!(self, [a = a.clone()], |ex| {
+            let params = args![
+                &a.tenant,
+                &a.message_id,
+                &a.endpoint_id,
+                i64::from(a.attempt),
+                ms(a.at),
+                a.status.map(i64::from),
+                i64::try_from(a.latency_ms).unwrap_or(i64::MAX),
+                &a.response,
+                &a.error,
+            ];
+            ex.execute(sql, &params).await?;
+            Ok(())
+        })
+    }
+
+    async fn list_webhook_attempts(
+        &self,
+        tenant: &str,
+        message_id: Option<&str>,
+        endpoint_id: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<WebhookAttempt>, StoreError> {
+        let sql = "SELECT tenant, message_id, endpoint_id, attempt, at, status, latency_ms, response, error \
+                   FROM webhook_attempts WHERE tenant = $1 AND ($2 IS NULL OR message_id = $2) \
+                   AND ($3 IS NULL OR endpoint_id = $3) ORDER BY at DESC, message_id DESC, attempt DESC LIMIT $4";
+        read_op!(
+            self,
+            [
+                tenant = tenant.to_owned(),
+                message_id = message_id.map(str::to_owned),
+                endpoint_id = endpoint_id.map(str::to_owned)
+            ],
+            |ex| {
+                let params = args![
+                    &tenant,
+                    &message_id,
+                    &endpoint_id,
+                    i64::from(limit.clamp(1, 1000))
+                ];
+                let rows = ex.fetch_all(sql, &params).await?;
+                rows.iter().map(webhook_attempt_of).collect()
+            }
+        )
+    }
+
+    async fn requeue_dead_job(
+        &self,
+        tenant: &str,
+        id: &str,
+        now: OffsetDateTime,
+    ) -> Result<bool, StoreError> {
+        let sql = "UPDATE jobs SET status = 'pending', attempts = 0, run_at = $1, locked_by = NULL, \
+                   locked_until = NULL, updated_at = $1 WHERE tenant = $2 AND id = $3 AND status = 'dead'";
+        write_op!(self, [tenant = tenant.to_owned(), id = id.to_owned()], |ex| {
+            Ok(ex.execute(sql, &args![ms(now), &tenant, &id]).await? == 1)
+        })
     }
 
     async fn has_api_keys(&self) -> Result<bool, StoreError> {

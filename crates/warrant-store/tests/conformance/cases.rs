@@ -2971,3 +2971,172 @@ pub async fn an_approval_request_commits_with_its_event(b: &Backend) {
     assert_eq!(s.purge_expired(T0 + secs(3600)).await.unwrap().done_jobs, 0);
     assert_eq!(s.purge_expired(T0 + secs(86_400)).await.unwrap().done_jobs, 1);
 }
+
+fn endpoint(tenant: &str, id: &str, at: OffsetDateTime) -> WebhookEndpoint {
+    WebhookEndpoint {
+        tenant: tenant.into(),
+        id: id.into(),
+        url: "https://hooks.example/in".into(),
+        events: vec!["approval.requested".into(), "invocation.completed".into()],
+        secret: "sealed:abc".into(),
+        previous_secret: None,
+        previous_until: None,
+        description: Some("billing".into()),
+        enabled: true,
+        disabled_reason: None,
+        created_at: at,
+        updated_at: at,
+    }
+}
+
+/// Webhook endpoints are read back as written, per tenant, oldest first; an update replaces
+/// what may change and keeps the creation time; attempts are listed newest first, by message
+/// or endpoint, never across tenants.
+pub async fn webhook_endpoints_and_attempts_are_tenant_scoped(b: &Backend) {
+    let s = b.store();
+    let first = endpoint("acme", "whe_1", T0);
+    s.create_webhook(&first).await.unwrap();
+    assert!(s.create_webhook(&first).await.is_err());
+    s.create_webhook(&endpoint("acme", "whe_2", T0 + secs(1)))
+        .await
+        .unwrap();
+    s.create_webhook(&endpoint("globex", "whe_3", T0)).await.unwrap();
+    let listed = s.list_webhooks("acme").await.unwrap();
+    assert_eq!(
+        listed.iter().map(|w| w.id.as_str()).collect::<Vec<_>>(),
+        ["whe_1", "whe_2"]
+    );
+    assert_eq!(listed[0], first);
+    assert_eq!(s.get_webhook("globex", "whe_1").await.unwrap(), None);
+
+    let mut rotated = first.clone();
+    rotated.secret = "sealed:new".into();
+    rotated.previous_secret = Some("sealed:abc".into());
+    rotated.previous_until = Some(T0 + secs(86_400));
+    rotated.enabled = false;
+    rotated.disabled_reason = Some("410 Gone".into());
+    rotated.events = Vec::new();
+    rotated.updated_at = T0 + secs(5);
+    rotated.created_at = T0 + secs(99);
+    assert!(s.update_webhook(&rotated).await.unwrap());
+    let read = s.get_webhook("acme", "whe_1").await.unwrap().unwrap();
+    assert_eq!(
+        read,
+        WebhookEndpoint {
+            created_at: T0,
+            ..rotated.clone()
+        }
+    );
+    let mut foreign = rotated.clone();
+    foreign.tenant = "initech".into();
+    assert!(!s.update_webhook(&foreign).await.unwrap());
+
+    let attempt = |message: &str, n: u32, tenant: &str, at| WebhookAttempt {
+        tenant: tenant.into(),
+        message_id: message.into(),
+        endpoint_id: "whe_1".into(),
+        attempt: n,
+        at,
+        status: (n > 1).then_some(200),
+        latency_ms: 12,
+        response: Some("ok".into()),
+        error: (n == 1).then(|| "timed out".to_owned()),
+    };
+    s.record_webhook_attempt(&attempt("msg_1", 1, "acme", T0 + secs(1)))
+        .await
+        .unwrap();
+    s.record_webhook_attempt(&attempt("msg_1", 2, "acme", T0 + secs(6)))
+        .await
+        .unwrap();
+    assert!(
+        s.record_webhook_attempt(&attempt("msg_1", 2, "acme", T0 + secs(7)))
+            .await
+            .is_err()
+    );
+    s.record_webhook_attempt(&attempt("msg_2", 1, "acme", T0 + secs(3)))
+        .await
+        .unwrap();
+    s.record_webhook_attempt(&attempt("msg_9", 1, "globex", T0 + secs(3)))
+        .await
+        .unwrap();
+    let of_msg = s
+        .list_webhook_attempts("acme", Some("msg_1"), None, 10)
+        .await
+        .unwrap();
+    assert_eq!(of_msg.iter().map(|a| a.attempt).collect::<Vec<_>>(), [2, 1]);
+    assert_eq!(of_msg[1], attempt("msg_1", 1, "acme", T0 + secs(1)));
+    let of_endpoint = s
+        .list_webhook_attempts("acme", None, Some("whe_1"), 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        of_endpoint
+            .iter()
+            .map(|a| (a.message_id.as_str(), a.attempt))
+            .collect::<Vec<_>>(),
+        [("msg_1", 2), ("msg_2", 1)]
+    );
+    assert!(
+        s.list_webhook_attempts("globex", Some("msg_1"), None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// A dead job is put back in the queue once, in its tenant only, with its attempts reset.
+pub async fn a_dead_job_is_replayed_once(b: &Backend) {
+    let s = b.store();
+    s.enqueue_job(&NewJob {
+        id: "job_dead".into(),
+        tenant: "acme".into(),
+        kind: WEBHOOK_JOB.into(),
+        payload: json!({"event": "evt_1"}),
+        run_at: T0,
+        max_attempts: 1,
+    })
+    .await
+    .unwrap();
+    let claimed = s
+        .claim_jobs("w", WEBHOOK_JOB, 5, Duration::from_secs(60), T0)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert!(
+        !s.requeue_dead_job("acme", "job_dead", T0).await.unwrap(),
+        "running, not dead"
+    );
+    assert!(
+        s.complete_job(
+            "job_dead",
+            "w",
+            &JobCompletion::Dead { error: "410".into() },
+            T0 + secs(1)
+        )
+        .await
+        .unwrap()
+    );
+    assert_eq!(s.list_dead_jobs("acme", 10).await.unwrap().len(), 1);
+    assert!(
+        !s.requeue_dead_job("globex", "job_dead", T0 + secs(2))
+            .await
+            .unwrap()
+    );
+    assert!(
+        s.requeue_dead_job("acme", "job_dead", T0 + secs(2))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !s.requeue_dead_job("acme", "job_dead", T0 + secs(2))
+            .await
+            .unwrap()
+    );
+    assert!(s.list_dead_jobs("acme", 10).await.unwrap().is_empty());
+    let again = s
+        .claim_jobs("w2", WEBHOOK_JOB, 5, Duration::from_secs(60), T0 + secs(2))
+        .await
+        .unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].attempts, 1);
+}

@@ -85,6 +85,8 @@ conformance! {
     tokens_are_spent_once_and_tasks_end_once,
     a_pending_approval_is_superseded_once,
     an_approval_request_commits_with_its_event,
+    webhook_endpoints_and_attempts_are_tenant_scoped,
+    a_dead_job_is_replayed_once,
     ledger_lists_by_trace_and_approval,
     approvals_are_paged_newest_first,
 }
