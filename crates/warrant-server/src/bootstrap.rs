@@ -273,6 +273,7 @@ impl Gateway {
         let contracts = registry.load(&stored, now)?;
         let policy = Arc::new(ReloadablePolicy::new(&contracts, config.policies)?);
         let mcp_sealer = crate::mcp::Sealer::new(config.redaction.derive("mcp-request-state"));
+        let webhook_secrets = crate::webhooks::SecretBox::new(config.redaction.derive("webhook-secrets"));
         let review_mail = match &config.review_mail {
             Some(mail) => Some(Arc::new(
                 crate::events::Notifier::new(mail, &config.adapters).map_err(StartError::Config)?,
@@ -356,6 +357,7 @@ impl Gateway {
             keys: Arc::new(crate::auth::KeyCache::new(crate::auth::KEY_CACHE_TTL)),
             mcp_sealer,
             review_mail,
+            webhook_secrets,
         });
         if config.background && !config.contract_sync_every.is_zero() {
             tasks.push(crate::state::spawn_contract_sync(
@@ -365,11 +367,8 @@ impl Gateway {
         }
         if config.background {
             tasks.push(crate::runs::spawn_runner(state.clone()));
-            // Only a node that can deliver claims events (a node without the mail settings
-            // would mark them delivered).
-            if state.review_mail.is_some() {
-                tasks.push(crate::events::spawn_worker(state.clone()));
-            }
+            tasks.push(crate::events::spawn_worker(state.clone()));
+            tasks.push(crate::webhooks::spawn_worker(state.clone()));
         }
         Ok(Gateway {
             state,

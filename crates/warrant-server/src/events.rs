@@ -131,13 +131,51 @@ enum Undelivered {
     Never(String),
 }
 
-/// Delivers one event.
+/// Delivers one event: its webhook messages (one per subscribed endpoint), then its own
+/// consumers.
 async fn deliver(state: &AppState, job: &Job) -> Result<(), Undelivered> {
-    match job.job.payload.get("type").and_then(Value::as_str) {
-        Some("approval.requested") => approval_requested(state, job).await,
-        // An event no consumer reads today: delivered to nobody.
+    let kind = job
+        .job
+        .payload
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let data = event_data(state, job)
+        .await
+        .map_err(|e| Undelivered::Later(e.to_string()))?;
+    crate::webhooks::fan_out(state, job, kind, &data)
+        .await
+        .map_err(|e| Undelivered::Later(e.to_string()))?;
+    match kind {
+        "approval.requested" => approval_requested(state, job).await,
         _ => Ok(()),
     }
+}
+
+/// The `data` of an event's webhook body: what a receiver needs, never arguments or secrets.
+async fn event_data(state: &AppState, job: &Job) -> Result<Value, StoreError> {
+    let payload = &job.job.payload;
+    let Some(id) = payload.get("approval_id").and_then(Value::as_str) else {
+        return Ok(payload.clone());
+    };
+    let Some(a) = state
+        .store
+        .get_approval(&job.job.tenant, id, state.env.now())
+        .await?
+    else {
+        return Ok(serde_json::json!({"approval_id": id}));
+    };
+    let r = &a.request;
+    Ok(serde_json::json!({
+        "approval_id": r.id,
+        "tool": r.tool,
+        "contract_id": r.contract_id,
+        "proposer": r.proposer,
+        "payload_digest": r.payload_digest,
+        "created_at": crate::routes::rfc3339(r.created_at),
+        "expires_at": crate::routes::rfc3339(r.expires_at),
+        "review_url": crate::mcp::review_url(state, id),
+    }))
 }
 
 /// Emails the tenant's reviewers about a new approval request (nothing when none are

@@ -18,6 +18,7 @@ pub mod routes;
 pub mod runs;
 pub mod state;
 pub mod trace;
+pub mod webhooks;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -70,6 +71,7 @@ pub fn router(state: Arc<AppState>, limits: HttpLimits) -> Router {
         .merge(routes::keys::router())
         .merge(routes::tenants::router())
         .merge(routes::workflows::router())
+        .merge(routes::webhooks::router())
         .merge(routes::health::router())
         .merge(mcp::router(&state))
         .merge(console::router())

@@ -7,6 +7,7 @@ pub mod keys;
 pub mod ledger;
 pub mod proposals;
 pub mod tenants;
+pub mod webhooks;
 pub mod workflows;
 
 use time::OffsetDateTime;

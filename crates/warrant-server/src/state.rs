@@ -126,6 +126,8 @@ pub struct AppState {
     pub(crate) mcp_sealer: crate::mcp::Sealer,
     /// Emails reviewers when an approval is requested, when the operator configured it.
     pub(crate) review_mail: Option<Arc<crate::events::Notifier>>,
+    /// Seals and opens webhook endpoints' signing secrets at rest.
+    pub(crate) webhook_secrets: crate::webhooks::SecretBox,
 }
 
 /// One stored contract as the sync compares it: where it lives, its content id and its binding
