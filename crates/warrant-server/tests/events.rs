@@ -1,8 +1,8 @@
-//! Reviewer notifications through the event outbox, on SQLite and PostgreSQL: a call held for
-//! review commits its `approval.requested` event with the approval request; the event worker
-//! emails the tenant's reviewers through the operator's relay (a real SMTP receiver on
-//! loopback) once, with the console link and never the arguments; a tenant without reviewers
-//! is told nothing; a relay that is down leaves the event to be retried.
+//! The event outbox end to end, on SQLite and PostgreSQL: a call held for review commits its
+//! `approval.requested` event with the approval request; the event worker emails the tenant's
+//! reviewers through the operator's relay (a real SMTP receiver on loopback) and fans the event
+//! out to the tenant's webhook endpoints, delivered, retried and dead-lettered by the webhook
+//! worker.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -15,10 +15,13 @@
 #[path = "../../warrant-runtime/tests/runtime/smtp.rs"]
 mod smtp;
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use serde_json::json;
+use axum::http::{HeaderMap, StatusCode};
+use serde_json::{Value, json};
 use warrant_core::guard::Guards;
 use warrant_core::pipeline::Settings;
 use warrant_core::records::{EVENT_JOB, NewApiKey};
@@ -31,7 +34,7 @@ use warrant_runtime::{Dispatched, OwnedCall, RuntimeSettings, Secrets};
 use warrant_server::events::{ReviewMail, deliver_due};
 use warrant_server::{Gateway, GatewayConfig, HttpLimits};
 use warrant_store::testing::TestDatabase;
-use warrant_store::{DatabaseUrl, SqlStore, StoreOptions};
+use warrant_store::{DatabaseUrl, SqlStore};
 
 const CREDIT: &str = "name: credit\nversion: 1\ndescription: Credit.\nowner: t\neffect: write\n\
 scopes: [credits:write]\napproval: per_call\nidempotency: { honoured: true, retention: 1h }\n\
@@ -39,7 +42,14 @@ input:\n  type: object\n  additionalProperties: false\n  required: [customer_id]
 customer_id: { type: string, maxLength: 36 }\noutput:\n  type: object\n  additionalProperties: false\n  \
 properties: {}\nadapter: { kind: http, url: \"http://127.0.0.1:9/credit\" }\n";
 
-async fn gateway(store: Arc<dyn Store>, dir: &std::path::Path, relay_port: u16) -> Gateway {
+/// A gateway over `store` reached at `public_url`, with the credit contract in `dir`; with a
+/// relay on loopback `relay_port`, acme's reviewers are mailed through it.
+async fn gateway(
+    store: Arc<dyn Store>,
+    dir: &std::path::Path,
+    public_url: &str,
+    relay_port: Option<u16>,
+) -> Gateway {
     std::fs::write(dir.join("credit.yaml"), CREDIT).unwrap();
     Gateway::start(GatewayConfig {
         store,
@@ -57,9 +67,9 @@ async fn gateway(store: Arc<dyn Store>, dir: &std::path::Path, relay_port: u16) 
                 ..NetPolicy::default()
             }),
             secrets: Secrets::default(),
-            smtp: Some(SmtpRelay {
+            smtp: relay_port.map(|port| SmtpRelay {
                 host: "127.0.0.1".into(),
-                port: relay_port,
+                port,
                 security: RelaySecurity::Plain,
                 login: None,
             }),
@@ -69,11 +79,11 @@ async fn gateway(store: Arc<dyn Store>, dir: &std::path::Path, relay_port: u16) 
         runtime: RuntimeSettings::default(),
         settings: Settings::default(),
         limits: HttpLimits::default(),
-        public_url: "https://warrant.example".into(),
+        public_url: public_url.into(),
         first_tenant: "acme".into(),
         background: false,
         contract_sync_every: warrant_server::CONTRACT_SYNC_EVERY,
-        review_mail: Some(ReviewMail {
+        review_mail: relay_port.map(|_| ReviewMail {
             from: "warrant@example.com".into(),
             reviewers: BTreeMap::from([("acme".to_owned(), vec!["sup@acme.example".to_owned()])]),
         }),
@@ -108,7 +118,13 @@ async fn held(gateway: &Gateway, tenant: &str, customer: &str) -> String {
 async fn reviewers_are_emailed_once_per_request(store: Arc<dyn Store>) {
     let dir = tempfile::tempdir().unwrap();
     let (relay, sink) = smtp::start().await;
-    let g = gateway(store.clone(), dir.path(), relay.port()).await;
+    let g = gateway(
+        store.clone(),
+        dir.path(),
+        "https://warrant.example",
+        Some(relay.port()),
+    )
+    .await;
     store
         .create_api_key(&NewApiKey {
             id: "key_g".into(),
@@ -160,7 +176,13 @@ async fn reviewers_are_emailed_once_per_request(store: Arc<dyn Store>) {
         .unwrap()
         .port();
     let dir2 = tempfile::tempdir().unwrap();
-    let down = gateway(store.clone(), dir2.path(), closed).await;
+    let down = gateway(
+        store.clone(),
+        dir2.path(),
+        "https://warrant.example",
+        Some(closed),
+    )
+    .await;
     let later = held(&down, "acme", "cus_3").await;
     assert_eq!(deliver_due(&down.state, "w2").await.unwrap(), 1);
     assert_eq!(
@@ -178,20 +200,272 @@ async fn reviewers_are_emailed_once_per_request(store: Arc<dyn Store>) {
     assert!(again[0].last_error.is_some());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_reviewers_are_emailed_once_per_request() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = SqlStore::open(&DatabaseUrl::data_dir(dir.path()), &StoreOptions::default())
-        .await
-        .unwrap();
-    reviewers_are_emailed_once_per_request(Arc::new(store)).await;
+/// One request the receiver saw: its headers and body.
+type Seen = (HeaderMap, Vec<u8>);
+
+/// What the receiver saw, per path, and how each path answers its n-th request.
+#[derive(Default)]
+struct Receiver {
+    seen: Mutex<HashMap<String, Vec<Seen>>>,
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_reviewers_are_emailed_once_per_request() {
-    let Some(db) = TestDatabase::postgres().await.unwrap() else {
-        return;
+impl Receiver {
+    fn seen(&self, path: &str) -> Vec<Seen> {
+        self.seen.lock().unwrap().get(path).cloned().unwrap_or_default()
+    }
+}
+
+async fn start_receiver() -> (SocketAddr, Arc<Receiver>) {
+    let receiver = Arc::new(Receiver::default());
+    let r = receiver.clone();
+    let app = axum::Router::new().route(
+        "/{path}",
+        axum::routing::post(
+            move |axum::extract::Path(path): axum::extract::Path<String>,
+                  headers: HeaderMap,
+                  body: axum::body::Bytes| {
+                let r = r.clone();
+                async move {
+                    let n = {
+                        let mut seen = r.seen.lock().unwrap();
+                        let list = seen.entry(path.clone()).or_default();
+                        list.push((headers, body.to_vec()));
+                        list.len()
+                    };
+                    let retry_after = [("retry-after", "1")];
+                    match (path.as_str(), n) {
+                        ("flaky", 1) => (StatusCode::INTERNAL_SERVER_ERROR, [("retry-after", "0")], "boom"),
+                        ("flaky", 2) => (StatusCode::TOO_MANY_REQUESTS, retry_after, "slow down"),
+                        ("gone", _) => (StatusCode::GONE, [("retry-after", "0")], "gone"),
+                        ("down", n) if n <= 8 => (StatusCode::BAD_GATEWAY, [("retry-after", "0")], "down"),
+                        _ => (StatusCode::OK, [("retry-after", "0")], "ok"),
+                    }
+                }
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (addr, receiver)
+}
+
+/// Outbound webhooks end to end: endpoints made over the API (the secret shown once), an
+/// event fanned out to each subscribed endpoint, delivered to a flaky loopback receiver on a
+/// compressed schedule — a 500, a 429 with `Retry-After`, then a 2xx, all under one
+/// `webhook-id`; a `410 Gone` disables its endpoint; an endpoint that keeps failing is
+/// dead-lettered after its attempts and a replay delivers it once — every request verified with
+/// the independent `standardwebhooks` implementation.
+async fn webhooks_are_delivered_retried_and_dead_lettered(store: Arc<dyn Store>) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let (receiver_addr, receiver) = start_receiver().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let gateway = gateway(store.clone(), dir.path(), &base, None).await;
+    let admin = gateway.first_keys.as_ref().unwrap().admin.clone();
+    let state = gateway.state.clone();
+    let limits = gateway.limits;
+    tokio::spawn(async move {
+        axum::serve(listener, warrant_server::router(state, limits))
+            .await
+            .unwrap();
+    });
+    let http = reqwest::Client::new();
+    let mut secrets = HashMap::new();
+    for path in ["ok", "flaky", "gone", "down"] {
+        let r = http
+            .post(format!("{base}/v1/webhooks"))
+            .bearer_auth(&admin)
+            .json(&json!({"url": format!("http://{receiver_addr}/{path}"), "events": ["approval.requested"]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 201);
+        let body: Value = r.json().await.unwrap();
+        let secret = body["secret"].as_str().unwrap().to_owned();
+        assert!(secret.starts_with("whsec_"));
+        secrets.insert(path, secret);
+    }
+    // Not subscribed: never called.
+    let r = http
+        .post(format!("{base}/v1/webhooks"))
+        .bearer_auth(&admin)
+        .json(&json!({"url": format!("http://{receiver_addr}/other"), "events": ["run.completed"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    // A private address the operator did not allow is refused; so is an unknown event type.
+    for bad in [
+        json!({"url": "http://10.0.0.8/hook"}),
+        json!({"url": format!("http://{receiver_addr}/x"), "events": ["nope"]}),
+    ] {
+        let r = http
+            .post(format!("{base}/v1/webhooks"))
+            .bearer_auth(&admin)
+            .json(&bad)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 422, "{bad}");
+    }
+    let listed: Value = http
+        .get(format!("{base}/v1/webhooks"))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["endpoints"].as_array().unwrap().len(), 5);
+    assert!(!listed.to_string().contains("whsec_"), "secrets are shown once");
+
+    // A call held for review: its approval.requested event.
+    let state = gateway.state.clone();
+    let approval = held(&gateway, "acme", "cus_1").await;
+
+    // Compressed schedule: every retry due at once (a Retry-After still waits).
+    let schedule = [Duration::ZERO; 7];
+    assert_eq!(warrant_server::events::deliver_due(&state, "e").await.unwrap(), 1);
+    for _ in 0..40 {
+        warrant_server::webhooks::deliver_due(&state, "w", &schedule)
+            .await
+            .unwrap();
+        if receiver.seen("flaky").len() >= 3 && receiver.seen("down").len() >= 8 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(receiver.seen("ok").len(), 1);
+    assert_eq!(receiver.seen("flaky").len(), 3, "500, 429, then 200");
+    assert_eq!(receiver.seen("gone").len(), 1);
+    assert_eq!(receiver.seen("down").len(), 8, "every attempt, then dead");
+    assert!(receiver.seen("other").is_empty());
+
+    // Every request verifies with the independent implementation, under one event id.
+    let mut ids = std::collections::BTreeSet::new();
+    for path in ["ok", "flaky", "gone", "down"] {
+        let reference = standardwebhooks::Webhook::new(&secrets[path]).unwrap();
+        for (headers, body) in receiver.seen(path) {
+            let mut h = http::HeaderMap::new();
+            for name in ["webhook-id", "webhook-timestamp", "webhook-signature"] {
+                h.insert(name, headers[name].to_str().unwrap().parse().unwrap());
+            }
+            reference.verify(&body, &h).unwrap();
+            ids.insert(headers["webhook-id"].to_str().unwrap().to_owned());
+            let body: Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(body["type"], "approval.requested");
+            assert_eq!(body["data"]["approval_id"], approval.as_str());
+            assert!(body["data"]["review_url"].as_str().unwrap().ends_with(&approval));
+            assert!(!body.to_string().contains("cus_1"), "never the arguments");
+        }
+    }
+    assert_eq!(ids.len(), 1, "one event, one id: {ids:?}");
+
+    // 410 disabled its endpoint; the dead-letter queue holds the message that kept failing.
+    let listed: Value = http
+        .get(format!("{base}/v1/webhooks"))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let gone = listed["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["url"].as_str().unwrap().ends_with("/gone"))
+        .unwrap()
+        .clone();
+    assert_eq!(gone["enabled"], false);
+    let dead: Value = http
+        .get(format!("{base}/v1/webhooks/dead"))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let messages = dead["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 2, "{dead:#}");
+    let down = messages
+        .iter()
+        .find(|m| m["attempts"].as_array().unwrap().len() == 8)
+        .unwrap();
+    assert_eq!(down["attempts"][0]["status"], 502);
+    let id = down["message_id"].as_str().unwrap();
+
+    // Replayed: delivered once more, with the same event id.
+    let r = http
+        .post(format!("{base}/v1/webhooks/dead/{id}/replay"))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    warrant_server::webhooks::deliver_due(&state, "w", &schedule)
+        .await
+        .unwrap();
+    let seen = receiver.seen("down");
+    assert_eq!(seen.len(), 9);
+    assert_eq!(seen[8].0["webhook-id"], seen[0].0["webhook-id"]);
+    let dead: Value = http
+        .get(format!("{base}/v1/webhooks/dead"))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        dead["messages"].as_array().unwrap().len(),
+        1,
+        "only the gone endpoint's"
+    );
+    let r = http
+        .post(format!("{base}/v1/webhooks/dead/{id}/replay"))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404, "delivered: nothing to replay");
+}
+
+/// Runs `$case` on SQLite and, when it answers, PostgreSQL.
+macro_rules! on_every_backend {
+    ($($case:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let dir = tempfile::tempdir().unwrap();
+                    let store = crate::SqlStore::open(&crate::DatabaseUrl::data_dir(dir.path()), &Default::default())
+                        .await
+                        .unwrap();
+                    crate::$case(std::sync::Arc::new(store)).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let Some(db) = crate::TestDatabase::postgres().await.unwrap() else { return };
+                    crate::$case(std::sync::Arc::new(db.open().await.unwrap())).await;
+                    db.drop_schema().await;
+                }
+            )*
+        }
     };
-    reviewers_are_emailed_once_per_request(Arc::new(db.open().await.unwrap())).await;
-    db.drop_schema().await;
+}
+
+on_every_backend! {
+    reviewers_are_emailed_once_per_request,
+    webhooks_are_delivered_retried_and_dead_lettered,
 }
