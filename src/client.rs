@@ -56,6 +56,165 @@ pub enum ApprovalsCommand {
     },
 }
 
+/// `warrant webhooks …`
+#[derive(Debug, Subcommand)]
+pub enum WebhooksCommand {
+    /// Add an endpoint; prints its id and its secret (shown only now).
+    Add {
+        /// The endpoint URL.
+        url: String,
+        /// An event type to deliver (repeat; none: every type).
+        #[arg(long = "event")]
+        events: Vec<String>,
+        /// Free text.
+        #[arg(long)]
+        description: Option<String>,
+    },
+    /// Your tenant's endpoints.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A new secret (printed only now); the previous one signs beside it for 24 hours.
+    Rotate {
+        /// The endpoint id.
+        id: String,
+    },
+    /// Stop delivering to an endpoint.
+    Disable {
+        /// The endpoint id.
+        id: String,
+    },
+    /// Deliver to an endpoint again.
+    Enable {
+        /// The endpoint id.
+        id: String,
+    },
+    /// An endpoint's recent delivery attempts.
+    Deliveries {
+        /// The endpoint id.
+        id: String,
+    },
+    /// The dead-letter queue.
+    Dead,
+    /// Deliver a dead message again (or every dead message with `--all`).
+    Replay {
+        /// The message id.
+        id: Option<String>,
+        /// Every dead message.
+        #[arg(long)]
+        all: bool,
+    },
+}
+
+/// Runs a `warrant webhooks` command.
+///
+/// # Errors
+/// The server cannot be reached or answers something unreadable.
+pub fn webhooks(args: &ServerArgs, command: &WebhooksCommand) -> Result<Exit> {
+    let client = Client::new(args)?;
+    block_on(async move {
+        let post = |path: String, body: Option<Value>| {
+            let client = &client;
+            async move {
+                client
+                    .call(
+                        Method::POST,
+                        &path,
+                        body.map(|b| (b.to_string().into_bytes(), "application/json")),
+                    )
+                    .await
+            }
+        };
+        let answer = match command {
+            WebhooksCommand::Add {
+                url,
+                events,
+                description,
+            } => {
+                post(
+                    "/v1/webhooks".to_owned(),
+                    Some(json!({"url": url, "events": events, "description": description})),
+                )
+                .await?
+            }
+            WebhooksCommand::List { json } => match client.call(Method::GET, "/v1/webhooks", None).await? {
+                Ok(v) if !*json => {
+                    for e in at(&v, "endpoints").as_array().into_iter().flatten() {
+                        println!(
+                            "{}  {}  {}  events={}",
+                            at(e, "id").as_str().unwrap_or(""),
+                            if at(e, "enabled").as_bool() == Some(true) {
+                                "enabled"
+                            } else {
+                                "disabled"
+                            },
+                            at(e, "url").as_str().unwrap_or(""),
+                            at(e, "events")
+                                .as_array()
+                                .filter(|a| !a.is_empty())
+                                .map_or("all".to_owned(), |a| {
+                                    a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(",")
+                                }),
+                        );
+                    }
+                    return Ok(Exit::Ok);
+                }
+                other => other,
+            },
+            WebhooksCommand::Rotate { id } => {
+                post(format!("/v1/webhooks/{}/rotate", segment(id)), None).await?
+            }
+            WebhooksCommand::Disable { id } => {
+                post(format!("/v1/webhooks/{}/disable", segment(id)), None).await?
+            }
+            WebhooksCommand::Enable { id } => {
+                post(format!("/v1/webhooks/{}/enable", segment(id)), None).await?
+            }
+            WebhooksCommand::Deliveries { id } => {
+                client
+                    .call(
+                        Method::GET,
+                        &format!("/v1/webhooks/{}/deliveries", segment(id)),
+                        None,
+                    )
+                    .await?
+            }
+            WebhooksCommand::Dead => client.call(Method::GET, "/v1/webhooks/dead", None).await?,
+            WebhooksCommand::Replay { id, all } => {
+                let ids: Vec<String> = match (id, all) {
+                    (Some(id), false) => vec![id.clone()],
+                    (None, true) => match client.call(Method::GET, "/v1/webhooks/dead", None).await? {
+                        Ok(v) => at(&v, "messages")
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|m| at(m, "message_id").as_str().map(str::to_owned))
+                            .collect(),
+                        Err(m) => return Ok(refused(&m)),
+                    },
+                    _ => bail!("name one message id, or --all"),
+                };
+                for id in &ids {
+                    if let Err(m) = post(format!("/v1/webhooks/dead/{}/replay", segment(id)), None).await? {
+                        return Ok(refused(&m));
+                    }
+                    println!("replayed={id}");
+                }
+                return Ok(Exit::Ok);
+            }
+        };
+        match answer {
+            Ok(v) => {
+                print(&v);
+                Ok(Exit::Ok)
+            }
+            Err(m) => Ok(refused(&m)),
+        }
+    })
+}
+
 /// `warrant ledger …`
 #[derive(Debug, Subcommand)]
 pub enum LedgerCommand {

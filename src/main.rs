@@ -65,6 +65,14 @@ enum Command {
         #[command(subcommand)]
         command: client::LedgerCommand,
     },
+    /// Outbound webhook endpoints on a running server: add, list, rotate, disable, enable,
+    /// deliveries, the dead-letter queue and replay.
+    Webhooks {
+        #[command(flatten)]
+        server: client::ServerArgs,
+        #[command(subcommand)]
+        command: client::WebhooksCommand,
+    },
     /// API keys on a running server: list, create, revoke.
     Keys {
         #[command(flatten)]
@@ -127,6 +135,7 @@ fn main() -> ExitCode {
         Command::Approvals { server, command } => client::approvals(&server, &command),
         Command::Ledger { server, command } => client::ledger(&server, &command),
         Command::Keys { server, command } => client::keys(&server, &command),
+        Command::Webhooks { server, command } => client::webhooks(&server, &command),
         Command::Tenants { server, command } => client::tenants(&server, &command),
         Command::Console { server, command } => client::console(&server, &command),
         Command::Workflow(command) => workflow::run(&command),

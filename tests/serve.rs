@@ -28,8 +28,14 @@ fn http(addr: &str, request: &str) -> String {
 #[test]
 fn serve_starts_with_no_setup_answers_and_stops_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
+    // Loopback allowed, so a webhook endpoint on it can be added.
+    let config = dir.path().join("warrant.toml");
+    std::fs::write(&config, "[network]\nallow_hosts = [\"127.0.0.1\"]\n").unwrap();
     let mut served = common::serve::serve(|cmd| {
-        cmd.arg("--data-dir").arg(dir.path());
+        cmd.arg("--data-dir")
+            .arg(dir.path())
+            .arg("--config")
+            .arg(&config);
     });
     let url = served.url.clone();
     let agent = served.keys["agent"].clone();
@@ -120,6 +126,34 @@ fn serve_starts_with_no_setup_answers_and_stops_on_sigterm() {
     let key_id = out.lines().next().unwrap().trim_start_matches("id=").to_owned();
     let (code, _, _) = cli(&admin, &["keys", "revoke", &key_id]);
     assert_eq!(code, Some(0));
+    // Webhook endpoints: added (the secret printed once), listed, disabled; an agent is refused.
+    let (code, out, err) = cli(
+        &admin,
+        &[
+            "webhooks",
+            "add",
+            "http://127.0.0.1:9/hook",
+            "--event",
+            "approval.requested",
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let added: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(added["secret"].as_str().unwrap().starts_with("whsec_"), "{out}");
+    let hook = added["id"].as_str().unwrap().to_owned();
+    let (code, out, _) = cli(&admin, &["webhooks", "list"]);
+    assert_eq!(code, Some(0));
+    assert!(
+        out.contains(&hook) && out.contains("enabled") && !out.contains("whsec_"),
+        "{out}"
+    );
+    let (code, out, _) = cli(&admin, &["webhooks", "disable", &hook]);
+    assert_eq!(code, Some(0));
+    assert!(out.contains("\"enabled\": false"), "{out}");
+    let (code, _, err) = cli(&agent, &["webhooks", "list"]);
+    assert_eq!(code, Some(1), "{err}");
+    let (code, _, err) = cli(&admin, &["webhooks", "replay", "whm_nope"]);
+    assert_eq!(code, Some(1), "{err}");
     // Tenants are the platform operator's: a tenant admin is refused; the operator creates
     // one, gives it a key, and its admin registers a contract only it sees.
     let operator = served.keys["operator"].clone();
