@@ -32,10 +32,7 @@ fn serve_starts_with_no_setup_answers_and_stops_on_sigterm() {
     let config = dir.path().join("warrant.toml");
     std::fs::write(&config, "[network]\nallow_hosts = [\"127.0.0.1\"]\n").unwrap();
     let mut served = common::serve::serve(|cmd| {
-        cmd.arg("--data-dir")
-            .arg(dir.path())
-            .arg("--config")
-            .arg(&config);
+        cmd.arg("--data-dir").arg(dir.path()).arg("--config").arg(&config);
     });
     let url = served.url.clone();
     let agent = served.keys["agent"].clone();

@@ -479,6 +479,19 @@ impl NewApproval {
     }
 }
 
+/// An event job about approval `id` of `tenant` (`approval.decided`, `approval.expired`),
+/// committed with the change it reports: id `evt_<kind>_<approval id>` (one per change).
+pub fn approval_event(tenant: &str, id: &str, kind: &str, at: OffsetDateTime) -> NewJob {
+    NewJob {
+        id: format!("evt_{}_{id}", kind.trim_start_matches("approval.")),
+        tenant: tenant.to_owned(),
+        kind: EVENT_JOB.to_owned(),
+        payload: serde_json::json!({"type": kind, "approval_id": id}),
+        run_at: at,
+        max_attempts: 8,
+    }
+}
+
 /// A stored approval request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApprovalRequest {

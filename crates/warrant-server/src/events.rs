@@ -175,6 +175,10 @@ async fn event_data(state: &AppState, job: &Job) -> Result<Value, StoreError> {
         "created_at": crate::routes::rfc3339(r.created_at),
         "expires_at": crate::routes::rfc3339(r.expires_at),
         "review_url": crate::mcp::review_url(state, id),
+        "status": a.status.as_str(),
+        "reviewer": a.reviewer,
+        "decided_at": a.decided_at.map(crate::routes::rfc3339),
+        "superseded_by": a.superseded_by,
     }))
 }
 

@@ -1097,7 +1097,9 @@ impl Store for MemoryStore {
             a.reviewer = Some(reviewer.to_owned());
             a.reason = reason.map(str::to_owned);
             a.decided_at = Some(trunc(now));
-            Ok(Ok(a.clone()))
+            let decided = a.clone();
+            s.enqueue(&approval_event(tenant, id, "approval.decided", now))?;
+            Ok(Ok(decided))
         })
     }
 
@@ -1123,6 +1125,7 @@ impl Store for MemoryStore {
                 a.reviewer = Some(reviewer.to_owned());
                 a.reason = Some(reason.to_owned());
                 a.decided_at = Some(now);
+                s.enqueue(&approval_event(tenant, id, "approval.decided", now))?;
                 Ok(true)
             }
             _ => Ok(false),
@@ -1550,14 +1553,18 @@ impl Store for MemoryStore {
                 counters.retain(|_, (_, exp)| ms(*exp) > now_ms);
                 budget_counters += (before - counters.len()) as u64;
             }
-            let mut approvals_expired = 0;
+            let mut expired = Vec::new();
             for a in s.approvals.values_mut() {
                 if matches!(a.status, ApprovalStatus::Pending | ApprovalStatus::Approved)
                     && ms(a.request.expires_at) <= now_ms
                 {
                     a.status = ApprovalStatus::Expired;
-                    approvals_expired += 1;
+                    expired.push((a.request.tenant.clone(), a.request.id.clone()));
                 }
+            }
+            let approvals_expired = expired.len() as u64;
+            for (tenant, id) in &expired {
+                s.enqueue(&approval_event(tenant, id, "approval.expired", now))?;
             }
             let sessions = s.console.len();
             s.console.retain(|_, c| ms(c.expires_at) > now_ms);

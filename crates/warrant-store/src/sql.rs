@@ -2126,7 +2126,11 @@ impl Store for SqlStore {
             |ex| {
                 let params = args![status.as_str(), &reviewer, &reason, ms(now), &tenant, &id];
                 match ex.fetch_optional(update, &params).await? {
-                    Some(row) => Ok(Ok(approval_of(&row)?)),
+                    Some(row) => {
+                        // The decision and its event commit together.
+                        enqueue_in(ex, &approval_event(&tenant, &id, "approval.decided", now)).await?;
+                        Ok(Ok(approval_of(&row)?))
+                    }
                     None => {
                         let current = ex.fetch_optional(SELECT_APPROVAL, &args![&tenant, &id]).await?;
                         let current = current.map(|r| approval_of(&r)).transpose()?;
@@ -2165,7 +2169,11 @@ impl Store for SqlStore {
             ],
             |ex| {
                 let params = args![&by, &reviewer, &reason, ms(now), &tenant, &id];
-                Ok(ex.execute(sql, &params).await? == 1)
+                if ex.execute(sql, &params).await? != 1 {
+                    return Ok(false);
+                }
+                enqueue_in(ex, &approval_event(&tenant, &id, "approval.decided", now)).await?;
+                Ok(true)
             }
         )
     }
@@ -2656,13 +2664,20 @@ impl Store for SqlStore {
             let budget_counters = ex
                 .execute("DELETE FROM budget_counters WHERE expires_at <= $1", &args![now])
                 .await?;
-            let approvals_expired = ex
-                .execute(
+            // Each expiry and its `approval.expired` event commit together.
+            let expired = ex
+                .fetch_all(
                     "UPDATE approvals SET status = 'expired' WHERE status IN ('pending', 'approved') \
-                     AND expires_at <= $1",
+                     AND expires_at <= $1 RETURNING tenant, id",
                     &args![now],
                 )
                 .await?;
+            let at = from_ms(now)?;
+            for row in &expired {
+                let event = approval_event(&row.text("tenant")?, &row.text("id")?, "approval.expired", at);
+                enqueue_in(ex, &event).await?;
+            }
+            let approvals_expired = expired.len() as u64;
             let console_sessions = ex
                 .execute("DELETE FROM console_sessions WHERE expires_at <= $1", &args![now])
                 .await?;

@@ -2948,7 +2948,7 @@ pub async fn an_approval_request_commits_with_its_event(b: &Backend) {
         .await
         .unwrap();
     // Not done yet: the sweeper keeps it.
-    assert_eq!(s.purge_expired(T0 + secs(3 * 86_400)).await.unwrap().done_jobs, 0);
+    assert_eq!(s.purge_expired(T0 + secs(2)).await.unwrap().done_jobs, 0);
     assert_eq!(claimed.len(), 1, "{claimed:?}");
     let job = &claimed[0].job;
     assert_eq!((job.id.as_str(), job.tenant.as_str()), ("evt_apr_evt", "acme"));
@@ -2968,8 +2968,43 @@ pub async fn an_approval_request_commits_with_its_event(b: &Backend) {
             .await
             .unwrap()
     );
+    // A decision and an expiry each commit their own event.
+    s.decide_approval("acme", "apr_evt", "sup", Verdict::Approve, None, T0 + secs(4))
+        .await
+        .unwrap()
+        .unwrap();
+    s.create_approval(&approval("apr_lapse", "acme", T0))
+        .await
+        .unwrap();
+    let events = s
+        .claim_jobs("w3", EVENT_JOB, 10, Duration::from_secs(60), T0 + secs(5))
+        .await
+        .unwrap();
+    let kinds: Vec<(&str, &str)> = events
+        .iter()
+        .map(|j| {
+            (
+                j.job.payload["type"].as_str().unwrap(),
+                j.job.payload["approval_id"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert!(kinds.contains(&("approval.decided", "apr_evt")), "{kinds:?}");
+    assert!(kinds.contains(&("approval.requested", "apr_lapse")), "{kinds:?}");
+    for j in &events {
+        s.complete_job(&j.job.id, "w3", &JobCompletion::Done, T0 + secs(5))
+            .await
+            .unwrap();
+    }
     assert_eq!(s.purge_expired(T0 + secs(3600)).await.unwrap().done_jobs, 0);
-    assert_eq!(s.purge_expired(T0 + secs(86_400)).await.unwrap().done_jobs, 1);
+    let lapsed = s
+        .claim_jobs("w4", EVENT_JOB, 10, Duration::from_secs(60), T0 + secs(3601))
+        .await
+        .unwrap();
+    assert_eq!(lapsed.len(), 2, "each approval that lapsed: {lapsed:?}");
+    assert!(lapsed.iter().all(|j| j.job.payload["type"] == "approval.expired"));
+    // Done and due over a day ago: the two requests and the decision (the expiries still run).
+    assert_eq!(s.purge_expired(T0 + secs(86_410)).await.unwrap().done_jobs, 3);
 }
 
 fn endpoint(tenant: &str, id: &str, at: OffsetDateTime) -> WebhookEndpoint {
