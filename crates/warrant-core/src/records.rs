@@ -492,6 +492,28 @@ pub fn approval_event(tenant: &str, id: &str, kind: &str, at: OffsetDateTime) ->
     }
 }
 
+/// An event job about run `id` of `tenant` (`run.started`, `run.completed`, `run.failed`),
+/// committed with the change it reports: id `evt_<kind>_<run id>` (each happens once per run).
+pub fn run_event(tenant: &str, id: &str, kind: &str, at: OffsetDateTime) -> NewJob {
+    NewJob {
+        id: format!("evt_{}_{id}", kind.trim_start_matches("run.")),
+        tenant: tenant.to_owned(),
+        kind: EVENT_JOB.to_owned(),
+        payload: serde_json::json!({"type": kind, "run_id": id}),
+        run_at: at,
+        max_attempts: 8,
+    }
+}
+
+/// The event a run's new status reports, if any: its end (`run.completed`, `run.failed`).
+pub fn run_end_event(status: RunStatus) -> Option<&'static str> {
+    match status {
+        RunStatus::Completed => Some("run.completed"),
+        RunStatus::Failed => Some("run.failed"),
+        _ => None,
+    }
+}
+
 /// A stored approval request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApprovalRequest {

@@ -155,6 +155,22 @@ async fn deliver(state: &AppState, job: &Job) -> Result<(), Undelivered> {
 /// The `data` of an event's webhook body: what a receiver needs, never arguments or secrets.
 async fn event_data(state: &AppState, job: &Job) -> Result<Value, StoreError> {
     let payload = &job.job.payload;
+    if let Some(run_id) = payload.get("run_id").and_then(Value::as_str) {
+        // A run: where it stands, never its input.
+        return Ok(match state.store.get_run(&job.job.tenant, run_id).await? {
+            Some(run) => serde_json::json!({
+                "run_id": run.id,
+                "workflow": run.workflow,
+                "version": run.version,
+                "status": run.status.as_str(),
+                "cost": run.cost,
+                "error": run.error,
+                "created_at": crate::routes::rfc3339(run.created_at),
+                "updated_at": crate::routes::rfc3339(run.updated_at),
+            }),
+            None => serde_json::json!({"run_id": run_id}),
+        });
+    }
     let Some(id) = payload.get("approval_id").and_then(Value::as_str) else {
         return Ok(payload.clone());
     };

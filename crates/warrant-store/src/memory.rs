@@ -484,6 +484,7 @@ impl Store for MemoryStore {
             r.created_at = trunc(r.created_at);
             r.updated_at = trunc(r.updated_at);
             s.enqueue(job)?;
+            s.enqueue(&run_event(&r.tenant, &r.id, "run.started", r.created_at))?;
             s.runs.insert(r.id.clone(), r);
             Ok(())
         })
@@ -529,10 +530,13 @@ impl Store for MemoryStore {
                 j.locked_by = None;
                 j.locked_until = None;
             }
+            let (status, next_step, error) = advance.outcome();
+            if let Some(kind) = run_end_event(status) {
+                s.enqueue(&run_event(tenant, &step.run_id, kind, now))?;
+            }
             let Some(run) = s.runs.get_mut(&step.run_id) else {
                 return Ok(Advanced::Stale);
             };
-            let (status, next_step, error) = advance.outcome();
             run.status = status;
             run.next_step = next_step;
             run.next_seq += 1;

@@ -902,6 +902,9 @@ async fn advance_in<E: Exec>(
     if ex.execute(update, &params).await? != 1 {
         return Ok(Advanced::Stale);
     }
+    if let Some(kind) = run_end_event(status) {
+        enqueue_in(ex, &run_event(tenant, &step.run_id, kind, now)).await?;
+    }
     let params = args![
         &step.run_id,
         i64::from(step.seq),
@@ -1381,7 +1384,8 @@ impl Store for SqlStore {
                 ms(r.updated_at),
             ];
             ex.execute(sql, &params).await?;
-            enqueue_in(ex, &job).await
+            enqueue_in(ex, &job).await?;
+            enqueue_in(ex, &run_event(&r.tenant, &r.id, "run.started", r.created_at)).await
         })
     }
 

@@ -2238,6 +2238,23 @@ pub async fn runs_advance_one_step_at_a_time(b: &Backend) {
     let done = s.get_run("acme", "run_1").await.unwrap().unwrap();
     assert_eq!(done.status, RunStatus::Completed);
     assert_eq!((done.next_seq, done.next_step, done.cost), (2, None, 3));
+    // The start and the end each committed their event, once.
+    let events = s
+        .claim_jobs("w9", EVENT_JOB, 10, Duration::from_secs(30), T0 + secs(3))
+        .await
+        .unwrap();
+    let mut kinds: Vec<String> = events
+        .iter()
+        .map(|j| {
+            format!(
+                "{} {}",
+                j.job.payload["type"].as_str().unwrap(),
+                j.job.payload["run_id"].as_str().unwrap()
+            )
+        })
+        .collect();
+    kinds.sort();
+    assert_eq!(kinds, ["run.completed run_1", "run.started run_1"]);
     let steps = s.run_steps("acme", "run_1").await.unwrap();
     assert_eq!(steps, vec![step.clone(), end_step]);
     assert!(s.run_steps("globex", "run_1").await.unwrap().is_empty());
