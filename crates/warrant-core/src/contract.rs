@@ -245,6 +245,8 @@ pub struct Contract {
     adapter: Option<AdapterBinding>,
     document: Value,
     guarded: bool,
+    /// Whether the input schema marks a field `x-warrant-sensitive`.
+    sensitive: bool,
     id_text: String,
 }
 
@@ -357,6 +359,11 @@ impl Contract {
     /// Whether any input field is marked `x-warrant-allowlist` (so guards apply).
     pub fn has_allowlists(&self) -> bool {
         self.guarded
+    }
+    /// Whether any input field is marked `x-warrant-sensitive`: stored calls then hold only
+    /// its keyed hash, so a call cannot be rebuilt (or stored to run later) from them.
+    pub fn has_sensitive_fields(&self) -> bool {
+        self.sensitive
     }
 
     /// The record the registry stores.
@@ -581,10 +588,16 @@ impl Contract {
                 Some(output),
             ) if problems.is_empty() => {
                 let id = ContractId(Sha256Digest::of_bytes(&canonical_bytes(&document)));
-                let guarded = document.get("input").is_some_and(mentions_allowlist);
+                let guarded = document
+                    .get("input")
+                    .is_some_and(|i| mentions(i, "x-warrant-allowlist"));
+                let sensitive = document
+                    .get("input")
+                    .is_some_and(|i| mentions(i, "x-warrant-sensitive"));
                 Ok(Contract {
                     id_text: id.to_string(),
                     guarded,
+                    sensitive,
                     id,
                     namespace: Namespace::Platform,
                     name,
@@ -777,12 +790,11 @@ impl<'a> Fields<'a> {
     }
 }
 
-fn mentions_allowlist(schema: &Value) -> bool {
+/// Whether `schema` uses the keyword `keyword` anywhere.
+fn mentions(schema: &Value, keyword: &str) -> bool {
     match schema {
-        Value::Object(map) => map
-            .iter()
-            .any(|(k, v)| k == "x-warrant-allowlist" || mentions_allowlist(v)),
-        Value::Array(items) => items.iter().any(mentions_allowlist),
+        Value::Object(map) => map.iter().any(|(k, v)| k == keyword || mentions(v, keyword)),
+        Value::Array(items) => items.iter().any(|v| mentions(v, keyword)),
         _ => false,
     }
 }

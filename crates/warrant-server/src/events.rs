@@ -97,29 +97,27 @@ pub async fn deliver_due(state: &Arc<AppState>, worker: &str) -> Result<usize, S
 
 /// Delivers one claimed event and records how that went.
 async fn settle(state: &AppState, worker: &str, job: &Job) {
-    {
-        let completion = match deliver(state, job).await {
-            Ok(()) => JobCompletion::Done,
-            Err(Undelivered::Never(error)) => {
-                tracing::warn!(event = job.job.id, %error, "an event cannot be delivered");
-                JobCompletion::Dead { error }
-            }
-            Err(Undelivered::Later(error)) => {
-                let wait = Duration::from_secs(5u64.saturating_mul(1 << job.attempts.min(7)));
-                tracing::warn!(event = job.job.id, attempts = job.attempts, %error, "an event was not delivered; retrying");
-                JobCompletion::Retry {
-                    run_at: state.env.now() + wait,
-                    error,
-                }
-            }
-        };
-        if let Err(error) = state
-            .store
-            .complete_job(&job.job.id, worker, &completion, state.env.now())
-            .await
-        {
-            tracing::warn!(event = job.job.id, %error, "an event's delivery was not recorded");
+    let completion = match deliver(state, job).await {
+        Ok(()) => JobCompletion::Done,
+        Err(Undelivered::Never(error)) => {
+            tracing::warn!(event = job.job.id, %error, "an event cannot be delivered");
+            JobCompletion::Dead { error }
         }
+        Err(Undelivered::Later(error)) => {
+            let wait = Duration::from_secs(5u64.saturating_mul(1 << job.attempts.min(7)));
+            tracing::warn!(event = job.job.id, attempts = job.attempts, %error, "an event was not delivered; retrying");
+            JobCompletion::Retry {
+                run_at: state.env.now() + wait,
+                error,
+            }
+        }
+    };
+    if let Err(error) = state
+        .store
+        .complete_job(&job.job.id, worker, &completion, state.env.now())
+        .await
+    {
+        tracing::warn!(event = job.job.id, %error, "an event's delivery was not recorded");
     }
 }
 

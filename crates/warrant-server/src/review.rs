@@ -35,7 +35,7 @@ pub(crate) async fn after_decision(state: &AppState, approval: &ApprovalRequest)
             return;
         }
     };
-    if !contract.execute_on_approval() || contract.input_document().is_some_and(mentions_sensitive) {
+    if !contract.execute_on_approval() || contract.has_sensitive_fields() {
         return;
     }
     match execute_approved(state, approval, None).await {
@@ -60,13 +60,7 @@ pub(crate) fn of_a_run(approval: &ApprovalRequest) -> bool {
         .request
         .idempotency_key
         .as_deref()
-        .is_some_and(|k| k.starts_with("run_"))
-}
-
-/// Whether an input schema marks a field sensitive: the stored arguments then hold only its
-/// keyed hash, so the call cannot be rebuilt from them.
-pub(crate) fn mentions_sensitive(input: &serde_json::Value) -> bool {
-    input.to_string().contains("x-warrant-sensitive")
+        .is_some_and(|k| k.starts_with(warrant_core::pipeline::RUN_KEY_PREFIX))
 }
 
 /// Submits the approved call `approval` holds — its stored arguments, contract and key — as its
@@ -133,6 +127,10 @@ pub(crate) async fn proposer_authority(
 /// An approval with edits that did not happen, and why.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub(crate) enum EditRefusal {
+    /// The reviewer may not decide this request (its proposer, or one policy does not let
+    /// review the tool), or it is no longer pending.
+    #[error("{0}")]
+    NotDecidable(&'static str),
     /// The edited arguments equal the proposed ones.
     #[error("the arguments are unchanged: approve the request as it is instead")]
     Unchanged,
@@ -167,6 +165,7 @@ impl EditRefusal {
     pub(crate) fn status_and_title(&self) -> (axum::http::StatusCode, &'static str) {
         use axum::http::StatusCode;
         match self {
+            EditRefusal::NotDecidable(_) => (StatusCode::FORBIDDEN, "Not yours to decide"),
             EditRefusal::Unchanged => (StatusCode::BAD_REQUEST, "Nothing was edited"),
             EditRefusal::NotEditable => (StatusCode::BAD_REQUEST, "Edits are not offered here"),
             EditRefusal::ProposerWithoutKey => (StatusCode::CONFLICT, "The proposer holds no key"),
@@ -179,6 +178,7 @@ impl EditRefusal {
     /// The API's error code for the refusal.
     pub(crate) fn code(&self) -> &'static str {
         match self {
+            EditRefusal::NotDecidable(_) => "REVIEW_FORBIDDEN",
             EditRefusal::Unchanged => "EDIT_UNCHANGED",
             EditRefusal::NotEditable => "EDIT_NOT_OFFERED",
             EditRefusal::ProposerWithoutKey => "PROPOSER_WITHOUT_KEY",
@@ -203,7 +203,7 @@ pub(crate) struct Edited {
 /// that one) whose contract's input has no sensitive field (the stored arguments hold only its
 /// keyed hash, so an edit could not carry the real value).
 pub(crate) fn editable(original: &ApprovalRequest, contract: &warrant_core::Contract) -> bool {
-    !of_a_run(original) && !contract.input_document().is_some_and(mentions_sensitive)
+    !of_a_run(original) && !contract.has_sensitive_fields()
 }
 
 /// Approves `original` with edits, as `reviewer`: the edited arguments are proposed again as
@@ -212,8 +212,9 @@ pub(crate) fn editable(original: &ApprovalRequest, contract: &warrant_core::Cont
 /// digest; the original is linked to the edited request and rejected (its payload can never
 /// run on this decision); the edited request is approved by `reviewer` (both reasons name the
 /// other request and the original digest) and executed at once with its approval, as the
-/// proposer, under the original idempotency key. The caller has checked that `reviewer` may
-/// decide `original` and that it is pending.
+/// proposer, under the original idempotency key. Whoever calls it (the console, the API), the
+/// reviewer must be allowed to decide `original` — not its proposer, permitted by policy's
+/// review rule — and `original` must be pending; lanes check first only to answer precisely.
 ///
 /// # Errors
 /// The store fails.
@@ -226,6 +227,21 @@ pub(crate) async fn approve_with_edits(
     reason: &str,
 ) -> Result<Result<Edited, EditRefusal>, StoreError> {
     use warrant_core::records::Verdict;
+    if original.request.proposer == reviewer.id() {
+        return Ok(Err(EditRefusal::NotDecidable(
+            "the proposer cannot review its own call",
+        )));
+    }
+    if !state.authority.may_review(reviewer, original).await? {
+        return Ok(Err(EditRefusal::NotDecidable(
+            "policy does not let this principal review this tool",
+        )));
+    }
+    if original.status != warrant_core::records::ApprovalStatus::Pending {
+        return Ok(Err(EditRefusal::Conflict(
+            "the request is no longer pending".into(),
+        )));
+    }
     if !editable(original, contract) {
         return Ok(Err(EditRefusal::NotEditable));
     }

@@ -877,7 +877,7 @@ pub async fn wake_for_approval(state: &AppState, approval: &warrant_core::record
         .idempotency_key
         .as_deref()
         .and_then(|k| k.split('.').next())
-        .filter(|id| id.starts_with("run_"))
+        .filter(|id| id.starts_with(warrant_core::pipeline::RUN_KEY_PREFIX))
     else {
         return;
     };

@@ -272,6 +272,10 @@ async fn webhooks_are_delivered_retried_and_dead_lettered(store: Arc<dyn Store>)
             .unwrap();
     });
     let http = reqwest::Client::new();
+    let get = |path: &'static str| {
+        let request = http.get(format!("{base}{path}")).bearer_auth(&admin);
+        async move { request.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
     let mut secrets = HashMap::new();
     for path in ["ok", "flaky", "gone", "down"] {
         let r = http
@@ -310,15 +314,7 @@ async fn webhooks_are_delivered_retried_and_dead_lettered(store: Arc<dyn Store>)
             .unwrap();
         assert_eq!(r.status().as_u16(), 422, "{bad}");
     }
-    let listed: Value = http
-        .get(format!("{base}/v1/webhooks"))
-        .bearer_auth(&admin)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed: Value = get("/v1/webhooks").await;
     assert_eq!(listed["endpoints"].as_array().unwrap().len(), 5);
     assert!(!listed.to_string().contains("whsec_"), "secrets are shown once");
 
@@ -365,15 +361,7 @@ async fn webhooks_are_delivered_retried_and_dead_lettered(store: Arc<dyn Store>)
     assert_eq!(ids.len(), 1, "one event, one id: {ids:?}");
 
     // 410 disabled its endpoint; the dead-letter queue holds the message that kept failing.
-    let listed: Value = http
-        .get(format!("{base}/v1/webhooks"))
-        .bearer_auth(&admin)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed: Value = get("/v1/webhooks").await;
     let gone = listed["endpoints"]
         .as_array()
         .unwrap()
@@ -382,15 +370,7 @@ async fn webhooks_are_delivered_retried_and_dead_lettered(store: Arc<dyn Store>)
         .unwrap()
         .clone();
     assert_eq!(gone["enabled"], false);
-    let dead: Value = http
-        .get(format!("{base}/v1/webhooks/dead"))
-        .bearer_auth(&admin)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let dead: Value = get("/v1/webhooks/dead").await;
     let messages = dead["messages"].as_array().unwrap();
     assert_eq!(messages.len(), 2, "{dead:#}");
     let down = messages
@@ -414,15 +394,7 @@ async fn webhooks_are_delivered_retried_and_dead_lettered(store: Arc<dyn Store>)
     let seen = receiver.seen("down");
     assert_eq!(seen.len(), 9);
     assert_eq!(seen[8].0["webhook-id"], seen[0].0["webhook-id"]);
-    let dead: Value = http
-        .get(format!("{base}/v1/webhooks/dead"))
-        .bearer_auth(&admin)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let dead: Value = get("/v1/webhooks/dead").await;
     assert_eq!(
         dead["messages"].as_array().unwrap().len(),
         1,

@@ -909,10 +909,10 @@ fn editable(a: &ApprovalRequest) -> bool {
 /// a sensitive field anywhere (the stored arguments hold only its keyed hash, so an edit could
 /// not carry the real value).
 fn editable_fields(contract: &warrant_core::Contract) -> Option<Vec<EditField>> {
-    let input = contract.input_document()?;
-    if crate::review::mentions_sensitive(input) {
+    if contract.has_sensitive_fields() {
         return None;
     }
+    let input = contract.input_document()?;
     let required: Vec<&str> = input
         .get("required")
         .and_then(Value::as_array)

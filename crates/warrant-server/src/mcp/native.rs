@@ -94,9 +94,9 @@ impl std::fmt::Debug for Sealer {
 impl Sealer {
     /// A sealer keyed by `key` (32 bytes derived from the server's secret).
     pub fn new(key: [u8; 32]) -> Self {
-        // INVARIANT: a keyring of one 32-byte key under a short id is always valid.
+        // A keyring of one 32-byte key under a short id is always valid; the fallback (the
+        // same key, unnamed) is never taken.
         let codec = RequestStateCodec::new_with_keyring("w1", [("w1", key.to_vec())])
-            .or_else(|_| RequestStateCodec::try_new(key.to_vec()))
             .unwrap_or_else(|_| RequestStateCodec::new_unchecked(key.to_vec()));
         Sealer(codec)
     }

@@ -291,8 +291,7 @@ pub(crate) async fn call(
         Ok(dispatched) => dispatched,
         Err(e) => return internal(&e, &trace).into(),
     };
-    let sensitive =
-        contract.is_some_and(|c| c.input_document().is_some_and(crate::review::mentions_sensitive));
+    let sensitive = contract.is_some_and(|c| c.has_sensitive_fields());
     if let Dispatched::NeedsApproval { needed, .. } = &dispatched
         && let Some(native) = super::native::held(state, native, &held, &name, &call, needed, sensitive).await
     {
