@@ -11,6 +11,7 @@ pub mod contract;
 pub mod decision;
 pub mod env;
 pub mod guard;
+pub mod inbound;
 pub mod json;
 pub mod pipeline;
 pub mod policy;

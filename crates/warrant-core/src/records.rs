@@ -1222,6 +1222,114 @@ pub struct WebhookAttempt {
     pub error: Option<String>,
 }
 
+/// The kind of the jobs that act on one verified inbound event (start its source's workflow,
+/// or make its source's call), enqueued with the event's record.
+pub const INBOUND_JOB: &str = "inbound.event";
+
+/// How long a handled inbound event is kept — and so deduplicated — after it arrived (at least
+/// the 72 hours providers redeliver for).
+pub const INBOUND_RETENTION: time::Duration = time::Duration::days(7);
+
+/// A tenant's inbound webhook source: an outside system that may start governed work by
+/// posting signed events to `/v1/inbound/<id>`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InboundSource {
+    /// The tenant.
+    pub tenant: String,
+    /// The id (`ins_…`), the last segment of the source's URL.
+    pub id: String,
+    /// How the source signs its deliveries.
+    pub provider: crate::inbound::Provider,
+    /// The verifying secret, sealed by the gateway (the store never reads it).
+    pub secret: String,
+    /// The secret before the last rotation, still accepted until `previous_until`.
+    pub previous_secret: Option<String>,
+    /// When the previous secret stops being accepted.
+    pub previous_until: Option<OffsetDateTime>,
+    /// The API key whose principal (and grants) the source's work acts as.
+    pub key_id: String,
+    /// What a verified event does (`{"workflow": …, "input": …}` or `{"tool": …,
+    /// "arguments": …}`), checked by the gateway when the source is made.
+    pub action: Value,
+    /// Free text.
+    pub description: Option<String>,
+    /// Whether deliveries are accepted.
+    pub enabled: bool,
+    /// Deliveries refused so far (bad, missing or stale signatures).
+    pub refusals: u64,
+    /// Why the last refused delivery was refused.
+    pub last_refusal: Option<String>,
+    /// When.
+    pub last_refusal_at: Option<OffsetDateTime>,
+    /// Created.
+    pub created_at: OffsetDateTime,
+    /// Last changed.
+    pub updated_at: OffsetDateTime,
+}
+
+/// Where a verified inbound event stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InboundStatus {
+    /// Stored; its job has not acted yet.
+    Queued,
+    /// Its workflow run was started.
+    Started,
+    /// Its call was made (whatever the call's outcome: see the event's detail and ledger row).
+    Done,
+    /// It could not act (its detail says why).
+    Failed,
+}
+
+impl InboundStatus {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InboundStatus::Queued => "queued",
+            InboundStatus::Started => "started",
+            InboundStatus::Done => "done",
+            InboundStatus::Failed => "failed",
+        }
+    }
+
+    /// Reads a stored name.
+    pub fn parse(text: &str) -> Option<Self> {
+        [
+            InboundStatus::Queued,
+            InboundStatus::Started,
+            InboundStatus::Done,
+            InboundStatus::Failed,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == text)
+    }
+}
+
+/// One verified inbound event, kept for [`INBOUND_RETENTION`]: its source and provider event id
+/// are unique, so a redelivery is counted and starts nothing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InboundEvent {
+    /// The tenant.
+    pub tenant: String,
+    /// The source.
+    pub source_id: String,
+    /// The provider's event id.
+    pub event_id: String,
+    /// The body, parsed after its signature was verified.
+    pub body: Value,
+    /// SHA-256 of the raw body, hex.
+    pub body_digest: String,
+    /// Where it stands.
+    pub status: InboundStatus,
+    /// How many times it was delivered (1, plus each redelivery).
+    pub deliveries: u32,
+    /// What it did: the run started, the call's ledger row and outcome, or why it failed.
+    pub detail: Option<Value>,
+    /// When it first arrived.
+    pub received_at: OffsetDateTime,
+    /// Last changed.
+    pub updated_at: OffsetDateTime,
+}
+
 /// What the sweeper removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PurgeCounts {
@@ -1238,6 +1346,8 @@ pub struct PurgeCounts {
     /// Jobs done (delivered events, recorded steps) and due more than [`DONE_JOB_RETENTION`]
     /// ago.
     pub done_jobs: u64,
+    /// Inbound events handled and received more than [`INBOUND_RETENTION`] ago.
+    pub inbound_events: u64,
 }
 
 /// How long a done job is kept after it was due (for inspection), before the sweeper removes it.

@@ -486,6 +486,55 @@ pub trait Store: Send + Sync + 'static {
     async fn requeue_dead_job(&self, tenant: &str, id: &str, now: OffsetDateTime)
     -> Result<bool, StoreError>;
 
+    // ----- inbound webhooks -----
+
+    /// Stores a new inbound source (an existing id is a conflict).
+    async fn create_inbound_source(&self, source: &InboundSource) -> Result<(), StoreError>;
+    /// The inbound sources of `tenant`, oldest first.
+    async fn list_inbound_sources(&self, tenant: &str) -> Result<Vec<InboundSource>, StoreError>;
+    /// One inbound source by its id alone (the receiving route knows nothing else; ids are
+    /// unique across tenants).
+    async fn get_inbound_source(&self, id: &str) -> Result<Option<InboundSource>, StoreError>;
+    /// Replaces the mutable fields of an existing source (secrets, action, description,
+    /// enabled, updated); `false` when there is none.
+    async fn update_inbound_source(&self, source: &InboundSource) -> Result<bool, StoreError>;
+    /// Counts a refused delivery to source `id` and records why.
+    async fn note_inbound_refusal(
+        &self,
+        id: &str,
+        reason: &str,
+        at: OffsetDateTime,
+    ) -> Result<(), StoreError>;
+    /// Stores a verified event with the job that acts on it, in one transaction: `true`; or,
+    /// when its source already has an event of that id, counts the redelivery and stores
+    /// nothing else: `false`. Of any number of concurrent deliveries, exactly one is `true`.
+    async fn accept_inbound(&self, event: &InboundEvent, job: &NewJob) -> Result<bool, StoreError>;
+    /// Records what a queued event did (`status` is not `queued`); `false` when it was not
+    /// queued (already finished, or not there).
+    async fn finish_inbound(
+        &self,
+        tenant: &str,
+        source_id: &str,
+        event_id: &str,
+        status: InboundStatus,
+        detail: &Value,
+        now: OffsetDateTime,
+    ) -> Result<bool, StoreError>;
+    /// One event of a source of `tenant`.
+    async fn get_inbound_event(
+        &self,
+        tenant: &str,
+        source_id: &str,
+        event_id: &str,
+    ) -> Result<Option<InboundEvent>, StoreError>;
+    /// The events of a source of `tenant`, newest first, at most `limit`.
+    async fn list_inbound_events(
+        &self,
+        tenant: &str,
+        source_id: &str,
+        limit: u32,
+    ) -> Result<Vec<InboundEvent>, StoreError>;
+
     // ----- jobs (outbox) -----
 
     /// Enqueues a job.
@@ -514,7 +563,8 @@ pub trait Store: Send + Sync + 'static {
     // ----- sweeping -----
 
     /// Purges expired idempotency records, budget counters, sessions, spent tokens, tasks and
-    /// done jobs past [`DONE_JOB_RETENTION`], and expires stale approvals.
+    /// done jobs past [`DONE_JOB_RETENTION`], handled inbound events past
+    /// [`INBOUND_RETENTION`], and expires stale approvals.
     async fn purge_expired(&self, now: OffsetDateTime) -> Result<PurgeCounts, StoreError>;
 }
 

@@ -43,6 +43,10 @@ struct State {
     /// Webhook delivery attempts, in the order recorded.
     attempts: Vec<WebhookAttempt>,
     jobs: BTreeMap<String, Job>,
+    /// id → inbound source.
+    inbound_sources: BTreeMap<String, InboundSource>,
+    /// (source id, event id) → inbound event.
+    inbound_events: BTreeMap<(String, String), InboundEvent>,
     /// ledger id → its reconciliation schedule (the SQL backends' `reconcile_*` columns).
     schedules: HashMap<String, Schedule>,
 }
@@ -1453,6 +1457,146 @@ impl Store for MemoryStore {
         self.with(|s| Ok(!s.keys.is_empty()))
     }
 
+    async fn create_inbound_source(&self, i: &InboundSource) -> Result<(), StoreError> {
+        self.with(|s| {
+            if s.inbound_sources.contains_key(&i.id) {
+                return Err(StoreError::Conflict("inbound source exists".into()));
+            }
+            s.inbound_sources.insert(i.id.clone(), inbound_source_stored(i));
+            Ok(())
+        })
+    }
+
+    async fn list_inbound_sources(&self, tenant: &str) -> Result<Vec<InboundSource>, StoreError> {
+        self.with(|s| {
+            let mut all: Vec<InboundSource> = s
+                .inbound_sources
+                .values()
+                .filter(|i| i.tenant == tenant)
+                .cloned()
+                .collect();
+            all.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+            Ok(all)
+        })
+    }
+
+    async fn get_inbound_source(&self, id: &str) -> Result<Option<InboundSource>, StoreError> {
+        self.with(|s| Ok(s.inbound_sources.get(id).cloned()))
+    }
+
+    async fn update_inbound_source(&self, i: &InboundSource) -> Result<bool, StoreError> {
+        self.with(|s| match s.inbound_sources.get_mut(&i.id) {
+            Some(stored) if stored.tenant == i.tenant => {
+                let i = inbound_source_stored(i);
+                stored.secret = i.secret;
+                stored.previous_secret = i.previous_secret;
+                stored.previous_until = i.previous_until;
+                stored.action = i.action;
+                stored.description = i.description;
+                stored.enabled = i.enabled;
+                stored.updated_at = i.updated_at;
+                Ok(true)
+            }
+            _ => Ok(false),
+        })
+    }
+
+    async fn note_inbound_refusal(
+        &self,
+        id: &str,
+        reason: &str,
+        at: OffsetDateTime,
+    ) -> Result<(), StoreError> {
+        self.with(|s| {
+            if let Some(stored) = s.inbound_sources.get_mut(id) {
+                stored.refusals += 1;
+                stored.last_refusal = Some(reason.to_owned());
+                stored.last_refusal_at = Some(trunc(at));
+            }
+            Ok(())
+        })
+    }
+
+    async fn accept_inbound(&self, e: &InboundEvent, job: &NewJob) -> Result<bool, StoreError> {
+        self.with(|s| {
+            let key = (e.source_id.clone(), e.event_id.clone());
+            if let Some(stored) = s.inbound_events.get_mut(&key) {
+                stored.deliveries = stored.deliveries.saturating_add(1);
+                return Ok(false);
+            }
+            s.enqueue(job)?;
+            let mut stored = e.clone();
+            stored.deliveries = stored.deliveries.max(1);
+            stored.received_at = trunc(e.received_at);
+            stored.updated_at = stored.received_at;
+            s.inbound_events.insert(key, stored);
+            Ok(true)
+        })
+    }
+
+    async fn finish_inbound(
+        &self,
+        tenant: &str,
+        source_id: &str,
+        event_id: &str,
+        status: InboundStatus,
+        detail: &serde_json::Value,
+        now: OffsetDateTime,
+    ) -> Result<bool, StoreError> {
+        if status == InboundStatus::Queued {
+            return Err(StoreError::Invalid(
+                "an inbound event finishes with another status".into(),
+            ));
+        }
+        self.with(|s| {
+            match s
+                .inbound_events
+                .get_mut(&(source_id.to_owned(), event_id.to_owned()))
+            {
+                Some(e) if e.tenant == tenant && e.status == InboundStatus::Queued => {
+                    e.status = status;
+                    e.detail = Some(detail.clone());
+                    e.updated_at = trunc(now);
+                    Ok(true)
+                }
+                _ => Ok(false),
+            }
+        })
+    }
+
+    async fn get_inbound_event(
+        &self,
+        tenant: &str,
+        source_id: &str,
+        event_id: &str,
+    ) -> Result<Option<InboundEvent>, StoreError> {
+        self.with(|s| {
+            Ok(s.inbound_events
+                .get(&(source_id.to_owned(), event_id.to_owned()))
+                .filter(|e| e.tenant == tenant)
+                .cloned())
+        })
+    }
+
+    async fn list_inbound_events(
+        &self,
+        tenant: &str,
+        source_id: &str,
+        limit: u32,
+    ) -> Result<Vec<InboundEvent>, StoreError> {
+        self.with(|s| {
+            let mut all: Vec<InboundEvent> = s
+                .inbound_events
+                .values()
+                .filter(|e| e.tenant == tenant && e.source_id == source_id)
+                .cloned()
+                .collect();
+            all.sort_by(|a, b| (b.received_at, &b.event_id).cmp(&(a.received_at, &a.event_id)));
+            all.truncate(usize::try_from(limit.clamp(1, 1000)).unwrap_or(1000));
+            Ok(all)
+        })
+    }
+
     async fn enqueue_job(&self, j: &NewJob) -> Result<(), StoreError> {
         self.with(|s| s.enqueue(j))
     }
@@ -1588,9 +1732,26 @@ impl Store for MemoryStore {
                         .retain(|_, j| !(j.status == JobStatus::Done && ms(j.job.run_at) <= horizon));
                     (before - s.jobs.len()) as u64
                 },
+                inbound_events: {
+                    let before = s.inbound_events.len();
+                    let horizon = now_ms - INBOUND_RETENTION.whole_milliseconds();
+                    s.inbound_events
+                        .retain(|_, e| !(e.status != InboundStatus::Queued && ms(e.received_at) <= horizon));
+                    (before - s.inbound_events.len()) as u64
+                },
             })
         })
     }
+}
+
+/// A source as the SQL backends read it back (timestamps at millisecond precision).
+fn inbound_source_stored(i: &InboundSource) -> InboundSource {
+    let mut i = i.clone();
+    i.created_at = trunc(i.created_at);
+    i.updated_at = trunc(i.updated_at);
+    i.previous_until = i.previous_until.map(trunc);
+    i.last_refusal_at = i.last_refusal_at.map(trunc);
+    i
 }
 
 /// An endpoint as the SQL backends read it back (timestamps at millisecond precision).

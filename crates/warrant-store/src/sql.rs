@@ -647,6 +647,58 @@ fn webhook_of(row: &impl RowExt) -> Result<WebhookEndpoint, StoreError> {
     })
 }
 
+macro_rules! inbound_source_columns {
+    () => {
+        "id, tenant, provider, secret, previous_secret, previous_until, key_id, action, description, enabled, \
+         refusals, last_refusal, last_refusal_at, created_at, updated_at"
+    };
+}
+
+fn inbound_source_of(row: &impl RowExt) -> Result<InboundSource, StoreError> {
+    let provider = row.text("provider")?;
+    Ok(InboundSource {
+        id: row.text("id")?,
+        tenant: row.text("tenant")?,
+        provider: warrant_core::inbound::Provider::parse(&provider)
+            .ok_or_else(|| StoreError::Corrupt(format!("inbound provider `{provider}`")))?,
+        secret: row.text("secret")?,
+        previous_secret: row.opt_text("previous_secret")?,
+        previous_until: opt_from_ms(row.opt_int("previous_until")?)?,
+        key_id: row.text("key_id")?,
+        action: json_of(&row.text("action")?)?,
+        description: row.opt_text("description")?,
+        enabled: row.int("enabled")? != 0,
+        refusals: uint(row.int("refusals")?)?,
+        last_refusal: row.opt_text("last_refusal")?,
+        last_refusal_at: opt_from_ms(row.opt_int("last_refusal_at")?)?,
+        created_at: from_ms(row.int("created_at")?)?,
+        updated_at: from_ms(row.int("updated_at")?)?,
+    })
+}
+
+macro_rules! inbound_event_columns {
+    () => {
+        "source_id, event_id, tenant, body, body_digest, status, deliveries, detail, received_at, updated_at"
+    };
+}
+
+fn inbound_event_of(row: &impl RowExt) -> Result<InboundEvent, StoreError> {
+    let status = row.text("status")?;
+    Ok(InboundEvent {
+        source_id: row.text("source_id")?,
+        event_id: row.text("event_id")?,
+        tenant: row.text("tenant")?,
+        body: json_of(&row.text("body")?)?,
+        body_digest: row.text("body_digest")?,
+        status: InboundStatus::parse(&status)
+            .ok_or_else(|| StoreError::Corrupt(format!("inbound event status `{status}`")))?,
+        deliveries: u32::try_from(row.int("deliveries")?).unwrap_or(u32::MAX),
+        detail: row.opt_text("detail")?.as_deref().map(json_of).transpose()?,
+        received_at: from_ms(row.int("received_at")?)?,
+        updated_at: from_ms(row.int("updated_at")?)?,
+    })
+}
+
 fn webhook_attempt_of(row: &impl RowExt) -> Result<WebhookAttempt, StoreError> {
     Ok(WebhookAttempt {
         tenant: row.text("tenant")?,
@@ -2570,6 +2622,204 @@ impl Store for SqlStore {
         })
     }
 
+    async fn create_inbound_source(&self, i: &InboundSource) -> Result<(), StoreError> {
+        let sql = concat!(
+            "INSERT INTO inbound_sources (",
+            inbound_source_columns!(),
+            ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
+        );
+        write_op!(self, [i = i.clone()], |ex| {
+            let action = json_text(&i.action);
+            let params = args![
+                &i.id,
+                &i.tenant,
+                i.provider.as_str(),
+                &i.secret,
+                &i.previous_secret,
+                i.previous_until.map(ms),
+                &i.key_id,
+                &action,
+                &i.description,
+                i64::from(i.enabled),
+                int(i.refusals)?,
+                &i.last_refusal,
+                i.last_refusal_at.map(ms),
+                ms(i.created_at),
+                ms(i.updated_at),
+            ];
+            ex.execute(sql, &params).await?;
+            Ok(())
+        })
+    }
+
+    async fn list_inbound_sources(&self, tenant: &str) -> Result<Vec<InboundSource>, StoreError> {
+        let sql = concat!(
+            "SELECT ",
+            inbound_source_columns!(),
+            " FROM inbound_sources WHERE tenant = $1 ORDER BY created_at, id"
+        );
+        read_op!(self, [tenant = tenant.to_owned()], |ex| {
+            let rows = ex.fetch_all(sql, &args![&tenant]).await?;
+            rows.iter().map(inbound_source_of).collect()
+        })
+    }
+
+    async fn get_inbound_source(&self, id: &str) -> Result<Option<InboundSource>, StoreError> {
+        let sql = concat!(
+            "SELECT ",
+            inbound_source_columns!(),
+            " FROM inbound_sources WHERE id = $1"
+        );
+        read_op!(self, [id = id.to_owned()], |ex| {
+            let row = ex.fetch_optional(sql, &args![&id]).await?;
+            row.map(|r| inbound_source_of(&r)).transpose()
+        })
+    }
+
+    async fn update_inbound_source(&self, i: &InboundSource) -> Result<bool, StoreError> {
+        let sql = "UPDATE inbound_sources SET secret = $1, previous_secret = $2, previous_until = $3, action = $4, \
+                   description = $5, enabled = $6, updated_at = $7 WHERE tenant = $8 AND id = $9";
+        write_op!(self, [i = i.clone()], |ex| {
+            let action = json_text(&i.action);
+            let params = args![
+                &i.secret,
+                &i.previous_secret,
+                i.previous_until.map(ms),
+                &action,
+                &i.description,
+                i64::from(i.enabled),
+                ms(i.updated_at),
+                &i.tenant,
+                &i.id,
+            ];
+            Ok(ex.execute(sql, &params).await? == 1)
+        })
+    }
+
+    async fn note_inbound_refusal(
+        &self,
+        id: &str,
+        reason: &str,
+        at: OffsetDateTime,
+    ) -> Result<(), StoreError> {
+        let sql = "UPDATE inbound_sources SET refusals = refusals + 1, last_refusal = $1, last_refusal_at = $2 \
+                   WHERE id = $3";
+        write_op!(self, [id = id.to_owned(), reason = reason.to_owned()], |ex| {
+            ex.execute(sql, &args![&reason, ms(at), &id]).await?;
+            Ok(())
+        })
+    }
+
+    async fn accept_inbound(&self, e: &InboundEvent, job: &NewJob) -> Result<bool, StoreError> {
+        let insert = "INSERT INTO inbound_events (source_id, event_id, tenant, body, body_digest, status, deliveries, \
+                      detail, received_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9) \
+                      ON CONFLICT (source_id, event_id) DO NOTHING";
+        let again =
+            "UPDATE inbound_events SET deliveries = deliveries + 1 WHERE source_id = $1 AND event_id = $2";
+        write_op!(self, [e = e.clone(), job = job.clone()], |ex| {
+            let body = json_text(&e.body);
+            let detail = e.detail.as_ref().map(json_text);
+            let params = args![
+                &e.source_id,
+                &e.event_id,
+                &e.tenant,
+                &body,
+                &e.body_digest,
+                e.status.as_str(),
+                i64::from(e.deliveries.max(1)),
+                &detail,
+                ms(e.received_at),
+            ];
+            if ex.execute(insert, &params).await? == 1 {
+                enqueue_in(ex, &job).await?;
+                Ok(true)
+            } else {
+                ex.execute(again, &args![&e.source_id, &e.event_id]).await?;
+                Ok(false)
+            }
+        })
+    }
+
+    async fn finish_inbound(
+        &self,
+        tenant: &str,
+        source_id: &str,
+        event_id: &str,
+        status: InboundStatus,
+        detail: &Value,
+        now: OffsetDateTime,
+    ) -> Result<bool, StoreError> {
+        if status == InboundStatus::Queued {
+            return Err(StoreError::Invalid(
+                "an inbound event finishes with another status".into(),
+            ));
+        }
+        let sql = "UPDATE inbound_events SET status = $1, detail = $2, updated_at = $3 \
+                   WHERE tenant = $4 AND source_id = $5 AND event_id = $6 AND status = 'queued'";
+        write_op!(
+            self,
+            [
+                tenant = tenant.to_owned(),
+                source_id = source_id.to_owned(),
+                event_id = event_id.to_owned(),
+                detail = json_text(detail)
+            ],
+            |ex| {
+                let params = args![status.as_str(), &detail, ms(now), &tenant, &source_id, &event_id];
+                Ok(ex.execute(sql, &params).await? == 1)
+            }
+        )
+    }
+
+    async fn get_inbound_event(
+        &self,
+        tenant: &str,
+        source_id: &str,
+        event_id: &str,
+    ) -> Result<Option<InboundEvent>, StoreError> {
+        let sql = concat!(
+            "SELECT ",
+            inbound_event_columns!(),
+            " FROM inbound_events WHERE tenant = $1 AND source_id = $2 AND event_id = $3"
+        );
+        read_op!(
+            self,
+            [
+                tenant = tenant.to_owned(),
+                source_id = source_id.to_owned(),
+                event_id = event_id.to_owned()
+            ],
+            |ex| {
+                let row = ex
+                    .fetch_optional(sql, &args![&tenant, &source_id, &event_id])
+                    .await?;
+                row.map(|r| inbound_event_of(&r)).transpose()
+            }
+        )
+    }
+
+    async fn list_inbound_events(
+        &self,
+        tenant: &str,
+        source_id: &str,
+        limit: u32,
+    ) -> Result<Vec<InboundEvent>, StoreError> {
+        let sql = concat!(
+            "SELECT ",
+            inbound_event_columns!(),
+            " FROM inbound_events WHERE tenant = $1 AND source_id = $2 ORDER BY received_at DESC, event_id DESC LIMIT $3"
+        );
+        read_op!(
+            self,
+            [tenant = tenant.to_owned(), source_id = source_id.to_owned()],
+            |ex| {
+                let params = args![&tenant, &source_id, i64::from(limit.clamp(1, 1000))];
+                let rows = ex.fetch_all(sql, &params).await?;
+                rows.iter().map(inbound_event_of).collect()
+            }
+        )
+    }
+
     async fn enqueue_job(&self, j: &NewJob) -> Result<(), StoreError> {
         write_op!(self, [j = j.clone()], |ex| enqueue_in(ex, &j).await)
     }
@@ -2697,6 +2947,12 @@ impl Store for SqlStore {
                     &args![now - i64::try_from(DONE_JOB_RETENTION.whole_milliseconds()).unwrap_or(i64::MAX)],
                 )
                 .await?;
+            let inbound_events = ex
+                .execute(
+                    "DELETE FROM inbound_events WHERE received_at <= $1 AND status <> 'queued'",
+                    &args![now - i64::try_from(INBOUND_RETENTION.whole_milliseconds()).unwrap_or(i64::MAX)],
+                )
+                .await?;
             Ok(PurgeCounts {
                 idempotency,
                 budget_counters,
@@ -2704,6 +2960,7 @@ impl Store for SqlStore {
                 console_sessions,
                 tokens_and_tasks: tokens + tasks,
                 done_jobs,
+                inbound_events,
             })
         })
     }

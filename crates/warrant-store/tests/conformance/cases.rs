@@ -3192,3 +3192,196 @@ pub async fn a_dead_job_is_replayed_once(b: &Backend) {
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].attempts, 1);
 }
+
+fn inbound_source(tenant: &str, id: &str, at: OffsetDateTime) -> InboundSource {
+    InboundSource {
+        tenant: tenant.into(),
+        id: id.into(),
+        provider: warrant_core::inbound::Provider::Stripe,
+        secret: "sealed:abc".into(),
+        previous_secret: None,
+        previous_until: None,
+        key_id: "key_1".into(),
+        action: json!({"workflow": "refund@1", "input": {"charge": "${event.data.object.id}"}}),
+        description: Some("billing".into()),
+        enabled: true,
+        refusals: 0,
+        last_refusal: None,
+        last_refusal_at: None,
+        created_at: at,
+        updated_at: at,
+    }
+}
+
+fn inbound_event(source: &str, event: &str, at: OffsetDateTime) -> (InboundEvent, NewJob) {
+    (
+        InboundEvent {
+            tenant: "acme".into(),
+            source_id: source.into(),
+            event_id: event.into(),
+            body: json!({"id": event, "type": "charge.refunded"}),
+            body_digest: "ab".repeat(32),
+            status: InboundStatus::Queued,
+            deliveries: 1,
+            detail: None,
+            received_at: at,
+            updated_at: at,
+        },
+        NewJob {
+            id: format!("inb_{source}_{event}"),
+            tenant: "acme".into(),
+            kind: INBOUND_JOB.into(),
+            payload: json!({"source_id": source, "event_id": event}),
+            run_at: at,
+            max_attempts: 5,
+        },
+    )
+}
+
+/// Inbound sources are found by id alone and listed per tenant; a refusal is counted on its
+/// source; an event is stored with its job once — of concurrent deliveries on two nodes exactly
+/// one is accepted, the others are counted — it finishes once, and it is kept for the
+/// retention (then purged once handled).
+pub async fn inbound_events_are_accepted_once_with_their_job(b: &Backend) {
+    let s = b.store();
+    let source = inbound_source("acme", "ins_1", T0);
+    s.create_inbound_source(&source).await.unwrap();
+    assert!(s.create_inbound_source(&source).await.is_err());
+    s.create_inbound_source(&inbound_source("globex", "ins_2", T0))
+        .await
+        .unwrap();
+    assert_eq!(s.get_inbound_source("ins_1").await.unwrap(), Some(source.clone()));
+    assert_eq!(
+        s.list_inbound_sources("acme")
+            .await
+            .unwrap()
+            .iter()
+            .map(|i| i.id.as_str())
+            .collect::<Vec<_>>(),
+        ["ins_1"]
+    );
+    s.note_inbound_refusal("ins_1", "no signature matches", T0 + secs(1))
+        .await
+        .unwrap();
+    let refused = s.get_inbound_source("ins_1").await.unwrap().unwrap();
+    assert_eq!(refused.refusals, 1);
+    assert_eq!(refused.last_refusal.as_deref(), Some("no signature matches"));
+    assert_eq!(refused.last_refusal_at, Some(T0 + secs(1)));
+    let mut rotated = refused.clone();
+    rotated.secret = "sealed:new".into();
+    rotated.previous_secret = Some("sealed:abc".into());
+    rotated.previous_until = Some(T0 + secs(86_400));
+    rotated.enabled = false;
+    rotated.updated_at = T0 + secs(2);
+    assert!(s.update_inbound_source(&rotated).await.unwrap());
+    assert_eq!(
+        s.get_inbound_source("ins_1").await.unwrap(),
+        Some(rotated.clone())
+    );
+    let mut foreign = rotated.clone();
+    foreign.tenant = "globex".into();
+    assert!(!s.update_inbound_source(&foreign).await.unwrap());
+
+    // Three deliveries of one event at once, through both nodes: one is accepted.
+    let mut racing = Vec::new();
+    for i in 0..3 {
+        let store = b.node(i);
+        racing.push(tokio::spawn(async move {
+            let (event, job) = inbound_event("ins_1", "evt_1", T0 + secs(3));
+            store.accept_inbound(&event, &job).await.unwrap()
+        }));
+    }
+    let mut accepted = 0;
+    for r in racing {
+        accepted += usize::from(r.await.unwrap());
+    }
+    assert_eq!(accepted, 1);
+    let stored = s
+        .get_inbound_event("acme", "ins_1", "evt_1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.deliveries, 3);
+    assert_eq!(stored.status, InboundStatus::Queued);
+    assert_eq!(stored.body["type"], "charge.refunded");
+    assert_eq!(
+        s.get_inbound_event("globex", "ins_1", "evt_1").await.unwrap(),
+        None
+    );
+    let jobs = s
+        .claim_jobs("w1", INBOUND_JOB, 10, Duration::from_secs(30), T0 + secs(3))
+        .await
+        .unwrap();
+    assert_eq!(jobs.len(), 1, "one job for one event");
+
+    let (second, job) = inbound_event("ins_1", "evt_2", T0 + secs(4));
+    assert!(s.accept_inbound(&second, &job).await.unwrap());
+    let listed = s.list_inbound_events("acme", "ins_1", 10).await.unwrap();
+    assert_eq!(
+        listed.iter().map(|e| e.event_id.as_str()).collect::<Vec<_>>(),
+        ["evt_2", "evt_1"]
+    );
+
+    let detail = json!({"run_id": "run_1"});
+    assert!(
+        s.finish_inbound(
+            "acme",
+            "ins_1",
+            "evt_1",
+            InboundStatus::Started,
+            &detail,
+            T0 + secs(5)
+        )
+        .await
+        .unwrap()
+    );
+    assert!(
+        !s.finish_inbound(
+            "acme",
+            "ins_1",
+            "evt_1",
+            InboundStatus::Failed,
+            &detail,
+            T0 + secs(6)
+        )
+        .await
+        .unwrap(),
+        "an event finishes once"
+    );
+    assert!(
+        !s.finish_inbound(
+            "globex",
+            "ins_1",
+            "evt_2",
+            InboundStatus::Done,
+            &detail,
+            T0 + secs(6)
+        )
+        .await
+        .unwrap()
+    );
+    let finished = s
+        .get_inbound_event("acme", "ins_1", "evt_1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (finished.status, finished.detail),
+        (InboundStatus::Started, Some(detail))
+    );
+
+    // Kept (and so deduplicated) for the retention; then a handled event is purged, a queued
+    // one kept.
+    let within = T0 + INBOUND_RETENTION - secs(60);
+    assert_eq!(s.purge_expired(within).await.unwrap().inbound_events, 0);
+    let (again, job) = inbound_event("ins_1", "evt_1", within);
+    assert!(!s.accept_inbound(&again, &job).await.unwrap());
+    let after = T0 + INBOUND_RETENTION + secs(60);
+    assert_eq!(s.purge_expired(after).await.unwrap().inbound_events, 1);
+    assert!(
+        s.get_inbound_event("acme", "ins_1", "evt_2")
+            .await
+            .unwrap()
+            .is_some()
+    );
+}

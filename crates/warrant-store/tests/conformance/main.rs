@@ -89,4 +89,5 @@ conformance! {
     a_dead_job_is_replayed_once,
     ledger_lists_by_trace_and_approval,
     approvals_are_paged_newest_first,
+    inbound_events_are_accepted_once_with_their_job,
 }
