@@ -358,6 +358,8 @@ impl Gateway {
             mcp_sealer,
             review_mail,
             webhook_secrets,
+            inbound_due: Arc::new(tokio::sync::Notify::new()),
+            inbound_refusals: Arc::new(governor::RateLimiter::keyed(crate::inbound::refusals_quota())),
         });
         if config.background && !config.contract_sync_every.is_zero() {
             tasks.push(crate::state::spawn_contract_sync(
@@ -369,6 +371,7 @@ impl Gateway {
             tasks.push(crate::runs::spawn_runner(state.clone()));
             tasks.push(crate::events::spawn_worker(state.clone()));
             tasks.push(crate::webhooks::spawn_worker(state.clone()));
+            tasks.push(crate::inbound::spawn_worker(state.clone()));
         }
         Ok(Gateway {
             state,

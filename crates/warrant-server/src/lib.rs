@@ -11,6 +11,7 @@ pub mod bootstrap;
 pub mod console;
 pub mod error;
 pub mod events;
+pub mod inbound;
 pub mod mcp;
 pub mod openapi;
 mod review;
@@ -72,6 +73,7 @@ pub fn router(state: Arc<AppState>, limits: HttpLimits) -> Router {
         .merge(routes::tenants::router())
         .merge(routes::workflows::router())
         .merge(routes::webhooks::router())
+        .merge(routes::inbound::router())
         .merge(routes::health::router())
         .merge(mcp::router(&state))
         .merge(console::router())

@@ -3,6 +3,7 @@
 pub mod approvals;
 pub mod contracts;
 pub mod health;
+pub mod inbound;
 pub mod keys;
 pub mod ledger;
 pub mod proposals;

@@ -135,6 +135,21 @@ pub async fn start(
     workflow: &WorkflowRecord,
     bytes: &[u8],
 ) -> Result<RunRecord, StartRefusal> {
+    start_with_id(state, principal, workflow, bytes, state.env.new_id("run")).await
+}
+
+/// [`start`] with the run's id chosen by the caller (`run_…`): an inbound event derives it from
+/// the event, so acting on the event twice finds the run it started (a conflict).
+///
+/// # Errors
+/// A [`StartRefusal`]; `StartRefusal::Store(StoreError::Conflict)` when a run has that id.
+pub async fn start_with_id(
+    state: &AppState,
+    principal: &Principal,
+    workflow: &WorkflowRecord,
+    bytes: &[u8],
+    id: String,
+) -> Result<RunRecord, StartRefusal> {
     let compiled = compiled_for(state, workflow)
         .await
         .map_err(|why| StartRefusal::NotRunnable("WORKFLOW_NOT_RUNNABLE", why))?;
@@ -158,7 +173,7 @@ pub async fn start(
     compiled.input.check(&input).map_err(StartRefusal::Schema)?;
     let now = state.env.now();
     let run = RunRecord {
-        id: state.env.new_id("run"),
+        id,
         tenant: principal.tenant().to_owned(),
         workflow: workflow.name.clone(),
         version: workflow.version,

@@ -126,8 +126,12 @@ pub struct AppState {
     pub(crate) mcp_sealer: crate::mcp::Sealer,
     /// Emails reviewers when an approval is requested, when the operator configured it.
     pub(crate) review_mail: Option<Arc<crate::events::Notifier>>,
-    /// Seals and opens webhook endpoints' signing secrets at rest.
+    /// Seals and opens webhook endpoints' signing secrets at rest (and inbound sources').
     pub(crate) webhook_secrets: crate::webhooks::SecretBox,
+    /// Wakes the inbound worker when this node accepted an event.
+    pub(crate) inbound_due: Arc<tokio::sync::Notify>,
+    /// How many refused inbound deliveries per source are written to its record.
+    pub(crate) inbound_refusals: Arc<governor::DefaultKeyedRateLimiter<String>>,
 }
 
 /// One stored contract as the sync compares it: where it lives, its content id and its binding

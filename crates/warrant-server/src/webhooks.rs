@@ -71,8 +71,19 @@ impl SecretBox {
 
     /// `s1.<nonce>.<ciphertext>` of `secret`, bound to its endpoint (`aad`: tenant and id).
     pub(crate) fn seal(&self, secret: &WebhookSecret, aad: &str) -> String {
+        self.seal_text(&secret.expose(), aad)
+    }
+
+    /// The secret sealed as `sealed` for the endpoint `aad`; `None` when it was not sealed
+    /// by this server's key for that endpoint.
+    pub(crate) fn open(&self, sealed: &str, aad: &str) -> Option<WebhookSecret> {
+        WebhookSecret::parse(&self.open_text(sealed, aad)?).ok()
+    }
+
+    /// `s1.<nonce>.<ciphertext>` of any secret text, bound to `aad` (what it belongs to).
+    pub(crate) fn seal_text(&self, secret: &str, aad: &str) -> String {
         let nonce: [u8; 12] = rand::random();
-        let mut data = secret.expose().into_bytes();
+        let mut data = secret.as_bytes().to_vec();
         // Sealing in place cannot fail for a message this short.
         if self
             .0
@@ -92,9 +103,9 @@ impl SecretBox {
         )
     }
 
-    /// The secret sealed as `sealed` for the endpoint `aad`; `None` when it was not sealed
-    /// by this server's key for that endpoint.
-    pub(crate) fn open(&self, sealed: &str, aad: &str) -> Option<WebhookSecret> {
+    /// The text sealed as `sealed` for `aad`; `None` when it was not sealed by this server's key
+    /// for that owner.
+    pub(crate) fn open_text(&self, sealed: &str, aad: &str) -> Option<String> {
         let mut parts = sealed.split('.');
         let (Some("s1"), Some(nonce), Some(data), None) =
             (parts.next(), parts.next(), parts.next(), parts.next())
@@ -111,7 +122,7 @@ impl SecretBox {
                 &mut data,
             )
             .ok()?;
-        WebhookSecret::parse(std::str::from_utf8(plain).ok()?).ok()
+        String::from_utf8(plain.to_vec()).ok()
     }
 }
 

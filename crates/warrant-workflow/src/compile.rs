@@ -488,6 +488,17 @@ impl Checker<'_> {
             .to_owned();
         let (schema, what) = match &reference.root {
             Root::Input => (Some(&self.definition.input), "the workflow input".to_owned()),
+            // Refused by the workflow grammar when the definition is read; refused here too.
+            Root::Event | Root::Delivery => {
+                self.push(
+                    Rule::Binding,
+                    Some(&consumer_id),
+                    pointer,
+                    format!("`${{{reference}}}` is not a workflow binding"),
+                    None,
+                );
+                return None;
+            }
             Root::Output(step) | Root::Arguments(step) => {
                 let want_tool = matches!(reference.root, Root::Output(_));
                 let kind_ok = self

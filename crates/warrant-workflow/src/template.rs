@@ -3,6 +3,10 @@
 //!
 //! The syntax is closed: a root other than `input` or `steps`, a step part other than `output`
 //! or `arguments`, an empty or malformed segment, or an unclosed `${` is refused.
+//!
+//! The same syntax maps an inbound webhook event to a workflow's input or a call's arguments
+//! ([`Grammar::Inbound`]): there the roots are `event` (the event's body) and `delivery` (its
+//! `id` and `type`), and nothing else.
 
 use serde_json::Value;
 
@@ -15,13 +19,26 @@ pub enum Root {
     Output(String),
     /// A model step's proposal (typed by the proposed contract's input schema).
     Arguments(String),
+    /// An inbound event's body (inbound mappings only).
+    Event,
+    /// An inbound delivery's `id` and `type` (inbound mappings only).
+    Delivery,
+}
+
+/// Which roots a template may name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grammar {
+    /// A workflow step's bindings: `input` and `steps`.
+    Workflow,
+    /// An inbound source's mapping: `event` and `delivery`.
+    Inbound,
 }
 
 impl Root {
     /// The step this root reads, if any.
     pub fn step(&self) -> Option<&str> {
         match self {
-            Root::Input => None,
+            Root::Input | Root::Event | Root::Delivery => None,
             Root::Output(s) | Root::Arguments(s) => Some(s),
         }
     }
@@ -40,6 +57,8 @@ impl std::fmt::Display for Reference {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.root {
             Root::Input => f.write_str("input")?,
+            Root::Event => f.write_str("event")?,
+            Root::Delivery => f.write_str("delivery")?,
             Root::Output(s) => write!(f, "steps.{s}.output")?,
             Root::Arguments(s) => write!(f, "steps.{s}.arguments")?,
         }
@@ -56,6 +75,14 @@ impl Reference {
     /// # Errors
     /// What is wrong with it.
     pub fn parse(text: &str) -> Result<Self, String> {
+        Self::parse_in(text, Grammar::Workflow)
+    }
+
+    /// Reads the text between `${` and `}` under `grammar`.
+    ///
+    /// # Errors
+    /// What is wrong with it.
+    pub fn parse_in(text: &str, grammar: Grammar) -> Result<Self, String> {
         let segments: Vec<&str> = text.split('.').collect();
         if let Some(bad) = segments.iter().find(|s| !is_segment(s)) {
             return Err(format!(
@@ -63,6 +90,21 @@ impl Reference {
             ));
         }
         let owned = |rest: &[&str]| rest.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        if grammar == Grammar::Inbound {
+            return match segments.as_slice() {
+                ["event", rest @ ..] => Ok(Reference {
+                    root: Root::Event,
+                    path: owned(rest),
+                }),
+                ["delivery", field @ ("id" | "type")] => Ok(Reference {
+                    root: Root::Delivery,
+                    path: owned(&[field]),
+                }),
+                _ => Err(format!(
+                    "`${{{text}}}` is not a binding: use `event[.<field>…]`, `delivery.id` or `delivery.type`"
+                )),
+            };
+        }
         match segments.as_slice() {
             ["input", rest @ ..] if !rest.is_empty() => Ok(Reference {
                 root: Root::Input,
@@ -90,9 +132,14 @@ impl Reference {
             Root::Input => scope.get("input")?,
             Root::Output(s) => scope.get("steps")?.get(s)?.get("output")?,
             Root::Arguments(s) => scope.get("steps")?.get(s)?.get("arguments")?,
+            Root::Event => scope.get("event")?,
+            Root::Delivery => scope.get("delivery")?,
         };
         for segment in &self.path {
-            value = value.get(segment)?;
+            value = match value {
+                Value::Array(items) => items.get(segment.parse::<usize>().ok()?)?,
+                _ => value.get(segment)?,
+            };
         }
         Some(value)
     }
@@ -126,6 +173,14 @@ impl Template {
     /// # Errors
     /// An unclosed `${` or a malformed binding.
     pub fn parse(text: &str) -> Result<Self, String> {
+        Self::parse_in(text, Grammar::Workflow)
+    }
+
+    /// Reads a text with `${…}` bindings under `grammar`.
+    ///
+    /// # Errors
+    /// An unclosed `${` or a malformed binding.
+    pub fn parse_in(text: &str, grammar: Grammar) -> Result<Self, String> {
         let mut parts = Vec::new();
         let mut literal = String::new();
         let mut rest = text;
@@ -143,7 +198,7 @@ impl Template {
                 if !literal.is_empty() {
                     parts.push(Part::Text(std::mem::take(&mut literal)));
                 }
-                parts.push(Part::Ref(Reference::parse(inner.trim())?));
+                parts.push(Part::Ref(Reference::parse_in(inner.trim(), grammar)?));
                 rest = tail.get(1..).unwrap_or_default();
             } else {
                 literal.push('$');
