@@ -505,12 +505,125 @@ pub fn run_event(tenant: &str, id: &str, kind: &str, at: OffsetDateTime) -> NewJ
     }
 }
 
-/// The event a run's new status reports, if any: its end (`run.completed`, `run.failed`).
-pub fn run_end_event(status: RunStatus) -> Option<&'static str> {
+/// The event a run's new status reports, committed with the step that moves the run there, if
+/// any: its end (`run.completed`, `run.failed`; once per run), or a wait for a review or a
+/// reconciliation (`run.waiting`; once per step `seq` that parks it).
+pub fn run_advance_event(
+    tenant: &str,
+    run_id: &str,
+    seq: u32,
+    status: RunStatus,
+    at: OffsetDateTime,
+) -> Option<NewJob> {
     match status {
-        RunStatus::Completed => Some("run.completed"),
-        RunStatus::Failed => Some("run.failed"),
-        _ => None,
+        RunStatus::Completed => Some(run_event(tenant, run_id, "run.completed", at)),
+        RunStatus::Failed => Some(run_event(tenant, run_id, "run.failed", at)),
+        RunStatus::Waiting => Some(NewJob {
+            id: format!("evt_waiting_{run_id}_{seq}"),
+            ..run_event(tenant, run_id, "run.waiting", at)
+        }),
+        RunStatus::Running | RunStatus::Cancelled => None,
+    }
+}
+
+/// The events only a webhook endpoint consumes: the store enqueues one only when an enabled
+/// endpoint of its tenant subscribes to its type when it commits (so a tenant without endpoints
+/// pays nothing on the hot path), and at most once per id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Notice {
+    /// The event's type (what endpoints subscribe to).
+    pub kind: &'static str,
+    /// The event job.
+    pub job: NewJob,
+}
+
+impl Notice {
+    fn new(tenant: &str, id: String, kind: &'static str, payload: Value, at: OffsetDateTime) -> Self {
+        let mut payload = payload;
+        if let Value::Object(map) = &mut payload {
+            map.insert("type".into(), Value::String(kind.to_owned()));
+        }
+        Notice {
+            kind,
+            job: NewJob {
+                id,
+                tenant: tenant.to_owned(),
+                kind: EVENT_JOB.to_owned(),
+                payload,
+                run_at: at,
+                max_attempts: 8,
+            },
+        }
+    }
+
+    /// A ledger row's new outcome: `invocation.completed` (committed, failed, unknown) or
+    /// `invocation.reconciled` (what reconciliation found); one per row and outcome.
+    pub fn invocation(tenant: &str, ledger_id: &str, outcome: Outcome, at: OffsetDateTime) -> Option<Self> {
+        let kind = match outcome {
+            Outcome::Committed | Outcome::Failed | Outcome::Unknown => "invocation.completed",
+            Outcome::ReconciledCommitted | Outcome::ReconciledNotCommitted => "invocation.reconciled",
+            Outcome::Attempting | Outcome::Replayed => return None,
+        };
+        Some(Self::new(
+            tenant,
+            format!("evt_{}_{ledger_id}", outcome.as_str()),
+            kind,
+            serde_json::json!({"ledger_id": ledger_id}),
+            at,
+        ))
+    }
+
+    /// A late outcome that corrected a reconciled row to committed (`invocation.reconciled`).
+    pub fn correction(tenant: &str, ledger_id: &str, at: OffsetDateTime) -> Self {
+        Self::new(
+            tenant,
+            format!("evt_corrected_{ledger_id}"),
+            "invocation.reconciled",
+            serde_json::json!({"ledger_id": ledger_id}),
+            at,
+        )
+    }
+
+    /// A budget counter refused a call (`budget.exhausted`): once per counter (whose key names
+    /// its window), with the first refused call's ledger row.
+    pub fn budget(tenant: &str, key: &str, ledger_id: &str, at: OffsetDateTime) -> Self {
+        Self::new(
+            tenant,
+            format!("evt_budget_{tenant}_{key}"),
+            "budget.exhausted",
+            serde_json::json!({"counter": key, "ledger_id": ledger_id}),
+            at,
+        )
+    }
+
+    /// A tenant's contract was registered or retired (`contract.registered`,
+    /// `contract.retired`).
+    pub fn contract(
+        tenant: &str,
+        name: &str,
+        version: u32,
+        content_id: &str,
+        retired: bool,
+        at: OffsetDateTime,
+    ) -> Self {
+        let (kind, label) = if retired {
+            ("contract.retired", "retired")
+        } else {
+            ("contract.registered", "registered")
+        };
+        Self::new(
+            tenant,
+            format!("evt_{label}_{tenant}_{content_id}"),
+            kind,
+            serde_json::json!({"name": name, "version": version, "content_id": content_id}),
+            at,
+        )
+    }
+
+    /// The `LIKE` pattern an endpoint's stored event list matches when it subscribes to this
+    /// notice's type.
+    pub fn subscription_pattern(&self) -> String {
+        format!("%\"{}\"%", self.kind)
     }
 }
 

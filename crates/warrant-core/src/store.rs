@@ -557,6 +557,10 @@ pub trait Store: Send + Sync + 'static {
         completion: &JobCompletion,
         now: OffsetDateTime,
     ) -> Result<bool, StoreError>;
+    /// Extends the lease of a job `worker` holds to `until` (a worker renews while it works, so
+    /// a long job is not taken over while its node lives); `false` when the worker no longer
+    /// holds it (its lease lapsed and another worker claimed it, or it finished).
+    async fn renew_job(&self, id: &str, worker: &str, until: OffsetDateTime) -> Result<bool, StoreError>;
     /// Dead jobs of `tenant` (the dead-letter queue).
     async fn list_dead_jobs(&self, tenant: &str, limit: u32) -> Result<Vec<Job>, StoreError>;
 

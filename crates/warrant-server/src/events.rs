@@ -20,8 +20,9 @@ use warrant_runtime::adapters::email::Mailer;
 
 use crate::state::AppState;
 
-/// How long a claimed event is held before another node may take it.
-const LEASE: Duration = Duration::from_secs(60);
+/// How long a claimed event is a node's from its claim or last renewal (renewed while it is
+/// delivered).
+const LEASE: Duration = Duration::from_secs(30);
 /// Events claimed at once, delivered side by side (each send is bounded well inside the lease).
 const CLAIM: u32 = 8;
 /// How often an idle worker looks for due events.
@@ -89,7 +90,9 @@ pub async fn deliver_due(state: &Arc<AppState>, worker: &str) -> Result<usize, S
     let mut deliveries = tokio::task::JoinSet::new();
     for job in jobs {
         let (state, worker) = (state.clone(), worker.to_owned());
-        deliveries.spawn(async move { settle(&state, &worker, &job).await });
+        deliveries.spawn(async move {
+            crate::jobs::holding(&state, &job, &worker, LEASE, settle(&state, &worker, &job)).await;
+        });
     }
     while deliveries.join_next().await.is_some() {}
     Ok(claimed)
@@ -153,6 +156,35 @@ async fn deliver(state: &AppState, job: &Job) -> Result<(), Undelivered> {
 /// The `data` of an event's webhook body: what a receiver needs, never arguments or secrets.
 async fn event_data(state: &AppState, job: &Job) -> Result<Value, StoreError> {
     let payload = &job.job.payload;
+    if let Some(ledger_id) = payload.get("ledger_id").and_then(Value::as_str) {
+        // A call: what it came to, never its arguments or result.
+        let mut data = match state.store.get_ledger(&job.job.tenant, ledger_id).await? {
+            Some(e) => serde_json::json!({
+                "ledger_id": e.id,
+                "trace_id": e.trace_id,
+                "principal": e.principal,
+                "tool": e.tool,
+                "contract_id": e.contract_id,
+                "payload_digest": e.payload_digest,
+                "decision": e.decision.as_str(),
+                "outcome": e.outcome.map(|o| o.as_str()),
+                "error_code": e.error_code,
+                "attempts": e.attempts,
+                "latency_ms": e.latency_ms,
+                "cost": e.cost,
+                "run_id": e.run_id,
+                "step_id": e.step_id,
+                "approval_id": e.approval_id,
+                "created_at": crate::routes::rfc3339(e.created_at),
+                "updated_at": crate::routes::rfc3339(e.updated_at),
+            }),
+            None => serde_json::json!({"ledger_id": ledger_id}),
+        };
+        if let (Value::Object(map), Some(counter)) = (&mut data, payload.get("counter")) {
+            map.insert("counter".into(), counter.clone());
+        }
+        return Ok(data);
+    }
     if let Some(run_id) = payload.get("run_id").and_then(Value::as_str) {
         // A run: where it stands, never its input.
         return Ok(match state.store.get_run(&job.job.tenant, run_id).await? {
@@ -170,7 +202,12 @@ async fn event_data(state: &AppState, job: &Job) -> Result<Value, StoreError> {
         });
     }
     let Some(id) = payload.get("approval_id").and_then(Value::as_str) else {
-        return Ok(payload.clone());
+        // A contract: its name, version and content id, as the event carries them.
+        let mut data = payload.clone();
+        if let Value::Object(map) = &mut data {
+            map.remove("type");
+        }
+        return Ok(data);
     };
     let Some(a) = state
         .store

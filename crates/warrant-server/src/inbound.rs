@@ -49,8 +49,8 @@ pub(crate) fn refusals_quota() -> governor::Quota {
 pub const ROTATION_OVERLAP: time::Duration = time::Duration::hours(24);
 /// Events acted on at once.
 const CLAIM: u32 = 16;
-/// How long a claimed event is a node's before another may take it.
-const LEASE: Duration = Duration::from_secs(120);
+/// How long a claimed event is a node's from its claim or last renewal (renewed while it acts).
+const LEASE: Duration = Duration::from_secs(30);
 /// Attempts before an event's job is dead (a store that keeps failing).
 pub(crate) const MAX_ATTEMPTS: u32 = 10;
 /// The longest provider event id kept.
@@ -439,7 +439,7 @@ pub async fn act_on_due(state: &Arc<AppState>, worker: &str) -> Result<usize, St
     for job in jobs {
         let (state, worker) = (state.clone(), worker.to_owned());
         running.spawn(async move {
-            let completion = match act(&state, &job).await {
+            let completion = match crate::jobs::holding(&state, &job, &worker, LEASE, act(&state, &job)).await {
                 Ok(()) => JobCompletion::Done,
                 Err(error) => {
                     let wait = Duration::from_secs(2u64.saturating_mul(1 << job.attempts.min(8)));

@@ -12,6 +12,7 @@ pub mod console;
 pub mod error;
 pub mod events;
 pub mod inbound;
+mod jobs;
 pub mod mcp;
 pub mod openapi;
 mod review;

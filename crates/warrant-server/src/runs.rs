@@ -325,7 +325,7 @@ async fn finish(state: &AppState, worker: &str, lease: Duration, job: &Job) {
         };
         let (result, outcome, known) = HAND
             .scope(std::cell::RefCell::new(hand), async {
-                let result = run_job(state, &job).await;
+                let result = crate::jobs::holding(state, &job, worker, lease, run_job(state, &job)).await;
                 let (outcome, steps) = HAND.with(|h| {
                     let mut h = h.borrow_mut();
                     (h.outcome.take(), h.steps.take())

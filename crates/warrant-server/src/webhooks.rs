@@ -39,9 +39,9 @@ pub const SCHEDULE: [Duration; 7] = [
 ];
 /// How long an endpoint has to answer.
 pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(15);
-/// How long a claimed message is held (beyond the delivery timeout) before another node may
-/// take it.
-const LEASE: Duration = Duration::from_secs(60);
+/// How long a claimed message is a node's from its claim or last renewal (renewed while it is
+/// delivered): a node that dies mid-delivery leaves it to another node this long after.
+pub const LEASE: Duration = Duration::from_secs(20);
 /// Messages claimed at once, delivered side by side.
 const CLAIM: u32 = 16;
 /// How much of an answer's body an attempt records.
@@ -210,7 +210,8 @@ pub async fn deliver_due(
     for job in jobs {
         let (state, worker, schedule) = (state.clone(), worker.to_owned(), schedule.to_vec());
         running.spawn(async move {
-            let completion = deliver(&state, &job, &schedule).await;
+            let completion =
+                crate::jobs::holding(&state, &job, &worker, LEASE, deliver(&state, &job, &schedule)).await;
             if let Err(error) = state
                 .store
                 .complete_job(&job.job.id, &worker, &completion, state.env.now())

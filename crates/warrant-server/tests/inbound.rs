@@ -216,7 +216,11 @@ async fn inbound_events_are_verified_deduplicated_and_started_once(store: Arc<dy
         .await;
     assert_eq!(status, 201, "{key}");
     let key_id = key["id"].as_str().unwrap().to_owned();
-    let admin_key = h.gateway.state.store.list_api_keys("acme").await.unwrap()[0]
+    let keys = h.gateway.state.store.list_api_keys("acme").await.unwrap();
+    let admin_key = keys
+        .iter()
+        .find(|k| k.key.roles.iter().any(|r| r == "admin"))
+        .unwrap()
         .key
         .id
         .clone();

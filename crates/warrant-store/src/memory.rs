@@ -52,6 +52,19 @@ struct State {
 }
 
 impl State {
+    /// Enqueues a webhook-only event when an enabled endpoint of its tenant subscribes to it
+    /// (as the SQL backends do), at most once per id.
+    fn notify(&mut self, n: &Notice) {
+        let subscribed = self.webhooks.values().any(|w| {
+            w.tenant == n.job.tenant
+                && w.enabled
+                && (w.events.is_empty() || w.events.iter().any(|e| e == n.kind))
+        });
+        if subscribed && !self.jobs.contains_key(&n.job.id) {
+            let _ = self.enqueue(&n.job);
+        }
+    }
+
     fn enqueue(&mut self, j: &NewJob) -> Result<(), StoreError> {
         if self.jobs.contains_key(&j.id) {
             return Err(StoreError::Conflict(format!("job {} exists", j.id)));
@@ -179,6 +192,9 @@ fn finish_in(
     row.updated_at = trunc(now);
     if let Some(detail) = &finish.detail {
         row.detail = Some(detail.clone());
+    }
+    if let Some(notice) = Notice::invocation(tenant, ledger_id, finish.outcome, now) {
+        s.notify(&notice);
     }
     charge(s, tenant, &finish.charges);
     if let Some(scope) = scope
@@ -354,6 +370,16 @@ impl Store for MemoryStore {
                     let mut stored = c.clone();
                     stored.registered_at = trunc(stored.registered_at);
                     s.contracts.insert(key, stored);
+                    if let Some(owner) = c.namespace.tenant() {
+                        s.notify(&Notice::contract(
+                            owner,
+                            &c.name,
+                            c.version,
+                            &c.content_id,
+                            false,
+                            c.registered_at,
+                        ));
+                    }
                     Ok(Registration::Registered)
                 }
             }
@@ -418,6 +444,10 @@ impl Store for MemoryStore {
             {
                 Some(c) => {
                     c.retired_at.get_or_insert(trunc(at));
+                    if let Some(owner) = c.namespace.tenant() {
+                        let notice = Notice::contract(owner, &c.name, c.version, content_id, true, at);
+                        s.notify(&notice);
+                    }
                     Ok(true)
                 }
                 None => Ok(false),
@@ -535,8 +565,8 @@ impl Store for MemoryStore {
                 j.locked_until = None;
             }
             let (status, next_step, error) = advance.outcome();
-            if let Some(kind) = run_end_event(status) {
-                s.enqueue(&run_event(tenant, &step.run_id, kind, now))?;
+            if let Some(event) = run_advance_event(tenant, &step.run_id, step.seq, status, now) {
+                s.enqueue(&event)?;
             }
             let Some(run) = s.runs.get_mut(&step.run_id) else {
                 return Ok(Advanced::Stale);
@@ -797,7 +827,12 @@ impl Store for MemoryStore {
             let start = match held {
                 Some(start) => start,
                 None => match claims_refusal(s, &entry.tenant, claims, now) {
-                    Some(refusal) => refusal,
+                    Some(refusal) => {
+                        if let AttemptStart::BudgetExhausted { key } = &refusal {
+                            s.notify(&Notice::budget(&entry.tenant, key, &entry.id, entry.created_at));
+                        }
+                        refusal
+                    }
                     None => {
                         if let Some(claim) = &claims.approval {
                             approval_take(s, claim, now)?;
@@ -864,6 +899,7 @@ impl Store for MemoryStore {
             row.cost = finish.cost;
             row.updated_at = trunc(now);
             row.detail = Some(correction_note(ledger_id));
+            s.notify(&Notice::correction(tenant, ledger_id, now));
             charge(s, tenant, &finish.charges);
             let mut key_retaken = false;
             if let Some(scope) = scope {
@@ -914,6 +950,7 @@ impl Store for MemoryStore {
             }
             if let Some(key) = budget_refusal(s, &entry.tenant, reservations) {
                 let row = withheld_row(entry.clone(), &key, finish);
+                s.notify(&Notice::budget(&row.tenant, &key, &row.id, now));
                 s.ledger.insert(row.id.clone(), trunc_entry(row));
                 return Ok(BudgetOutcome::Exhausted { key });
             }
@@ -1635,6 +1672,22 @@ impl Store for MemoryStore {
                 }
             }
             Ok(out)
+        })
+    }
+
+    async fn renew_job(&self, id: &str, worker: &str, until: OffsetDateTime) -> Result<bool, StoreError> {
+        self.with(|s| {
+            match s
+                .jobs
+                .get_mut(id)
+                .filter(|j| j.status == JobStatus::Running && j.locked_by.as_deref() == Some(worker))
+            {
+                Some(j) => {
+                    j.locked_until = Some(trunc(until));
+                    Ok(true)
+                }
+                None => Ok(false),
+            }
         })
     }
 

@@ -886,7 +886,6 @@ impl Finishing {
 const CHARGE: &str = "INSERT INTO budget_counters (tenant, key, used, expires_at) VALUES ($1, $2, $3, $4) \
                       ON CONFLICT (tenant, key) DO UPDATE SET used = budget_counters.used + excluded.used";
 
-/// Adds committed spend to its counters, in the caller's transaction.
 /// Enqueues a job in the caller's transaction (the outbox: the job commits with the record
 /// that causes it).
 async fn enqueue_in<E: Exec>(ex: &mut E, j: &NewJob) -> Result<(), StoreError> {
@@ -905,6 +904,31 @@ async fn enqueue_in<E: Exec>(ex: &mut E, j: &NewJob) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Enqueues a webhook-only event in the caller's transaction when an enabled endpoint of its
+/// tenant subscribes to its type (one indexed probe of `webhook_endpoints` otherwise), at most
+/// once per id.
+async fn notify_in<E: Exec>(ex: &mut E, n: &Notice) -> Result<(), StoreError> {
+    let sql = "INSERT INTO jobs (id, tenant, kind, payload, status, attempts, max_attempts, run_at, created_at, \
+               updated_at) SELECT $1, $2, $3, $4, 'pending', 0, $5, $6, $6, $6 WHERE EXISTS (SELECT 1 FROM \
+               webhook_endpoints WHERE tenant = $2 AND enabled = 1 AND (events = '[]' OR events LIKE $7)) \
+               ON CONFLICT (id) DO NOTHING";
+    let j = &n.job;
+    let payload = json_text(&j.payload);
+    let pattern = n.subscription_pattern();
+    let params = args![
+        &j.id,
+        &j.tenant,
+        &j.kind,
+        &payload,
+        i64::from(j.max_attempts.max(1)),
+        ms(j.run_at),
+        &pattern,
+    ];
+    ex.execute(sql, &params).await?;
+    Ok(())
+}
+
+/// Adds committed spend to its counters, in the caller's transaction.
 async fn charge_in<E: Exec>(
     ex: &mut E,
     tenant: &str,
@@ -916,9 +940,6 @@ async fn charge_in<E: Exec>(
     Ok(())
 }
 
-/// The statements that finish an attempt, in the caller's transaction: the ledger row's
-/// outcome (only a row still `attempting` or `unknown`), the committed spend, and the
-/// idempotency record (kept with its result, or released).
 /// Records a step of a run and what follows it (see `Store::advance_run`).
 async fn advance_in<E: Exec>(
     ex: &mut E,
@@ -954,8 +975,8 @@ async fn advance_in<E: Exec>(
     if ex.execute(update, &params).await? != 1 {
         return Ok(Advanced::Stale);
     }
-    if let Some(kind) = run_end_event(status) {
-        enqueue_in(ex, &run_event(tenant, &step.run_id, kind, now)).await?;
+    if let Some(event) = run_advance_event(tenant, &step.run_id, step.seq, status, now) {
+        enqueue_in(ex, &event).await?;
     }
     let params = args![
         &step.run_id,
@@ -1007,6 +1028,9 @@ async fn advance_in<E: Exec>(
     Ok(Advanced::Recorded { next })
 }
 
+/// The statements that finish an attempt, in the caller's transaction: the ledger row's
+/// outcome (only a row still `attempting` or `unknown`) and its `invocation.*` event, the
+/// committed spend, and the idempotency record (kept with its result, or released).
 async fn finish_in<E: Exec>(
     ex: &mut E,
     tenant: &str,
@@ -1036,6 +1060,9 @@ async fn finish_in<E: Exec>(
         return Err(StoreError::Conflict(format!(
             "ledger row {ledger_id} is not awaiting an outcome"
         )));
+    }
+    if let Some(notice) = Notice::invocation(tenant, ledger_id, f.outcome, from_ms(f.now)?) {
+        notify_in(ex, &notice).await?;
     }
     charge_in(ex, tenant, &f.charges).await?;
     if let Some(scope) = scope {
@@ -1243,6 +1270,17 @@ impl Store for SqlStore {
                     // A unique violation (the same body under another name@version of this
                     // namespace, or a concurrent registration) maps onto `Conflict`.
                     ex.execute(insert, &args).await?;
+                    if let Some(owner) = c.namespace.tenant() {
+                        let notice = Notice::contract(
+                            owner,
+                            &c.name,
+                            c.version,
+                            &c.content_id,
+                            false,
+                            c.registered_at,
+                        );
+                        notify_in(ex, &notice).await?;
+                    }
                     Ok(Registration::Registered)
                 }
             }
@@ -1329,14 +1367,29 @@ impl Store for SqlStore {
         content_id: &str,
         at: OffsetDateTime,
     ) -> Result<bool, StoreError> {
-        let sql = "UPDATE contracts SET retired_at = COALESCE(retired_at, $1) WHERE tenant = $2 AND content_id = $3";
+        let sql = "UPDATE contracts SET retired_at = COALESCE(retired_at, $1) WHERE tenant = $2 AND content_id = $3 \
+                   RETURNING name, version";
         write_op!(
             self,
             [
+                owner = namespace.tenant().map(str::to_owned),
                 tenant = namespace.as_stored().to_owned(),
                 content_id = content_id.to_owned()
             ],
-            |ex| Ok(ex.execute(sql, &args![ms(at), &tenant, &content_id]).await? == 1)
+            |ex| {
+                let Some(row) = ex
+                    .fetch_optional(sql, &args![ms(at), &tenant, &content_id])
+                    .await?
+                else {
+                    return Ok(false);
+                };
+                if let Some(owner) = &owner {
+                    let version = u32_of(row.int("version")?)?;
+                    let notice = Notice::contract(owner, &row.text("name")?, version, &content_id, true, at);
+                    notify_in(ex, &notice).await?;
+                }
+                Ok(true)
+            }
         )
     }
 
@@ -1803,6 +1856,11 @@ impl Store for SqlStore {
                 if start == AttemptStart::Started
                     && let Some(key) = reserve_in(ex, &entry.tenant, &budget).await?
                 {
+                    notify_in(
+                        ex,
+                        &Notice::budget(&entry.tenant, &key, &entry.id, entry.created_at),
+                    )
+                    .await?;
                     start = AttemptStart::BudgetExhausted { key };
                 }
                 if guarded {
@@ -1930,6 +1988,7 @@ impl Store for SqlStore {
                         "ledger row {ledger_id} changed meanwhile"
                     )));
                 }
+                notify_in(ex, &Notice::correction(&tenant, &ledger_id, now)).await?;
                 for (key, amount, expires) in &finishing.charges {
                     ex.execute(CHARGE, &args![&tenant, key, *amount, *expires])
                         .await?;
@@ -1971,6 +2030,7 @@ impl Store for SqlStore {
                     ex.execute(CLAIMS_DONE, &[]).await?;
                     let row = withheld_row(entry, &key, &finish);
                     ex.execute(INSERT_LEDGER, &ledger_args(&row, &arguments)?).await?;
+                    notify_in(ex, &Notice::budget(&row.tenant, &key, &row.id, now)).await?;
                     return Ok(BudgetOutcome::Exhausted { key });
                 }
                 ex.execute(CLAIMS_DONE, &[]).await?;
@@ -1979,6 +2039,9 @@ impl Store for SqlStore {
             // the unresolved indexes costs two more pages in every commit).
             let row = finished_row(entry, &finish, now)?;
             ex.execute(INSERT_LEDGER, &ledger_args(&row, &arguments)?).await?;
+            if let Some(notice) = Notice::invocation(&row.tenant, &row.id, finish.outcome, now) {
+                notify_in(ex, &notice).await?;
+            }
             charge_in(ex, &row.tenant, &finishing.charges).await?;
             Ok(BudgetOutcome::Granted)
         })
@@ -2888,6 +2951,13 @@ impl Store for SqlStore {
         write_op!(self, [id = id.to_owned(), worker = worker.to_owned()], |ex| {
             let params = args![status.as_str(), run_at, &error, ms(now), &id, &worker];
             Ok(ex.execute(sql, &params).await? == 1)
+        })
+    }
+
+    async fn renew_job(&self, id: &str, worker: &str, until: OffsetDateTime) -> Result<bool, StoreError> {
+        let sql = "UPDATE jobs SET locked_until = $1 WHERE id = $2 AND locked_by = $3 AND status = 'running'";
+        write_op!(self, [id = id.to_owned(), worker = worker.to_owned()], |ex| {
+            Ok(ex.execute(sql, &args![ms(until), &id, &worker]).await? == 1)
         })
     }
 

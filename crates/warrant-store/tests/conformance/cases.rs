@@ -3385,3 +3385,182 @@ pub async fn inbound_events_are_accepted_once_with_their_job(b: &Backend) {
             .is_some()
     );
 }
+
+/// The events only webhook endpoints consume commit with the record that causes them, and only
+/// when an enabled endpoint of the tenant subscribes to their type: a call's outcome
+/// (`invocation.completed`, `invocation.reconciled`), an exhausted budget counter (once per
+/// counter), a tenant contract registered or retired.
+pub async fn webhook_only_events_commit_with_their_record_when_subscribed(b: &Backend) {
+    let s = b.store();
+    let events = |s: std::sync::Arc<dyn Store>| async move {
+        let mut seen: Vec<(String, String)> = s
+            .claim_jobs("w", EVENT_JOB, 100, Duration::from_secs(60), T0 + secs(3600))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|j| (j.job.id, j.job.payload["type"].as_str().unwrap().to_owned()))
+            .collect();
+        seen.sort();
+        seen
+    };
+    let read = |id: &str, tenant: &str| {
+        let mut e = entry(id, tenant, T0);
+        e.idempotency_key = None;
+        e
+    };
+    // No endpoint: nothing.
+    s.record_attempt(&read("led_1", "acme"), &[], &committed(json!({})), T0)
+        .await
+        .unwrap();
+    assert!(events(s.clone()).await.is_empty());
+
+    s.create_webhook(&endpoint("acme", "whe_1", T0)).await.unwrap();
+    let mut other = endpoint("globex", "whe_2", T0);
+    other.events = vec!["run.completed".into()];
+    s.create_webhook(&other).await.unwrap();
+    s.record_attempt(&read("led_2", "acme"), &[], &committed(json!({})), T0)
+        .await
+        .unwrap();
+    s.record_attempt(&read("led_3", "globex"), &[], &committed(json!({})), T0)
+        .await
+        .unwrap();
+    // A budget refusal: acme's endpoint does not take `budget.exhausted`.
+    let exhausted = |id: &str| {
+        let s = s.clone();
+        let e = read(id, "acme");
+        async move {
+            s.record_attempt(&e, &[day_budget(0)], &committed(json!({})), T0)
+                .await
+                .unwrap()
+        }
+    };
+    assert!(matches!(
+        exhausted("led_4").await,
+        BudgetOutcome::Exhausted { .. }
+    ));
+    assert_eq!(
+        events(s.clone()).await,
+        [(
+            "evt_committed_led_2".to_owned(),
+            "invocation.completed".to_owned()
+        )]
+    );
+
+    // An endpoint of every type: the counter's exhaustion is one event, however many calls
+    // it refuses; a write that ends unknown, then reconciled; a tenant contract.
+    let mut all = endpoint("acme", "whe_3", T0);
+    all.events = Vec::new();
+    s.create_webhook(&all).await.unwrap();
+    exhausted("led_5").await;
+    exhausted("led_6").await;
+    let write = entry("led_7", "acme", T0);
+    let start = s
+        .begin_attempt(
+            &write,
+            Some(&scope("acme", "k-7")),
+            &AttemptClaims::NONE,
+            T0 + secs(3600),
+        )
+        .await
+        .unwrap();
+    assert_eq!(start, AttemptStart::Started);
+    let mut unknown = failed("TIMEOUT");
+    unknown.outcome = Outcome::Unknown;
+    s.finish_attempt(
+        "acme",
+        "led_7",
+        Some(&scope("acme", "k-7")),
+        &unknown,
+        T0 + secs(1),
+    )
+    .await
+    .unwrap();
+    let mut reconciled = failed("TIMEOUT");
+    reconciled.outcome = Outcome::ReconciledNotCommitted;
+    s.finish_attempt(
+        "acme",
+        "led_7",
+        Some(&scope("acme", "k-7")),
+        &reconciled,
+        T0 + secs(2),
+    )
+    .await
+    .unwrap();
+    let mut mine = contract("refund", 1, "tool-contract@sha256:cc");
+    mine.namespace = Namespace::Tenant("acme".into());
+    s.register_contract(&mine).await.unwrap();
+    assert!(
+        s.retire_contract(&mine.namespace, "tool-contract@sha256:cc", T0 + secs(5))
+            .await
+            .unwrap()
+    );
+    assert!(
+        s.retire_contract(&mine.namespace, "tool-contract@sha256:cc", T0 + secs(6))
+            .await
+            .unwrap()
+    );
+    let seen = events(s.clone()).await;
+    let kinds: Vec<&str> = seen.iter().map(|(_, k)| k.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "budget.exhausted",
+            "invocation.reconciled",
+            "contract.registered",
+            "contract.retired",
+            "invocation.completed",
+        ],
+        "{seen:?}"
+    );
+    assert!(seen[0].0.starts_with("evt_budget_acme_calls_per_day"), "{seen:?}");
+    assert_eq!(seen[1].0, "evt_reconciled_not_committed_led_7");
+    assert_eq!(seen[4].0, "evt_unknown_led_7");
+}
+
+/// A worker that renews its lease keeps its job past the first lease; once it stops renewing
+/// another worker takes the job over, and the first can no longer renew (or complete) it.
+pub async fn a_renewed_lease_is_not_taken_over(b: &Backend) {
+    let s = b.store();
+    s.enqueue_job(&job("job_r", T0, 3)).await.unwrap();
+    let lease = Duration::from_secs(10);
+    assert_eq!(
+        s.claim_jobs("w1", "webhook.deliver", 1, lease, T0)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(s.renew_job("job_r", "w1", T0 + secs(30)).await.unwrap());
+    assert!(
+        !s.renew_job("job_r", "w2", T0 + secs(60)).await.unwrap(),
+        "not w2's"
+    );
+    assert!(
+        b.node(1)
+            .claim_jobs("w2", "webhook.deliver", 1, lease, T0 + secs(16))
+            .await
+            .unwrap()
+            .is_empty(),
+        "renewed past the first lease"
+    );
+    let taken = b
+        .node(1)
+        .claim_jobs("w2", "webhook.deliver", 1, lease, T0 + secs(31))
+        .await
+        .unwrap();
+    assert_eq!(taken.len(), 1, "the renewal lapsed");
+    assert!(
+        !s.renew_job("job_r", "w1", T0 + secs(60)).await.unwrap(),
+        "w1 lost it"
+    );
+    assert!(
+        !s.complete_job("job_r", "w1", &JobCompletion::Done, T0 + secs(32))
+            .await
+            .unwrap()
+    );
+    assert!(
+        s.complete_job("job_r", "w2", &JobCompletion::Done, T0 + secs(32))
+            .await
+            .unwrap()
+    );
+}

@@ -90,4 +90,6 @@ conformance! {
     ledger_lists_by_trace_and_approval,
     approvals_are_paged_newest_first,
     inbound_events_are_accepted_once_with_their_job,
+    webhook_only_events_commit_with_their_record_when_subscribed,
+    a_renewed_lease_is_not_taken_over,
 }
