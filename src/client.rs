@@ -215,6 +215,148 @@ pub fn webhooks(args: &ServerArgs, command: &WebhooksCommand) -> Result<Exit> {
     })
 }
 
+/// `warrant inbound …`
+#[derive(Debug, Subcommand)]
+pub enum InboundCommand {
+    /// Add a source; prints its id, its URL and — when Warrant made it — its secret (shown
+    /// only now).
+    Add {
+        /// How the source signs: `standard_webhooks`, `stripe` or `github`.
+        provider: String,
+        /// The id of the API key whose principal the source's work acts as (not an admin's).
+        #[arg(long)]
+        key_id: String,
+        /// Start a run of this published workflow (`name@version`).
+        #[arg(long, conflicts_with = "tool")]
+        workflow: Option<String>,
+        /// Or make a call of this contract (`name@version` or a content id).
+        #[arg(long)]
+        tool: Option<String>,
+        /// The run's input or the call's arguments: JSON whose strings may bind the event
+        /// (`"${event.data.object.id}"`, `"${delivery.type}"`); a run's input defaults to the
+        /// whole event.
+        #[arg(long)]
+        map: Option<String>,
+        /// The provider's signing secret (required for Stripe; made here for the others when
+        /// absent).
+        #[arg(long)]
+        secret: Option<String>,
+        /// Free text.
+        #[arg(long)]
+        description: Option<String>,
+    },
+    /// Your tenant's sources, with their refusal counts.
+    List,
+    /// A new secret (the one given, or one made and printed now); the previous one is accepted
+    /// for 24 hours.
+    Rotate {
+        /// The source id.
+        id: String,
+        /// The provider's new secret.
+        #[arg(long)]
+        secret: Option<String>,
+    },
+    /// Stop accepting a source's deliveries.
+    Disable {
+        /// The source id.
+        id: String,
+    },
+    /// Accept a source's deliveries again.
+    Enable {
+        /// The source id.
+        id: String,
+    },
+    /// A source's events, newest first, with what each did.
+    Events {
+        /// The source id.
+        id: String,
+    },
+}
+
+/// Runs a `warrant inbound` command.
+///
+/// # Errors
+/// The server cannot be reached or answers something unreadable, or `--map` is not JSON.
+pub fn inbound(args: &ServerArgs, command: &InboundCommand) -> Result<Exit> {
+    let client = Client::new(args)?;
+    block_on(async move {
+        let post = |path: String, body: Option<Value>| {
+            let client = &client;
+            async move {
+                client
+                    .call(
+                        Method::POST,
+                        &path,
+                        body.map(|b| (b.to_string().into_bytes(), "application/json")),
+                    )
+                    .await
+            }
+        };
+        let answer = match command {
+            InboundCommand::Add {
+                provider,
+                key_id,
+                workflow,
+                tool,
+                map,
+                secret,
+                description,
+            } => {
+                let mapping: Option<Value> = map
+                    .as_deref()
+                    .map(serde_json::from_str)
+                    .transpose()
+                    .context("--map is not JSON")?;
+                let action = match (workflow, tool) {
+                    (Some(w), None) => match mapping {
+                        Some(input) => json!({"workflow": w, "input": input}),
+                        None => json!({"workflow": w}),
+                    },
+                    (None, Some(t)) => json!({"tool": t, "arguments": mapping.unwrap_or_else(|| json!({}))}),
+                    _ => bail!("name what an event does: --workflow NAME@VERSION or --tool NAME@VERSION"),
+                };
+                let mut body = json!({"provider": provider, "key_id": key_id, "action": action});
+                if let Value::Object(fields) = &mut body {
+                    if let Some(secret) = secret {
+                        fields.insert("secret".into(), json!(secret));
+                    }
+                    if let Some(description) = description {
+                        fields.insert("description".into(), json!(description));
+                    }
+                }
+                post("/v1/inbound-sources".to_owned(), Some(body)).await?
+            }
+            InboundCommand::List => client.call(Method::GET, "/v1/inbound-sources", None).await?,
+            InboundCommand::Rotate { id, secret } => {
+                let body = secret.as_ref().map(|s| json!({"secret": s}));
+                post(format!("/v1/inbound-sources/{}/rotate", segment(id)), body).await?
+            }
+            InboundCommand::Disable { id } => {
+                post(format!("/v1/inbound-sources/{}/disable", segment(id)), None).await?
+            }
+            InboundCommand::Enable { id } => {
+                post(format!("/v1/inbound-sources/{}/enable", segment(id)), None).await?
+            }
+            InboundCommand::Events { id } => {
+                client
+                    .call(
+                        Method::GET,
+                        &format!("/v1/inbound-sources/{}/events", segment(id)),
+                        None,
+                    )
+                    .await?
+            }
+        };
+        match answer {
+            Ok(v) => {
+                print(&v);
+                Ok(Exit::Ok)
+            }
+            Err(m) => Ok(refused(&m)),
+        }
+    })
+}
+
 /// `warrant ledger …`
 #[derive(Debug, Subcommand)]
 pub enum LedgerCommand {

@@ -73,6 +73,14 @@ enum Command {
         #[command(subcommand)]
         command: client::WebhooksCommand,
     },
+    /// Inbound webhook sources on a running server: add, list, rotate, disable, enable, and
+    /// the events each received.
+    Inbound {
+        #[command(flatten)]
+        server: client::ServerArgs,
+        #[command(subcommand)]
+        command: client::InboundCommand,
+    },
     /// API keys on a running server: list, create, revoke.
     Keys {
         #[command(flatten)]
@@ -136,6 +144,7 @@ fn main() -> ExitCode {
         Command::Ledger { server, command } => client::ledger(&server, &command),
         Command::Keys { server, command } => client::keys(&server, &command),
         Command::Webhooks { server, command } => client::webhooks(&server, &command),
+        Command::Inbound { server, command } => client::inbound(&server, &command),
         Command::Tenants { server, command } => client::tenants(&server, &command),
         Command::Console { server, command } => client::console(&server, &command),
         Command::Workflow(command) => workflow::run(&command),

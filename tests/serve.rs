@@ -151,6 +151,68 @@ fn serve_starts_with_no_setup_answers_and_stops_on_sigterm() {
     assert_eq!(code, Some(1), "{err}");
     let (code, _, err) = cli(&admin, &["webhooks", "replay", "whm_nope"]);
     assert_eq!(code, Some(1), "{err}");
+    // An inbound source: added with a key of its own (the secret printed once), a GitHub
+    // delivery signed with it accepted, its event listed with what it did.
+    let (code, out, _) = cli(
+        &admin,
+        &[
+            "keys",
+            "create",
+            "--principal",
+            "billing",
+            "--grants",
+            "orders:read",
+        ],
+    );
+    assert_eq!(code, Some(0));
+    let billing = out.lines().next().unwrap().trim_start_matches("id=").to_owned();
+    let (code, out, err) = cli(
+        &admin,
+        &[
+            "inbound",
+            "add",
+            "github",
+            "--key-id",
+            &billing,
+            "--tool",
+            "lookup_order@1",
+            "--map",
+            r#"{"order_id": "${event.order}"}"#,
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let source: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let (source_id, secret) = (
+        source["id"].as_str().unwrap().to_owned(),
+        source["secret"].as_str().unwrap().to_owned(),
+    );
+    let event = r#"{"order":"ord_8f3k2m9q"}"#;
+    let signature = warrant_core::inbound::sign(
+        warrant_core::inbound::Provider::Github,
+        &warrant_core::inbound::InboundSecret::parse(warrant_core::inbound::Provider::Github, &secret)
+            .unwrap(),
+        "",
+        0,
+        event.as_bytes(),
+    );
+    let delivered = http(
+        addr,
+        &format!(
+            "POST /v1/inbound/{source_id} HTTP/1.1\r\nHost: x\r\nX-Hub-Signature-256: {signature}\r\n\
+             X-GitHub-Delivery: gh-1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n{event}",
+            event.len()
+        ),
+    );
+    assert!(delivered.starts_with("HTTP/1.1 202"), "{delivered}");
+    let (code, out, _) = cli(&admin, &["inbound", "list"]);
+    assert_eq!(code, Some(0));
+    assert!(out.contains(&source_id) && !out.contains(&secret), "{out}");
+    let (code, out, _) = cli(&admin, &["inbound", "events", &source_id]);
+    assert_eq!(code, Some(0));
+    assert!(out.contains("gh-1"), "{out}");
+    let (code, _, err) = cli(&agent, &["inbound", "list"]);
+    assert_eq!(code, Some(1), "{err}");
     // Tenants are the platform operator's: a tenant admin is refused; the operator creates
     // one, gives it a key, and its admin registers a contract only it sees.
     let operator = served.keys["operator"].clone();
