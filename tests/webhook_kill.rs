@@ -64,12 +64,37 @@ async fn until(seen: &Seen, count: usize, within: Duration) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delivery_cut_by_sigkill_is_delivered_after_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("warrant.toml");
-    std::fs::write(&config, "[network]\nallow_hosts = [\"127.0.0.1\"]\n").unwrap();
     let data = dir.path().join("store");
+    cut_and_delivered(dir.path(), &|cmd| {
+        cmd.arg("--data-dir").arg(&data);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_cut_by_sigkill_is_delivered_after_restart_on_postgresql() {
+    let Some(db) = warrant_store::testing::TestDatabase::postgres().await.unwrap() else {
+        return;
+    };
+    // The schema exists before the first server starts (as an operator's would).
+    db.open().await.unwrap().close().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (url, schema) = (db.url().to_owned(), db.schema().to_owned());
+    cut_and_delivered(dir.path(), &|cmd| {
+        cmd.args(["--database", &url, "--database-schema", &schema])
+            .env("WARRANT_REDACTION_KEY", "2a".repeat(32));
+    })
+    .await;
+    db.drop_schema().await;
+}
+
+async fn cut_and_delivered(dir: &std::path::Path, store: &dyn Fn(&mut std::process::Command)) {
+    let config = dir.join("warrant.toml");
+    std::fs::write(&config, "[network]\nallow_hosts = [\"127.0.0.1\"]\n").unwrap();
     let start = || {
         common::serve::serve(|cmd| {
-            cmd.arg("--data-dir").arg(&data).arg("--config").arg(&config);
+            store(cmd);
+            cmd.arg("--config").arg(&config);
         })
     };
     let (addr, seen) = receiver().await;

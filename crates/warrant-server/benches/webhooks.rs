@@ -263,10 +263,14 @@ async fn main() {
     let (t, c) = (Instant::now(), cpu());
     let mut delivered = 0;
     while delivered < n {
-        let claimed =
-            warrant_server::webhooks::deliver_due(&state, "bench", &warrant_server::webhooks::SCHEDULE)
-                .await
-                .unwrap();
+        let claimed = warrant_server::webhooks::deliver_due(
+            &state,
+            "bench",
+            &warrant_server::webhooks::SCHEDULE,
+            warrant_server::webhooks::DELIVERY_TIMEOUT,
+        )
+        .await
+        .unwrap();
         assert!(claimed > 0, "messages left undelivered");
         delivered += claimed;
     }

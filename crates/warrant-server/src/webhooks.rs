@@ -179,7 +179,7 @@ pub(crate) fn spawn_worker(state: Arc<AppState>) -> tokio::task::JoinHandle<()> 
     tokio::spawn(async move {
         let worker = format!("webhooks-{}", hex::encode(rand::random::<[u8; 6]>()));
         loop {
-            match deliver_due(&state, &worker, &SCHEDULE).await {
+            match deliver_due(&state, &worker, &SCHEDULE, DELIVERY_TIMEOUT).await {
                 Ok(0) => tokio::time::sleep(Duration::from_secs(1)).await,
                 Ok(_) => {}
                 Err(error) => {
@@ -191,8 +191,9 @@ pub(crate) fn spawn_worker(state: Arc<AppState>) -> tokio::task::JoinHandle<()> 
     })
 }
 
-/// Claims the due messages as `worker` and delivers them side by side, retrying on
-/// `schedule`; answers how many were claimed.
+/// Claims the due messages as `worker` and delivers them side by side, each attempt given
+/// `timeout` to answer, retrying on `schedule` ([`SCHEDULE`] and [`DELIVERY_TIMEOUT`] in
+/// production; compressed in tests); answers how many were claimed.
 ///
 /// # Errors
 /// The store fails to claim.
@@ -200,6 +201,7 @@ pub async fn deliver_due(
     state: &Arc<AppState>,
     worker: &str,
     schedule: &[Duration],
+    timeout: Duration,
 ) -> Result<usize, StoreError> {
     let jobs = state
         .store
@@ -210,8 +212,14 @@ pub async fn deliver_due(
     for job in jobs {
         let (state, worker, schedule) = (state.clone(), worker.to_owned(), schedule.to_vec());
         running.spawn(async move {
-            let completion =
-                crate::jobs::holding(&state, &job, &worker, LEASE, deliver(&state, &job, &schedule)).await;
+            let completion = crate::jobs::holding(
+                &state,
+                &job,
+                &worker,
+                LEASE,
+                deliver(&state, &job, &schedule, timeout),
+            )
+            .await;
             if let Err(error) = state
                 .store
                 .complete_job(&job.job.id, &worker, &completion, state.env.now())
@@ -226,7 +234,7 @@ pub async fn deliver_due(
 }
 
 /// One attempt at one message, recorded; what becomes of the message.
-async fn deliver(state: &AppState, job: &Job, schedule: &[Duration]) -> JobCompletion {
+async fn deliver(state: &AppState, job: &Job, schedule: &[Duration], timeout: Duration) -> JobCompletion {
     let payload = &job.job.payload;
     let (Some(event_id), Some(endpoint_id), Some(body)) = (
         payload.get("event_id").and_then(Value::as_str),
@@ -271,6 +279,7 @@ async fn deliver(state: &AppState, job: &Job, schedule: &[Duration]) -> JobCompl
         timestamp,
         &signature,
         body,
+        timeout,
     )
     .await;
     let attempt = WebhookAttempt {
@@ -353,6 +362,7 @@ async fn post(
     timestamp: i64,
     signature: &str,
     body: Vec<u8>,
+    timeout: Duration,
 ) -> Posted {
     let started = Instant::now();
     let failed = |error: String| Posted {
@@ -368,7 +378,7 @@ async fn post(
     let mut request = OutboundRequest::new(http::Method::POST, parsed);
     request.body = body.into();
     request.follow_redirects = false;
-    request.timeout = Some(DELIVERY_TIMEOUT);
+    request.timeout = Some(timeout);
     for (name, value) in [
         ("content-type", "application/json"),
         ("webhook-id", id),

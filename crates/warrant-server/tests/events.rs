@@ -236,6 +236,11 @@ async fn start_receiver() -> (SocketAddr, Arc<Receiver>) {
                     match (path.as_str(), n) {
                         ("flaky", 1) => (StatusCode::INTERNAL_SERVER_ERROR, [("retry-after", "0")], "boom"),
                         ("flaky", 2) => (StatusCode::TOO_MANY_REQUESTS, retry_after, "slow down"),
+                        ("slow", 1) => {
+                            // Answers long after the attempt's timeout: the attempt fails, and is retried.
+                            tokio::time::sleep(TIMEOUT * 4).await;
+                            (StatusCode::OK, [("retry-after", "0")], "too late")
+                        }
                         ("gone", _) => (StatusCode::GONE, [("retry-after", "0")], "gone"),
                         ("down", n) if n <= 8 => (StatusCode::BAD_GATEWAY, [("retry-after", "0")], "down"),
                         _ => (StatusCode::OK, [("retry-after", "0")], "ok"),
@@ -277,7 +282,7 @@ async fn webhooks_are_delivered_retried_and_dead_lettered(store: Arc<dyn Store>)
         async move { request.send().await.unwrap().json::<Value>().await.unwrap() }
     };
     let mut secrets = HashMap::new();
-    for path in ["ok", "flaky", "gone", "down"] {
+    for path in ["ok", "flaky", "slow", "gone", "down"] {
         let r = http
             .post(format!("{base}/v1/webhooks"))
             .bearer_auth(&admin)
@@ -315,7 +320,7 @@ async fn webhooks_are_delivered_retried_and_dead_lettered(store: Arc<dyn Store>)
         assert_eq!(r.status().as_u16(), 422, "{bad}");
     }
     let listed: Value = get("/v1/webhooks").await;
-    assert_eq!(listed["endpoints"].as_array().unwrap().len(), 5);
+    assert_eq!(listed["endpoints"].as_array().unwrap().len(), 6);
     assert!(!listed.to_string().contains("whsec_"), "secrets are shown once");
 
     // A call held for review: its approval.requested event.
@@ -326,23 +331,27 @@ async fn webhooks_are_delivered_retried_and_dead_lettered(store: Arc<dyn Store>)
     let schedule = [Duration::ZERO; 7];
     assert_eq!(warrant_server::events::deliver_due(&state, "e").await.unwrap(), 1);
     for _ in 0..40 {
-        warrant_server::webhooks::deliver_due(&state, "w", &schedule)
+        warrant_server::webhooks::deliver_due(&state, "w", &schedule, TIMEOUT)
             .await
             .unwrap();
-        if receiver.seen("flaky").len() >= 3 && receiver.seen("down").len() >= 8 {
+        if receiver.seen("flaky").len() >= 3
+            && receiver.seen("slow").len() >= 2
+            && receiver.seen("down").len() >= 8
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(receiver.seen("ok").len(), 1);
     assert_eq!(receiver.seen("flaky").len(), 3, "500, 429, then 200");
+    assert_eq!(receiver.seen("slow").len(), 2, "a timeout, then 200");
     assert_eq!(receiver.seen("gone").len(), 1);
     assert_eq!(receiver.seen("down").len(), 8, "every attempt, then dead");
     assert!(receiver.seen("other").is_empty());
 
     // Every request verifies with the independent implementation, under one event id.
     let mut ids = std::collections::BTreeSet::new();
-    for path in ["ok", "flaky", "gone", "down"] {
+    for path in ["ok", "flaky", "slow", "gone", "down"] {
         let reference = standardwebhooks::Webhook::new(&secrets[path]).unwrap();
         for (headers, body) in receiver.seen(path) {
             let mut h = http::HeaderMap::new();
@@ -362,6 +371,32 @@ async fn webhooks_are_delivered_retried_and_dead_lettered(store: Arc<dyn Store>)
 
     // 410 disabled its endpoint; the dead-letter queue holds the message that kept failing.
     let listed: Value = get("/v1/webhooks").await;
+    // The slow endpoint's first attempt timed out (no status, an error), its second answered.
+    let slow = listed["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["url"].as_str().unwrap().ends_with("/slow"))
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let attempts: Value = http
+        .get(format!("{base}/v1/webhooks/{slow}/deliveries"))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let attempts = attempts["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{attempts:?}");
+    assert_eq!(
+        (&attempts[1]["status"], attempts[1]["error"].is_string()),
+        (&Value::Null, true)
+    );
+    assert_eq!(attempts[0]["status"], 200);
     let gone = listed["endpoints"]
         .as_array()
         .unwrap()
@@ -388,7 +423,7 @@ async fn webhooks_are_delivered_retried_and_dead_lettered(store: Arc<dyn Store>)
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 200);
-    warrant_server::webhooks::deliver_due(&state, "w", &schedule)
+    warrant_server::webhooks::deliver_due(&state, "w", &schedule, TIMEOUT)
         .await
         .unwrap();
     let seen = receiver.seen("down");
@@ -408,6 +443,9 @@ async fn webhooks_are_delivered_retried_and_dead_lettered(store: Arc<dyn Store>)
         .unwrap();
     assert_eq!(r.status().as_u16(), 404, "delivered: nothing to replay");
 }
+
+/// A delivery attempt's timeout, compressed.
+const TIMEOUT: Duration = Duration::from_millis(300);
 
 /// Runs `$case` on SQLite and, when it answers, PostgreSQL.
 macro_rules! on_every_backend {
