@@ -37,6 +37,10 @@ pub const SCHEDULE: [Duration; 7] = [
     Duration::from_secs(10 * 3600),
     Duration::from_secs(10 * 3600),
 ];
+/// The version of the message body's shape (`type`, `version`, `timestamp`, `data`, and each
+/// type's `data` fields as `docs/webhooks.md` lists them): a field is only ever added within a
+/// version.
+pub const PAYLOAD_VERSION: u32 = 1;
 /// How long an endpoint has to answer.
 pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long a claimed message is a node's from its claim or last renewal (renewed while it is
@@ -161,7 +165,7 @@ pub(crate) async fn fan_out(
             payload: json!({
                 "event_id": event.job.id,
                 "endpoint_id": endpoint.id,
-                "body": {"type": kind, "timestamp": crate::routes::rfc3339(event.job.run_at), "data": data},
+                "body": {"type": kind, "version": PAYLOAD_VERSION, "timestamp": crate::routes::rfc3339(event.job.run_at), "data": data},
             }),
             run_at: now,
             max_attempts: u32::try_from(SCHEDULE.len() + 1).unwrap_or(8),

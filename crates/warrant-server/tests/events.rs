@@ -361,7 +361,10 @@ async fn webhooks_are_delivered_retried_and_dead_lettered(store: Arc<dyn Store>)
             reference.verify(&body, &h).unwrap();
             ids.insert(headers["webhook-id"].to_str().unwrap().to_owned());
             let body: Value = serde_json::from_slice(&body).unwrap();
-            assert_eq!(body["type"], "approval.requested");
+            assert_eq!(
+                (&body["type"], &body["version"]),
+                (&json!("approval.requested"), &json!(1))
+            );
             assert_eq!(body["data"]["approval_id"], approval.as_str());
             assert!(body["data"]["review_url"].as_str().unwrap().ends_with(&approval));
             assert!(!body.to_string().contains("cus_1"), "never the arguments");
