@@ -1161,6 +1161,17 @@ pub enum RunAdvance {
         /// Why, when it failed.
         error: Option<String>,
     },
+    /// The run ends at the `end` step `step` that directly follows the recorded one: the two
+    /// steps are recorded in one transaction (a tool step followed by an `end` costs its call's
+    /// writes and nothing more).
+    EndAt {
+        /// The `end` step's id.
+        step: String,
+        /// `Completed` or `Failed`.
+        status: RunStatus,
+        /// Why, when it failed.
+        error: Option<String>,
+    },
 }
 
 impl RunAdvance {
@@ -1169,7 +1180,9 @@ impl RunAdvance {
         match self {
             RunAdvance::Next { step, .. } => (RunStatus::Running, Some(step.clone()), None),
             RunAdvance::Wait { step, .. } => (RunStatus::Waiting, Some(step.clone()), None),
-            RunAdvance::End { status, error } => (*status, None, error.clone()),
+            RunAdvance::End { status, error } | RunAdvance::EndAt { status, error, .. } => {
+                (*status, None, error.clone())
+            }
         }
     }
 
@@ -1177,7 +1190,43 @@ impl RunAdvance {
     pub fn job(&self) -> Option<&NewJob> {
         match self {
             RunAdvance::Next { job, .. } | RunAdvance::Wait { job, .. } => Some(job),
-            RunAdvance::End { .. } => None,
+            RunAdvance::End { .. } | RunAdvance::EndAt { .. } => None,
+        }
+    }
+
+    /// How the run ends, when this advance ends it.
+    pub fn ends(&self) -> Option<RunStatus> {
+        match self {
+            RunAdvance::End { status, .. } | RunAdvance::EndAt { status, .. } => Some(*status),
+            RunAdvance::Next { .. } | RunAdvance::Wait { .. } => None,
+        }
+    }
+
+    /// How many steps this advance records: the step, and the `end` an [`RunAdvance::EndAt`]
+    /// records after it.
+    pub fn steps(&self) -> u32 {
+        match self {
+            RunAdvance::EndAt { .. } => 2,
+            _ => 1,
+        }
+    }
+
+    /// The record of the `end` step an [`RunAdvance::EndAt`] records after `after`.
+    pub fn end_record(&self, after: &RunStep) -> Option<RunStep> {
+        match self {
+            RunAdvance::EndAt { step, .. } => Some(RunStep {
+                run_id: after.run_id.clone(),
+                seq: after.seq.saturating_add(1),
+                step_id: step.clone(),
+                kind: "end".into(),
+                status: "completed".into(),
+                output: None,
+                ledger_id: None,
+                cost: 0,
+                detail: None,
+                finished_at: after.finished_at,
+            }),
+            _ => None,
         }
     }
 }

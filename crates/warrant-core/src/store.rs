@@ -113,6 +113,16 @@ pub trait Store: Send + Sync + 'static {
 
     /// Starts a run: its record and the job of its first step, in one transaction.
     async fn start_run(&self, run: &RunRecord, job: &NewJob) -> Result<(), StoreError>;
+    /// [`Store::start_run`] with the first step's job already claimed by `worker` until
+    /// `lease_until` (a node hands a run it starts to its own runner: no claim of its own);
+    /// answers that job as claimed.
+    async fn start_run_claimed(
+        &self,
+        run: &RunRecord,
+        job: &NewJob,
+        worker: &str,
+        lease_until: OffsetDateTime,
+    ) -> Result<Job, StoreError>;
     /// Records step `step.seq` of a run and what follows it, in one transaction — only while
     /// the run is running and expects that step (`next_seq == step.seq`); [`Advanced::Stale`]
     /// when it does not (another worker recorded it, or the run ended). With a `handoff`, the

@@ -343,6 +343,7 @@ impl Gateway {
             policy,
             adapters,
             runs_due: Arc::new(tokio::sync::Notify::new()),
+            local_runner: Arc::default(),
             runs_ended: tokio::sync::broadcast::channel(1024).0,
             live_principals: Arc::default(),
             compiled_workflows: Arc::default(),

@@ -189,12 +189,31 @@ pub async fn start_with_id(
         updated_at: now,
     };
     let job = step_job(state, &run, 0, now);
-    state
-        .store
-        .start_run(&run, &job)
-        .await
-        .map_err(StartRefusal::Store)?;
-    state.runs_due.notify_one();
+    let local = state.local_runner.lock().ok().and_then(|l| l.clone());
+    match local {
+        // Handed to this node's runner with its first step claimed: no claim of its own.
+        Some(runner) => {
+            let claimed = state
+                .store
+                .start_run_claimed(&run, &job, &runner.worker, now + lease(state))
+                .await
+                .map_err(StartRefusal::Store)?;
+            if runner.handed.send(claimed).is_err() {
+                // The runner stopped: the step is taken over by any runner once its lease lapses.
+                if let Ok(mut l) = state.local_runner.lock() {
+                    *l = None;
+                }
+            }
+        }
+        None => {
+            state
+                .store
+                .start_run(&run, &job)
+                .await
+                .map_err(StartRefusal::Store)?;
+            state.runs_due.notify_one();
+        }
+    }
     metrics::counter!(metric::RUNS, "event" => "started").increment(1);
     Ok(run)
 }
@@ -269,11 +288,50 @@ pub fn step_job(state: &AppState, run: &RunRecord, seq: u32, at: time::OffsetDat
     }
 }
 
-/// Runs due steps until the task is dropped.
+/// This node's runner, as the runs started on this node reach it.
+#[derive(Debug, Clone)]
+pub struct LocalRunner {
+    /// The runner's worker id (the one its claims hold).
+    pub(crate) worker: Arc<str>,
+    /// Runs started here, their first step claimed for `worker`.
+    pub(crate) handed: tokio::sync::mpsc::UnboundedSender<Job>,
+}
+
+/// Runs due steps until the task is dropped: the steps it claims, and the runs started on this
+/// node, handed to it with their first step claimed.
 pub fn spawn_runner(state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let worker: Arc<str> = state.env.new_id("runner").into();
         let lease = lease(&state);
+        let (handed, mut arrivals) = tokio::sync::mpsc::unbounded_channel::<Job>();
+        if let Ok(mut l) = state.local_runner.lock() {
+            *l = Some(LocalRunner {
+                worker: worker.clone(),
+                handed,
+            });
+        }
+        // Handed runs start at once, beside the claimed batch (owned by this task: dropping
+        // the runner drops them, and their steps are taken over when their leases lapse).
+        let mut local = tokio::task::JoinSet::new();
+        {
+            let (state, worker) = (state.clone(), worker.clone());
+            local.spawn(async move {
+                let mut started = tokio::task::JoinSet::new();
+                loop {
+                    tokio::select! {
+                        job = arrivals.recv() => match job {
+                            Some(job) => {
+                                let (state, worker) = (state.clone(), worker.clone());
+                                started.spawn(async move { finish(&state, &worker, lease, &job).await });
+                            }
+                            None => break,
+                        },
+                        Some(_) = started.join_next(), if !started.is_empty() => {}
+                    }
+                }
+                while started.join_next().await.is_some() {}
+            });
+        }
         loop {
             let now = state.env.now();
             let jobs = match state.store.claim_jobs(&worker, STEP_JOB, CLAIM, lease, now).await {
@@ -446,10 +504,10 @@ fn recorded(
     }
     metrics::histogram!(metric::STEP_SECONDS, "kind" => record.kind.clone())
         .record(started.elapsed().as_secs_f64());
-    if let RunAdvance::End { status, .. } = next {
+    if let Some(status) = next.ends() {
         metrics::counter!(metric::RUNS, "event" => status.as_str()).increment(1);
         // No listener is not an error.
-        let _ = state.runs_ended.send((record.run_id.clone(), *status));
+        let _ = state.runs_ended.send((record.run_id.clone(), status));
     }
     true
 }
@@ -590,10 +648,7 @@ async fn run_job(state: &AppState, job: &Job) -> Result<(), Retry> {
     match action(&compiled, &step_id, &scope) {
         Err(error) => fail(state, started, &run, seq, &step_id, "step", error.to_string()).await,
         Ok(Action::End(status)) => {
-            let (status, error) = match status {
-                EndStatus::Completed => (RunStatus::Completed, None),
-                EndStatus::Failed => (RunStatus::Failed, Some(format!("ended at `{step_id}`"))),
-            };
+            let (status, error) = end_status(status, &step_id);
             let record = step_record(&run, seq, &step_id, "end", "completed", None, None, 0, None, now);
             record_step(
                 state,
@@ -663,11 +718,49 @@ async fn run_job(state: &AppState, job: &Job) -> Result<(), Retry> {
                 let why = format!("step `{step_id}` needs the approval of a covering review, and has none");
                 return fail(state, started, &run, seq, &step_id, "tool", why).await;
             }
+            let after = advance_to(state, &compiled, &run, seq, next);
             call(
-                state, started, &run, seq, &step_id, &contract, arguments, next, key, approval,
+                state, started, &run, seq, &step_id, &contract, arguments, after, key, approval,
             )
             .await
         }
+    }
+}
+
+/// How a run ends at an `end` step: its status and, for `failed`, why.
+fn end_status(status: EndStatus, step_id: &str) -> (RunStatus, Option<String>) {
+    match status {
+        EndStatus::Completed => (RunStatus::Completed, None),
+        EndStatus::Failed => (RunStatus::Failed, Some(format!("ended at `{step_id}`"))),
+    }
+}
+
+/// What follows a tool step that goes on to `next`: the next step's job or — when `next` is an
+/// `end` step — the run's end, recorded with the tool step in the same transaction (no job, no
+/// claim and no write of its own for the `end`).
+fn advance_to(state: &AppState, compiled: &Compiled, run: &RunRecord, seq: u32, next: String) -> RunAdvance {
+    let end = compiled
+        .definition
+        .steps
+        .iter()
+        .find(|s| s.id == next)
+        .and_then(|s| match &s.kind {
+            StepKind::End(end) => Some(end.status),
+            _ => None,
+        });
+    match end {
+        Some(status) => {
+            let (status, error) = end_status(status, &next);
+            RunAdvance::EndAt {
+                step: next,
+                status,
+                error,
+            }
+        }
+        None => RunAdvance::Next {
+            step: next,
+            job: step_job(state, run, seq + 1, state.env.now()),
+        },
     }
 }
 
@@ -1004,7 +1097,7 @@ async fn call(
     step_id: &str,
     contract: &warrant_core::Contract,
     arguments: Map<String, Value>,
-    next: String,
+    after: RunAdvance,
     key: String,
     approval: Option<String>,
 ) -> Result<(), Retry> {
@@ -1039,10 +1132,7 @@ async fn call(
             None,
             now,
         ),
-        advance: RunAdvance::Next {
-            step: next.clone(),
-            job: step_job(state, run, seq + 1, now),
-        },
+        advance: after.clone(),
         handoff: handoff(),
     };
     owned.then = Some(Arc::new(follow));
@@ -1092,11 +1182,7 @@ async fn call(
                     None,
                     now,
                 );
-                let advance = RunAdvance::Next {
-                    step: next,
-                    job: step_job(state, run, seq + 1, now),
-                };
-                (record, advance)
+                (record, after)
             }
             // The effect may have happened: try again later with the same key, which replays
             // the outcome once reconciliation knows it.

@@ -97,6 +97,9 @@ pub struct AppState {
     pub adapters: Arc<Adapters>,
     /// Wakes this node's workflow runner: a run started or a step made due here.
     pub runs_due: Arc<tokio::sync::Notify>,
+    /// This node's runner, when one runs: a run started here is handed to it with its first
+    /// step already claimed (`runs::start`).
+    pub(crate) local_runner: Arc<std::sync::Mutex<Option<crate::runs::LocalRunner>>>,
     /// (tenant, principal) a run's step saw holding a key that is not revoked, and when:
     /// trusted for [`crate::auth::KEY_CACHE_TTL`] like a cached key, and forgotten at once
     /// when a key is revoked through this node.

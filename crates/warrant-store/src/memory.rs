@@ -524,6 +524,27 @@ impl Store for MemoryStore {
         })
     }
 
+    async fn start_run_claimed(
+        &self,
+        run: &RunRecord,
+        job: &NewJob,
+        worker: &str,
+        lease_until: OffsetDateTime,
+    ) -> Result<Job, StoreError> {
+        self.start_run(run, job).await?;
+        self.with(|s| {
+            let j = s
+                .jobs
+                .get_mut(&job.id)
+                .ok_or_else(|| StoreError::Conflict(format!("job {} is gone", job.id)))?;
+            j.status = JobStatus::Running;
+            j.attempts = 1;
+            j.locked_by = Some(worker.to_owned());
+            j.locked_until = Some(trunc(lease_until));
+            Ok(j.clone())
+        })
+    }
+
     async fn advance_run(
         &self,
         tenant: &str,
@@ -573,13 +594,17 @@ impl Store for MemoryStore {
             };
             run.status = status;
             run.next_step = next_step;
-            run.next_seq += 1;
+            run.next_seq += advance.steps();
             run.cost = run.cost.saturating_add(step.cost);
             run.error = error;
             run.updated_at = trunc(now);
             let mut recorded = step.clone();
             recorded.finished_at = trunc(recorded.finished_at);
             s.run_steps.insert((step.run_id.clone(), step.seq), recorded);
+            if let Some(mut end) = advance.end_record(step) {
+                end.finished_at = trunc(end.finished_at);
+                s.run_steps.insert((end.run_id.clone(), end.seq), end);
+            }
             Ok(Advanced::Recorded { next })
         })
     }

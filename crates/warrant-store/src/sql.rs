@@ -886,6 +886,16 @@ impl Finishing {
 const CHARGE: &str = "INSERT INTO budget_counters (tenant, key, used, expires_at) VALUES ($1, $2, $3, $4) \
                       ON CONFLICT (tenant, key) DO UPDATE SET used = budget_counters.used + excluded.used";
 
+/// A new run.
+const INSERT_RUN: &str = "INSERT INTO runs (id, tenant, workflow, version, digest, status, input, principal, \
+     next_step, next_seq, cost, error, created_at, updated_at) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
+
+/// A job enqueued already claimed by a worker (`$7`) until `$8` (a handoff).
+const INSERT_CLAIMED_JOB: &str = "INSERT INTO jobs (id, tenant, kind, payload, status, attempts, max_attempts, \
+     run_at, locked_by, locked_until, created_at, updated_at) \
+     VALUES ($1, $2, $3, $4, 'running', 1, $5, $6, $7, $8, $6, $6)";
+
 /// Enqueues a job in the caller's transaction (the outbox: the job commits with the record
 /// that causes it).
 async fn enqueue_in<E: Exec>(ex: &mut E, j: &NewJob) -> Result<(), StoreError> {
@@ -949,16 +959,14 @@ async fn advance_in<E: Exec>(
     handoff: Option<&Handoff>,
     now: OffsetDateTime,
 ) -> Result<Advanced, StoreError> {
-    let update = "UPDATE runs SET status = $1, next_step = $2, next_seq = next_seq + 1, cost = cost + $3, \
+    let update = "UPDATE runs SET status = $1, next_step = $2, next_seq = next_seq + $9, cost = cost + $3, \
                       error = $4, updated_at = $5 WHERE tenant = $6 AND id = $7 AND next_seq = $8 \
                       AND status IN ('running', 'waiting')";
     let insert = "INSERT INTO run_steps (run_id, seq, step_id, kind, status, output, ledger_id, cost, detail, \
                       finished_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
     let done = "UPDATE jobs SET status = 'done', locked_by = NULL, locked_until = NULL, updated_at = $1 \
                     WHERE id = $2 AND locked_by = $3 AND status = 'running'";
-    let claimed = "INSERT INTO jobs (id, tenant, kind, payload, status, attempts, max_attempts, run_at, \
-                       locked_by, locked_until, created_at, updated_at) \
-                       VALUES ($1, $2, $3, $4, 'running', 1, $5, $6, $7, $8, $6, $6)";
+    let claimed = INSERT_CLAIMED_JOB;
     let output = step.output.as_ref().map(json_text);
     let (status, next, error) = advance.outcome();
     let cost = i64::try_from(step.cost).unwrap_or(i64::MAX);
@@ -971,6 +979,7 @@ async fn advance_in<E: Exec>(
         tenant,
         &step.run_id,
         i64::from(step.seq),
+        i64::from(advance.steps()),
     ];
     if ex.execute(update, &params).await? != 1 {
         return Ok(Advanced::Stale);
@@ -991,6 +1000,22 @@ async fn advance_in<E: Exec>(
         ms(step.finished_at),
     ];
     ex.execute(insert, &params).await?;
+    if let Some(end) = advance.end_record(step) {
+        let none: Option<String> = None;
+        let params = args![
+            &end.run_id,
+            i64::from(end.seq),
+            &end.step_id,
+            &end.kind,
+            &end.status,
+            &none,
+            &none,
+            0i64,
+            &none,
+            ms(end.finished_at),
+        ];
+        ex.execute(insert, &params).await?;
+    }
     if let Some(h) = &handoff {
         ex.execute(done, &args![ms(now), &h.job_id, &h.worker]).await?;
     }
@@ -1466,9 +1491,7 @@ impl Store for SqlStore {
     }
 
     async fn start_run(&self, run: &RunRecord, job: &NewJob) -> Result<(), StoreError> {
-        let sql = "INSERT INTO runs (id, tenant, workflow, version, digest, status, input, principal, next_step, \
-                   next_seq, cost, error, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
-                   $11, $12, $13, $14)";
+        let sql = INSERT_RUN;
         let input = json_text(&run.input);
         let principal = json_text(&run.principal);
         write_op!(self, [r = run.clone(), job = job.clone()], |ex| {
@@ -1492,6 +1515,65 @@ impl Store for SqlStore {
             enqueue_in(ex, &job).await?;
             enqueue_in(ex, &run_event(&r.tenant, &r.id, "run.started", r.created_at)).await
         })
+    }
+
+    async fn start_run_claimed(
+        &self,
+        run: &RunRecord,
+        job: &NewJob,
+        worker: &str,
+        lease_until: OffsetDateTime,
+    ) -> Result<Job, StoreError> {
+        let input = json_text(&run.input);
+        let principal = json_text(&run.principal);
+        write_op!(
+            self,
+            [r = run.clone(), job = job.clone(), worker = worker.to_owned()],
+            |ex| {
+                let params = args![
+                    &r.id,
+                    &r.tenant,
+                    &r.workflow,
+                    i64::from(r.version),
+                    &r.digest,
+                    r.status.as_str(),
+                    &input,
+                    &principal,
+                    &r.next_step,
+                    i64::from(r.next_seq),
+                    i64::try_from(r.cost).unwrap_or(i64::MAX),
+                    &r.error,
+                    ms(r.created_at),
+                    ms(r.updated_at),
+                ];
+                ex.execute(INSERT_RUN, &params).await?;
+                let payload = json_text(&job.payload);
+                let params = args![
+                    &job.id,
+                    &job.tenant,
+                    &job.kind,
+                    &payload,
+                    i64::from(job.max_attempts.max(1)),
+                    ms(job.run_at),
+                    &worker,
+                    ms(lease_until),
+                ];
+                ex.execute(INSERT_CLAIMED_JOB, &params).await?;
+                enqueue_in(ex, &run_event(&r.tenant, &r.id, "run.started", r.created_at)).await?;
+                Ok(Job {
+                    job: NewJob {
+                        run_at: from_ms(ms(job.run_at))?,
+                        max_attempts: job.max_attempts.max(1),
+                        ..job.clone()
+                    },
+                    status: JobStatus::Running,
+                    attempts: 1,
+                    locked_by: Some(worker.clone()),
+                    locked_until: Some(from_ms(ms(lease_until))?),
+                    last_error: None,
+                })
+            }
+        )
     }
 
     async fn advance_run(

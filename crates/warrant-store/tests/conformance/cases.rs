@@ -3564,3 +3564,103 @@ pub async fn a_renewed_lease_is_not_taken_over(b: &Backend) {
             .unwrap()
     );
 }
+
+/// A run started with its first step claimed is the claiming worker's until the lease lapses;
+/// a tool step followed by an `end` records both steps and ends the run in one advance.
+pub async fn a_run_handed_on_start_ends_with_its_last_tool_step(b: &Backend) {
+    let s = b.store();
+    let run = RunRecord {
+        id: "run_e".into(),
+        tenant: "acme".into(),
+        workflow: "refund".into(),
+        version: 1,
+        digest: "sha256:aa".into(),
+        status: RunStatus::Running,
+        input: json!({}),
+        principal: json!({"id": "agent-7", "tenant": "acme", "grants": [], "roles": []}),
+        next_step: Some("one".into()),
+        next_seq: 0,
+        cost: 0,
+        error: None,
+        created_at: T0,
+        updated_at: T0,
+    };
+    let first = NewJob {
+        id: "job_e0".into(),
+        tenant: "acme".into(),
+        kind: "workflow.step".into(),
+        payload: json!({"run_id": "run_e", "seq": 0}),
+        run_at: T0,
+        max_attempts: 5,
+    };
+    let held = s
+        .start_run_claimed(&run, &first, "w1", T0 + secs(30))
+        .await
+        .unwrap();
+    assert_eq!(
+        (held.status, held.attempts, held.locked_by.as_deref()),
+        (JobStatus::Running, 1, Some("w1"))
+    );
+    assert!(
+        s.start_run_claimed(&run, &first, "w1", T0 + secs(30))
+            .await
+            .is_err(),
+        "one run per id"
+    );
+    let lease = Duration::from_secs(30);
+    assert!(
+        b.node(1)
+            .claim_jobs("w2", "workflow.step", 10, lease, T0 + secs(1))
+            .await
+            .unwrap()
+            .is_empty(),
+        "handed: w1's"
+    );
+    let step = RunStep {
+        run_id: "run_e".into(),
+        seq: 0,
+        step_id: "one".into(),
+        kind: "tool".into(),
+        status: "completed".into(),
+        output: Some(json!({"ok": true})),
+        ledger_id: Some("led_1".into()),
+        cost: 2,
+        detail: None,
+        finished_at: T0 + secs(1),
+    };
+    let end = RunAdvance::EndAt {
+        step: "done".into(),
+        status: RunStatus::Completed,
+        error: None,
+    };
+    let handoff = Handoff {
+        worker: "w1".into(),
+        job_id: "job_e0".into(),
+        lease_until: T0 + secs(31),
+    };
+    let advanced = s
+        .advance_run("acme", &step, &end, Some(&handoff), T0 + secs(1))
+        .await
+        .unwrap();
+    assert_eq!(advanced, Advanced::Recorded { next: None });
+    let ended = s.get_run("acme", "run_e").await.unwrap().unwrap();
+    assert_eq!(
+        (ended.status, ended.next_seq, ended.cost, ended.next_step),
+        (RunStatus::Completed, 2, 2, None)
+    );
+    let steps = s.run_steps("acme", "run_e").await.unwrap();
+    assert_eq!(
+        steps
+            .iter()
+            .map(|s| (s.seq, s.step_id.as_str(), s.kind.as_str()))
+            .collect::<Vec<_>>(),
+        [(0, "one", "tool"), (1, "done", "end")]
+    );
+    assert!(
+        s.claim_jobs("w3", "workflow.step", 10, lease, T0 + secs(100))
+            .await
+            .unwrap()
+            .is_empty(),
+        "the handed job is done"
+    );
+}

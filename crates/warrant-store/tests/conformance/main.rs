@@ -92,4 +92,5 @@ conformance! {
     inbound_events_are_accepted_once_with_their_job,
     webhook_only_events_commit_with_their_record_when_subscribed,
     a_renewed_lease_is_not_taken_over,
+    a_run_handed_on_start_ends_with_its_last_tool_step,
 }
