@@ -115,29 +115,18 @@ pub enum WebhooksCommand {
 pub fn webhooks(args: &ServerArgs, command: &WebhooksCommand) -> Result<Exit> {
     let client = Client::new(args)?;
     block_on(async move {
-        let post = |path: String, body: Option<Value>| {
-            let client = &client;
-            async move {
-                client
-                    .call(
-                        Method::POST,
-                        &path,
-                        body.map(|b| (b.to_string().into_bytes(), "application/json")),
-                    )
-                    .await
-            }
-        };
         let answer = match command {
             WebhooksCommand::Add {
                 url,
                 events,
                 description,
             } => {
-                post(
-                    "/v1/webhooks".to_owned(),
-                    Some(json!({"url": url, "events": events, "description": description})),
-                )
-                .await?
+                client
+                    .post_json(
+                        "/v1/webhooks",
+                        Some(json!({"url": url, "events": events, "description": description})),
+                    )
+                    .await?
             }
             WebhooksCommand::List { json } => match client.call(Method::GET, "/v1/webhooks", None).await? {
                 Ok(v) if !*json => {
@@ -164,13 +153,19 @@ pub fn webhooks(args: &ServerArgs, command: &WebhooksCommand) -> Result<Exit> {
                 other => other,
             },
             WebhooksCommand::Rotate { id } => {
-                post(format!("/v1/webhooks/{}/rotate", segment(id)), None).await?
+                client
+                    .post_json(&format!("/v1/webhooks/{}/rotate", segment(id)), None)
+                    .await?
             }
             WebhooksCommand::Disable { id } => {
-                post(format!("/v1/webhooks/{}/disable", segment(id)), None).await?
+                client
+                    .post_json(&format!("/v1/webhooks/{}/disable", segment(id)), None)
+                    .await?
             }
             WebhooksCommand::Enable { id } => {
-                post(format!("/v1/webhooks/{}/enable", segment(id)), None).await?
+                client
+                    .post_json(&format!("/v1/webhooks/{}/enable", segment(id)), None)
+                    .await?
             }
             WebhooksCommand::Deliveries { id } => {
                 client
@@ -197,7 +192,10 @@ pub fn webhooks(args: &ServerArgs, command: &WebhooksCommand) -> Result<Exit> {
                     _ => bail!("name one message id, or --all"),
                 };
                 for id in &ids {
-                    if let Err(m) = post(format!("/v1/webhooks/dead/{}/replay", segment(id)), None).await? {
+                    if let Err(m) = client
+                        .post_json(&format!("/v1/webhooks/dead/{}/replay", segment(id)), None)
+                        .await?
+                    {
                         return Ok(refused(&m));
                     }
                     println!("replayed={id}");
@@ -280,18 +278,6 @@ pub enum InboundCommand {
 pub fn inbound(args: &ServerArgs, command: &InboundCommand) -> Result<Exit> {
     let client = Client::new(args)?;
     block_on(async move {
-        let post = |path: String, body: Option<Value>| {
-            let client = &client;
-            async move {
-                client
-                    .call(
-                        Method::POST,
-                        &path,
-                        body.map(|b| (b.to_string().into_bytes(), "application/json")),
-                    )
-                    .await
-            }
-        };
         let answer = match command {
             InboundCommand::Add {
                 provider,
@@ -324,18 +310,24 @@ pub fn inbound(args: &ServerArgs, command: &InboundCommand) -> Result<Exit> {
                         fields.insert("description".into(), json!(description));
                     }
                 }
-                post("/v1/inbound-sources".to_owned(), Some(body)).await?
+                client.post_json("/v1/inbound-sources", Some(body)).await?
             }
             InboundCommand::List => client.call(Method::GET, "/v1/inbound-sources", None).await?,
             InboundCommand::Rotate { id, secret } => {
                 let body = secret.as_ref().map(|s| json!({"secret": s}));
-                post(format!("/v1/inbound-sources/{}/rotate", segment(id)), body).await?
+                client
+                    .post_json(&format!("/v1/inbound-sources/{}/rotate", segment(id)), body)
+                    .await?
             }
             InboundCommand::Disable { id } => {
-                post(format!("/v1/inbound-sources/{}/disable", segment(id)), None).await?
+                client
+                    .post_json(&format!("/v1/inbound-sources/{}/disable", segment(id)), None)
+                    .await?
             }
             InboundCommand::Enable { id } => {
-                post(format!("/v1/inbound-sources/{}/enable", segment(id)), None).await?
+                client
+                    .post_json(&format!("/v1/inbound-sources/{}/enable", segment(id)), None)
+                    .await?
             }
             InboundCommand::Events { id } => {
                 client
@@ -523,6 +515,20 @@ impl Client {
     }
 
     /// Sends a request; `Ok(Err(refusal))` for an API refusal.
+    /// `POST`s `body` (JSON) to `path`.
+    async fn post_json(
+        &self,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<std::result::Result<Value, Refusal>> {
+        self.call(
+            Method::POST,
+            path,
+            body.map(|b| (b.to_string().into_bytes(), "application/json")),
+        )
+        .await
+    }
+
     async fn call(
         &self,
         method: Method,

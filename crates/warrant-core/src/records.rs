@@ -492,17 +492,16 @@ pub fn approval_event(tenant: &str, id: &str, kind: &str, at: OffsetDateTime) ->
     }
 }
 
-/// An event job about run `id` of `tenant` (`run.started`, `run.completed`, `run.failed`),
+/// The event about run `id` of `tenant` (`run.started`, `run.completed`, `run.failed`),
 /// committed with the change it reports: id `evt_<kind>_<run id>` (each happens once per run).
-pub fn run_event(tenant: &str, id: &str, kind: &str, at: OffsetDateTime) -> NewJob {
-    NewJob {
-        id: format!("evt_{}_{id}", kind.trim_start_matches("run.")),
-        tenant: tenant.to_owned(),
-        kind: EVENT_JOB.to_owned(),
-        payload: serde_json::json!({"type": kind, "run_id": id}),
-        run_at: at,
-        max_attempts: 8,
-    }
+pub fn run_event(tenant: &str, id: &str, kind: &'static str, at: OffsetDateTime) -> Notice {
+    Notice::new(
+        tenant,
+        format!("evt_{}_{id}", kind.trim_start_matches("run.")),
+        kind,
+        serde_json::json!({"run_id": id}),
+        at,
+    )
 }
 
 /// The event a run's new status reports, committed with the step that moves the run there, if
@@ -514,21 +513,23 @@ pub fn run_advance_event(
     seq: u32,
     status: RunStatus,
     at: OffsetDateTime,
-) -> Option<NewJob> {
+) -> Option<Notice> {
     match status {
         RunStatus::Completed => Some(run_event(tenant, run_id, "run.completed", at)),
         RunStatus::Failed => Some(run_event(tenant, run_id, "run.failed", at)),
-        RunStatus::Waiting => Some(NewJob {
-            id: format!("evt_waiting_{run_id}_{seq}"),
-            ..run_event(tenant, run_id, "run.waiting", at)
-        }),
+        RunStatus::Waiting => {
+            let mut notice = run_event(tenant, run_id, "run.waiting", at);
+            notice.job.id = format!("evt_waiting_{run_id}_{seq}");
+            Some(notice)
+        }
         RunStatus::Running | RunStatus::Cancelled => None,
     }
 }
 
-/// The events only a webhook endpoint consumes: the store enqueues one only when an enabled
-/// endpoint of its tenant subscribes to its type when it commits (so a tenant without endpoints
-/// pays nothing on the hot path), and at most once per id.
+/// The events only webhook endpoints consume (every event but `approval.requested`, which also
+/// mails reviewers): the store enqueues one only when an enabled endpoint of its tenant
+/// subscribes to its type when it commits (so a tenant without endpoints pays nothing on the
+/// hot path), and at most once per id.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Notice {
     /// The event's type (what endpoints subscribe to).

@@ -518,7 +518,7 @@ impl Store for MemoryStore {
             r.created_at = trunc(r.created_at);
             r.updated_at = trunc(r.updated_at);
             s.enqueue(job)?;
-            s.enqueue(&run_event(&r.tenant, &r.id, "run.started", r.created_at))?;
+            s.notify(&run_event(&r.tenant, &r.id, "run.started", r.created_at));
             s.runs.insert(r.id.clone(), r);
             Ok(())
         })
@@ -587,7 +587,7 @@ impl Store for MemoryStore {
             }
             let (status, next_step, error) = advance.outcome();
             if let Some(event) = run_advance_event(tenant, &step.run_id, step.seq, status, now) {
-                s.enqueue(&event)?;
+                s.notify(&event);
             }
             let Some(run) = s.runs.get_mut(&step.run_id) else {
                 return Ok(Advanced::Stale);

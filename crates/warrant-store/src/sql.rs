@@ -886,15 +886,72 @@ impl Finishing {
 const CHARGE: &str = "INSERT INTO budget_counters (tenant, key, used, expires_at) VALUES ($1, $2, $3, $4) \
                       ON CONFLICT (tenant, key) DO UPDATE SET used = budget_counters.used + excluded.used";
 
-/// A new run.
-const INSERT_RUN: &str = "INSERT INTO runs (id, tenant, workflow, version, digest, status, input, principal, \
-     next_step, next_seq, cost, error, created_at, updated_at) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
+/// Inserts a new run and its `run.started` event, in the caller's transaction (`input` and
+/// `principal` are its JSON texts, made before the operation is queued).
+async fn insert_run_in<E: Exec>(
+    ex: &mut E,
+    r: &RunRecord,
+    input: &str,
+    principal: &str,
+) -> Result<(), StoreError> {
+    let sql = "INSERT INTO runs (id, tenant, workflow, version, digest, status, input, principal, next_step, \
+               next_seq, cost, error, created_at, updated_at) \
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
+    let params = args![
+        &r.id,
+        &r.tenant,
+        &r.workflow,
+        i64::from(r.version),
+        &r.digest,
+        r.status.as_str(),
+        input,
+        principal,
+        &r.next_step,
+        i64::from(r.next_seq),
+        i64::try_from(r.cost).unwrap_or(i64::MAX),
+        &r.error,
+        ms(r.created_at),
+        ms(r.updated_at),
+    ];
+    ex.execute(sql, &params).await?;
+    notify_in(ex, &run_event(&r.tenant, &r.id, "run.started", r.created_at)).await
+}
 
-/// A job enqueued already claimed by a worker (`$7`) until `$8` (a handoff).
-const INSERT_CLAIMED_JOB: &str = "INSERT INTO jobs (id, tenant, kind, payload, status, attempts, max_attempts, \
-     run_at, locked_by, locked_until, created_at, updated_at) \
-     VALUES ($1, $2, $3, $4, 'running', 1, $5, $6, $7, $8, $6, $6)";
+/// Inserts a job already claimed by `worker` until `lease_until` (a handoff: no claim of its
+/// own), in the caller's transaction; answers it as claimed.
+async fn claim_new_in<E: Exec>(
+    ex: &mut E,
+    job: &NewJob,
+    worker: &str,
+    lease_until: OffsetDateTime,
+) -> Result<Job, StoreError> {
+    let sql = "INSERT INTO jobs (id, tenant, kind, payload, status, attempts, max_attempts, run_at, locked_by, \
+               locked_until, created_at, updated_at) VALUES ($1, $2, $3, $4, 'running', 1, $5, $6, $7, $8, $6, $6)";
+    let payload = json_text(&job.payload);
+    let params = args![
+        &job.id,
+        &job.tenant,
+        &job.kind,
+        &payload,
+        i64::from(job.max_attempts.max(1)),
+        ms(job.run_at),
+        worker,
+        ms(lease_until),
+    ];
+    ex.execute(sql, &params).await?;
+    Ok(Job {
+        job: NewJob {
+            run_at: from_ms(ms(job.run_at))?,
+            max_attempts: job.max_attempts.max(1),
+            ..job.clone()
+        },
+        status: JobStatus::Running,
+        attempts: 1,
+        locked_by: Some(worker.to_owned()),
+        locked_until: Some(from_ms(ms(lease_until))?),
+        last_error: None,
+    })
+}
 
 /// Enqueues a job in the caller's transaction (the outbox: the job commits with the record
 /// that causes it).
@@ -966,7 +1023,6 @@ async fn advance_in<E: Exec>(
                       finished_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
     let done = "UPDATE jobs SET status = 'done', locked_by = NULL, locked_until = NULL, updated_at = $1 \
                     WHERE id = $2 AND locked_by = $3 AND status = 'running'";
-    let claimed = INSERT_CLAIMED_JOB;
     let output = step.output.as_ref().map(json_text);
     let (status, next, error) = advance.outcome();
     let cost = i64::try_from(step.cost).unwrap_or(i64::MAX);
@@ -985,7 +1041,7 @@ async fn advance_in<E: Exec>(
         return Ok(Advanced::Stale);
     }
     if let Some(event) = run_advance_event(tenant, &step.run_id, step.seq, status, now) {
-        enqueue_in(ex, &event).await?;
+        notify_in(ex, &event).await?;
     }
     let params = args![
         &step.run_id,
@@ -1022,30 +1078,7 @@ async fn advance_in<E: Exec>(
     let mut next = None;
     match (advance.job(), handoff) {
         (Some(job), Some(h)) if job.run_at <= now => {
-            let payload = json_text(&job.payload);
-            let params = args![
-                &job.id,
-                &job.tenant,
-                &job.kind,
-                &payload,
-                i64::from(job.max_attempts.max(1)),
-                ms(job.run_at),
-                &h.worker,
-                ms(h.lease_until),
-            ];
-            ex.execute(claimed, &params).await?;
-            next = Some(Box::new(Job {
-                job: NewJob {
-                    run_at: from_ms(ms(job.run_at))?,
-                    max_attempts: job.max_attempts.max(1),
-                    ..job.clone()
-                },
-                status: JobStatus::Running,
-                attempts: 1,
-                locked_by: Some(h.worker.clone()),
-                locked_until: Some(from_ms(ms(h.lease_until))?),
-                last_error: None,
-            }));
+            next = Some(Box::new(claim_new_in(ex, job, &h.worker, h.lease_until).await?));
         }
         (Some(job), _) => enqueue_in(ex, job).await?,
         (None, _) => {}
@@ -1491,29 +1524,10 @@ impl Store for SqlStore {
     }
 
     async fn start_run(&self, run: &RunRecord, job: &NewJob) -> Result<(), StoreError> {
-        let sql = INSERT_RUN;
-        let input = json_text(&run.input);
-        let principal = json_text(&run.principal);
+        let (input, principal) = (json_text(&run.input), json_text(&run.principal));
         write_op!(self, [r = run.clone(), job = job.clone()], |ex| {
-            let params = args![
-                &r.id,
-                &r.tenant,
-                &r.workflow,
-                i64::from(r.version),
-                &r.digest,
-                r.status.as_str(),
-                &input,
-                &principal,
-                &r.next_step,
-                i64::from(r.next_seq),
-                i64::try_from(r.cost).unwrap_or(i64::MAX),
-                &r.error,
-                ms(r.created_at),
-                ms(r.updated_at),
-            ];
-            ex.execute(sql, &params).await?;
-            enqueue_in(ex, &job).await?;
-            enqueue_in(ex, &run_event(&r.tenant, &r.id, "run.started", r.created_at)).await
+            insert_run_in(ex, &r, &input, &principal).await?;
+            enqueue_in(ex, &job).await
         })
     }
 
@@ -1524,54 +1538,13 @@ impl Store for SqlStore {
         worker: &str,
         lease_until: OffsetDateTime,
     ) -> Result<Job, StoreError> {
-        let input = json_text(&run.input);
-        let principal = json_text(&run.principal);
+        let (input, principal) = (json_text(&run.input), json_text(&run.principal));
         write_op!(
             self,
             [r = run.clone(), job = job.clone(), worker = worker.to_owned()],
             |ex| {
-                let params = args![
-                    &r.id,
-                    &r.tenant,
-                    &r.workflow,
-                    i64::from(r.version),
-                    &r.digest,
-                    r.status.as_str(),
-                    &input,
-                    &principal,
-                    &r.next_step,
-                    i64::from(r.next_seq),
-                    i64::try_from(r.cost).unwrap_or(i64::MAX),
-                    &r.error,
-                    ms(r.created_at),
-                    ms(r.updated_at),
-                ];
-                ex.execute(INSERT_RUN, &params).await?;
-                let payload = json_text(&job.payload);
-                let params = args![
-                    &job.id,
-                    &job.tenant,
-                    &job.kind,
-                    &payload,
-                    i64::from(job.max_attempts.max(1)),
-                    ms(job.run_at),
-                    &worker,
-                    ms(lease_until),
-                ];
-                ex.execute(INSERT_CLAIMED_JOB, &params).await?;
-                enqueue_in(ex, &run_event(&r.tenant, &r.id, "run.started", r.created_at)).await?;
-                Ok(Job {
-                    job: NewJob {
-                        run_at: from_ms(ms(job.run_at))?,
-                        max_attempts: job.max_attempts.max(1),
-                        ..job.clone()
-                    },
-                    status: JobStatus::Running,
-                    attempts: 1,
-                    locked_by: Some(worker.clone()),
-                    locked_until: Some(from_ms(ms(lease_until))?),
-                    last_error: None,
-                })
+                insert_run_in(ex, &r, &input, &principal).await?;
+                claim_new_in(ex, &job, &worker, lease_until).await
             }
         )
     }

@@ -359,11 +359,6 @@ pub(crate) async fn enable(
     set_enabled(&state, &caller, &id, true).await
 }
 
-#[derive(Debug, Deserialize)]
-pub(crate) struct EventsQuery {
-    limit: Option<u32>,
-}
-
 /// The source's events, newest first: each with its deliveries and what it did (the run it
 /// started, or its call's ledger row and outcome, or why it failed).
 #[utoipa::path(get, path = "/v1/inbound-sources/{id}/events", tag = "inbound",
@@ -374,7 +369,7 @@ pub(crate) async fn events(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     Path(id): Path<String>,
-    Query(q): Query<EventsQuery>,
+    Query(q): Query<crate::routes::webhooks::DeliveriesQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let source = own(&state, &caller, &id).await?;
     let events = state

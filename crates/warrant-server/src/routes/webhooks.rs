@@ -274,9 +274,10 @@ pub(crate) async fn enable(
     set_enabled(&state, &caller, &id, true).await
 }
 
+/// `?limit=` of a listing (default 50).
 #[derive(Debug, Deserialize)]
 pub(crate) struct DeliveriesQuery {
-    limit: Option<u32>,
+    pub(crate) limit: Option<u32>,
 }
 
 /// The endpoint's recent delivery attempts, newest first.

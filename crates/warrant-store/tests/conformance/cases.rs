@@ -2133,6 +2133,10 @@ pub async fn workflows_are_immutable_and_tenant_scoped(b: &Backend) {
 
 pub async fn runs_advance_one_step_at_a_time(b: &Backend) {
     let s = b.store();
+    // An endpoint that takes every event (without one, run events are not enqueued).
+    let mut all = endpoint("acme", "whe_runs", T0);
+    all.events = Vec::new();
+    s.create_webhook(&all).await.unwrap();
     let step_job = |id: &str, seq: u32| NewJob {
         id: id.into(),
         tenant: "acme".into(),
@@ -3662,5 +3666,12 @@ pub async fn a_run_handed_on_start_ends_with_its_last_tool_step(b: &Backend) {
             .unwrap()
             .is_empty(),
         "the handed job is done"
+    );
+    assert!(
+        s.claim_jobs("w3", EVENT_JOB, 10, lease, T0 + secs(100))
+            .await
+            .unwrap()
+            .is_empty(),
+        "no endpoint of the tenant: no run events"
     );
 }
