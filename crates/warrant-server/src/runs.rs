@@ -11,6 +11,13 @@
 //! idempotency key derived from the run, the step and its visit (`<run id>.<step id>.<visit>`):
 //! a step tried again after a crash replays the stored outcome, or reconciles an unknown one,
 //! and never repeats an effect; a bounded loop's next visit is a new operation.
+//!
+//! A run started on a node that runs a runner is handed to it with its first step's job
+//! already claimed and the run's record (`Store::start_run_claimed`); a step recorded with its
+//! next step's job hands that job, the run as the record left it and its recorded steps to the
+//! same worker, which runs it at once without claiming or reading anything. The record's
+//! transaction is where a cancellation is seen (it refuses to record a step of a run that is no
+//! longer running): a run cancelled while a step calls its tool takes no further step.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -198,7 +205,7 @@ pub async fn start_with_id(
                 .start_run_claimed(&run, &job, &runner.worker, now + lease(state))
                 .await
                 .map_err(StartRefusal::Store)?;
-            if runner.handed.send(claimed).is_err() {
+            if runner.handed.send((claimed, run.clone())).is_err() {
                 // The runner stopped: the step is taken over by any runner once its lease lapses.
                 if let Ok(mut l) = state.local_runner.lock() {
                     *l = None;
@@ -294,7 +301,7 @@ pub struct LocalRunner {
     /// The runner's worker id (the one its claims hold).
     pub(crate) worker: Arc<str>,
     /// Runs started here, their first step claimed for `worker`.
-    pub(crate) handed: tokio::sync::mpsc::UnboundedSender<Job>,
+    pub(crate) handed: tokio::sync::mpsc::UnboundedSender<(Job, RunRecord)>,
 }
 
 /// Runs due steps until the task is dropped: the steps it claims, and the runs started on this
@@ -303,7 +310,7 @@ pub fn spawn_runner(state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let worker: Arc<str> = state.env.new_id("runner").into();
         let lease = lease(&state);
-        let (handed, mut arrivals) = tokio::sync::mpsc::unbounded_channel::<Job>();
+        let (handed, mut arrivals) = tokio::sync::mpsc::unbounded_channel::<(Job, RunRecord)>();
         if let Ok(mut l) = state.local_runner.lock() {
             *l = Some(LocalRunner {
                 worker: worker.clone(),
@@ -319,10 +326,10 @@ pub fn spawn_runner(state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
                 let mut started = tokio::task::JoinSet::new();
                 loop {
                     tokio::select! {
-                        job = arrivals.recv() => match job {
-                            Some(job) => {
+                        arrival = arrivals.recv() => match arrival {
+                            Some((job, run)) => {
                                 let (state, worker) = (state.clone(), worker.clone());
-                                started.spawn(async move { finish(&state, &worker, lease, &job).await });
+                                started.spawn(async move { finish(&state, &worker, lease, &job, Some(run)).await });
                             }
                             None => break,
                         },
@@ -354,7 +361,7 @@ pub fn spawn_runner(state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
             let mut running = tokio::task::JoinSet::new();
             for job in jobs {
                 let (state, worker) = (state.clone(), worker.clone());
-                running.spawn(async move { finish(&state, &worker, lease, &job).await });
+                running.spawn(async move { finish(&state, &worker, lease, &job, None).await });
             }
             while running.join_next().await.is_some() {}
         }
@@ -368,9 +375,11 @@ const CLAIM: u32 = 16;
 
 /// Runs one claimed step and completes its job: done, tried again later with backoff, or dead
 /// after its last attempt (its run then fails with the reason rather than wait forever).
-async fn finish(state: &AppState, worker: &str, lease: Duration, job: &Job) {
+async fn finish(state: &AppState, worker: &str, lease: Duration, job: &Job, started: Option<RunRecord>) {
     let mut job = job.clone();
-    let mut steps = None;
+    // A run started here comes with its record and no steps: its first step reads neither.
+    let mut steps = started.as_ref().map(|run| (run.id.clone(), Vec::new()));
+    let mut run = started;
     loop {
         let hand = Hand {
             handoff: Handoff {
@@ -379,16 +388,17 @@ async fn finish(state: &AppState, worker: &str, lease: Duration, job: &Job) {
                 lease_until: state.env.now() + lease,
             },
             steps: steps.take(),
+            run: run.take(),
             outcome: None,
         };
-        let (result, outcome, known) = HAND
+        let (result, outcome, known, known_run) = HAND
             .scope(std::cell::RefCell::new(hand), async {
                 let result = crate::jobs::holding(state, &job, worker, lease, run_job(state, &job)).await;
-                let (outcome, steps) = HAND.with(|h| {
+                let (outcome, steps, run) = HAND.with(|h| {
                     let mut h = h.borrow_mut();
-                    (h.outcome.take(), h.steps.take())
+                    (h.outcome.take(), h.steps.take(), h.run.take())
                 });
-                (result, outcome, steps)
+                (result, outcome, steps, run)
             })
             .await;
         let completion = match result {
@@ -397,6 +407,7 @@ async fn finish(state: &AppState, worker: &str, lease: Duration, job: &Job) {
                 Some(next) => {
                     job = *next;
                     steps = known;
+                    run = known_run;
                     continue;
                 }
                 None => return,
@@ -435,6 +446,10 @@ struct Hand {
     /// The run's recorded steps as this task knows them (the step it records is added):
     /// handed on with the next step's job, so that step need not read them again.
     steps: Option<(String, Vec<RunStep>)>,
+    /// The run as this task knows it: as read (or handed) before the step, then as the step's
+    /// record left it (the record's transaction checked that the run was still running), so a
+    /// step handed on need not read it again.
+    run: Option<RunRecord>,
     /// Set when the step was recorded with its handoff: the next step's job, if it was
     /// handed to this worker.
     outcome: Option<Option<Box<Job>>>,
@@ -495,7 +510,20 @@ fn recorded(
             h.outcome = Some(handed.clone());
             if let Some((_, steps)) = h.steps.as_mut() {
                 steps.push(record.clone());
+                if let Some(end) = next.end_record(record) {
+                    steps.push(end);
+                }
             }
+            // The run as the record left it, for the step handed on (none: read it again).
+            let (status, next_step, error) = next.outcome();
+            h.run = h.run.take().filter(|_| handed.is_some()).map(|mut run| {
+                run.status = status;
+                run.next_step = next_step;
+                run.error = error;
+                run.next_seq = record.seq.saturating_add(next.steps());
+                run.cost = run.cost.saturating_add(record.cost);
+                run
+            });
         });
     }
     // A next step not handed to this worker (due later, or no handoff) is another claim's.
@@ -564,9 +592,20 @@ async fn run_job(state: &AppState, job: &Job) -> Result<(), Retry> {
         .and_then(Value::as_u64)
         .and_then(|s| u32::try_from(s).ok())
         .unwrap_or(u32::MAX);
-    let Some(run) = state.store.get_run(&job.job.tenant, run_id).await? else {
-        return Ok(());
+    // The run as the previous step's record left it, when this step was handed on; else read.
+    let handed = HAND
+        .try_with(|h| h.borrow_mut().run.take())
+        .ok()
+        .flatten()
+        .filter(|r| r.id == run_id && r.tenant == job.job.tenant && r.next_seq == seq);
+    let run = match handed {
+        Some(run) => run,
+        None => match state.store.get_run(&job.job.tenant, run_id).await? {
+            Some(run) => run,
+            None => return Ok(()),
+        },
     };
+    let _ = HAND.try_with(|h| h.borrow_mut().run = Some(run.clone()));
     // A job for a step already recorded (another node finished it), or of an ended run.
     if run.next_seq != seq || run.status.is_final() {
         return Ok(());
