@@ -562,28 +562,52 @@ impl Store for MemoryStore {
             if !expected {
                 return Ok(Advanced::Stale);
             }
-            let mut next = None;
-            if let Some(job) = advance.job() {
-                s.enqueue(job)?;
-                if let Some(h) = handoff
-                    && job.run_at <= now
-                    && let Some(j) = s.jobs.get_mut(&job.id)
+            let held = |s: &mut State, h: &Handoff| {
+                s.jobs
+                    .get_mut(&h.job_id)
+                    .filter(|j| {
+                        j.status == JobStatus::Running && j.locked_by.as_deref() == Some(h.worker.as_str())
+                    })
+                    .map(|j| j.job.id.clone())
+            };
+            let finish = |s: &mut State, h: &Handoff| {
+                if let Some(id) = held(s, h)
+                    && let Some(j) = s.jobs.get_mut(&id)
                 {
-                    j.status = JobStatus::Running;
-                    j.attempts = 1;
-                    j.locked_by = Some(h.worker.clone());
-                    j.locked_until = Some(trunc(h.lease_until));
-                    next = Some(Box::new(j.clone()));
+                    j.status = JobStatus::Done;
+                    j.locked_by = None;
+                    j.locked_until = None;
                 }
-            }
-            if let Some(h) = handoff
-                && let Some(j) = s.jobs.get_mut(&h.job_id).filter(|j| {
-                    j.status == JobStatus::Running && j.locked_by.as_deref() == Some(h.worker.as_str())
-                })
-            {
-                j.status = JobStatus::Done;
-                j.locked_by = None;
-                j.locked_until = None;
+            };
+            let mut next = None;
+            match (advance.job(), handoff) {
+                // The step's own job carries the next step when it is handed on at once.
+                (Some(job), Some(h)) if job.run_at <= now => {
+                    let id = match held(s, h) {
+                        Some(id) => id,
+                        None => {
+                            s.enqueue(job)?;
+                            job.id.clone()
+                        }
+                    };
+                    if let Some(j) = s.jobs.get_mut(&id) {
+                        j.job.payload = job.payload.clone();
+                        j.status = JobStatus::Running;
+                        j.attempts = 1;
+                        j.locked_by = Some(h.worker.clone());
+                        j.locked_until = Some(trunc(h.lease_until));
+                        j.last_error = None;
+                        next = Some(Box::new(j.clone()));
+                    }
+                }
+                (Some(job), h) => {
+                    if let Some(h) = h {
+                        finish(s, h);
+                    }
+                    s.enqueue(job)?;
+                }
+                (None, Some(h)) => finish(s, h),
+                (None, None) => {}
             }
             let (status, next_step, error) = advance.outcome();
             if let Some(event) = run_advance_event(tenant, &step.run_id, step.seq, status, now) {

@@ -981,7 +981,11 @@ async fn notify_in<E: Exec>(ex: &mut E, n: &Notice) -> Result<(), StoreError> {
                  AND (events = '[]' OR events LIKE $2) LIMIT 1";
     let j = &n.job;
     let pattern = n.subscription_pattern();
-    if ex.fetch_optional(probe, &args![&j.tenant, &pattern]).await?.is_none() {
+    if ex
+        .fetch_optional(probe, &args![&j.tenant, &pattern])
+        .await?
+        .is_none()
+    {
         return Ok(());
     }
     let sql = "INSERT INTO jobs (id, tenant, kind, payload, status, attempts, max_attempts, run_at, created_at, \
@@ -1076,16 +1080,48 @@ async fn advance_in<E: Exec>(
         ];
         ex.execute(insert, &params).await?;
     }
-    if let Some(h) = &handoff {
-        ex.execute(done, &args![ms(now), &h.job_id, &h.worker]).await?;
-    }
+    // The step's own job row carries the next step when it is handed on at once (one update of
+    // unindexed columns, instead of completing one row and inserting another).
+    let carry = "UPDATE jobs SET payload = $1, attempts = 1, locked_until = $2, last_error = NULL, updated_at = $3 \
+                 WHERE id = $4 AND locked_by = $5 AND status = 'running'";
     let mut next = None;
     match (advance.job(), handoff) {
         (Some(job), Some(h)) if job.run_at <= now => {
-            next = Some(Box::new(claim_new_in(ex, job, &h.worker, h.lease_until).await?));
+            let payload = json_text(&job.payload);
+            let params = args![&payload, ms(h.lease_until), ms(now), &h.job_id, &h.worker];
+            let handed = if ex.execute(carry, &params).await? == 1 {
+                let carried = NewJob {
+                    id: h.job_id.clone(),
+                    ..job.clone()
+                };
+                Job {
+                    job: NewJob {
+                        run_at: from_ms(ms(carried.run_at))?,
+                        max_attempts: carried.max_attempts.max(1),
+                        ..carried
+                    },
+                    status: JobStatus::Running,
+                    attempts: 1,
+                    locked_by: Some(h.worker.clone()),
+                    locked_until: Some(from_ms(ms(h.lease_until))?),
+                    last_error: None,
+                }
+            } else {
+                // The worker lost the step's job meanwhile: the next step gets a job of its own.
+                claim_new_in(ex, job, &h.worker, h.lease_until).await?
+            };
+            next = Some(Box::new(handed));
         }
-        (Some(job), _) => enqueue_in(ex, job).await?,
-        (None, _) => {}
+        (Some(job), h) => {
+            if let Some(h) = h {
+                ex.execute(done, &args![ms(now), &h.job_id, &h.worker]).await?;
+            }
+            enqueue_in(ex, job).await?;
+        }
+        (None, Some(h)) => {
+            ex.execute(done, &args![ms(now), &h.job_id, &h.worker]).await?;
+        }
+        (None, None) => {}
     }
     Ok(Advanced::Recorded { next })
 }

@@ -2363,25 +2363,23 @@ pub async fn a_recorded_step_hands_its_job_on(b: &Backend) {
     let Advanced::Recorded { next: Some(handed) } = advanced else {
         panic!("not handed on: {advanced:?}");
     };
-    assert_eq!(handed.job.id, "job_h1");
+    // The step's own job carries the next step (one row, its lease renewed).
+    assert_eq!(handed.job.id, "job_h0");
+    assert_eq!(handed.job.payload["seq"], 1);
     assert_eq!(handed.locked_by.as_deref(), Some("w1"));
     assert_eq!(handed.attempts, 1);
-    // Nobody else claims it, and the step's job is done (completing it again does nothing).
+    // Nobody else claims it.
     assert!(
         s.claim_jobs("w2", "workflow.step", 10, lease, T0 + secs(2))
             .await
             .unwrap()
             .is_empty()
     );
-    assert!(
-        !s.complete_job("job_h0", "w1", &JobCompletion::Done, T0 + secs(2))
-            .await
-            .unwrap()
-    );
-    // The next step due later is only enqueued; a stale step hands nothing on.
+    // The next step due later is only enqueued, and the step's job is done; a stale step
+    // hands nothing on.
     let handoff = Handoff {
         worker: "w1".into(),
-        job_id: "job_h1".into(),
+        job_id: "job_h0".into(),
         lease_until: T0 + secs(32),
     };
     let later = RunAdvance::Wait {
@@ -2405,6 +2403,12 @@ pub async fn a_recorded_step_hands_its_job_on(b: &Backend) {
         .unwrap();
     assert_eq!(due.len(), 1);
     assert_eq!(due[0].job.id, "job_h2");
+    assert!(
+        !s.complete_job("job_h0", "w1", &JobCompletion::Done, T0 + secs(61))
+            .await
+            .unwrap(),
+        "done with the step it carried"
+    );
     let stale = s
         .advance_run("acme", &step(1, "two"), &later, Some(&handoff), T0 + secs(62))
         .await
@@ -2494,7 +2498,8 @@ pub async fn a_committed_step_call_records_its_step_with_its_outcome(b: &Backend
     };
     assert_eq!(
         (handed.job.id.as_str(), handed.locked_by.as_deref()),
-        ("job_c1", Some("w1"))
+        ("job_c0", Some("w1")),
+        "the step's job carries the next step"
     );
     let row = s.get_ledger("acme", "led_c").await.unwrap().unwrap();
     assert_eq!(row.outcome, Some(Outcome::Committed));
@@ -2513,11 +2518,8 @@ pub async fn a_committed_step_call_records_its_step_with_its_outcome(b: &Backend
         (ran.next_seq, ran.next_step.as_deref(), ran.cost),
         (1, Some("two"), 2)
     );
-    assert!(
-        !s.complete_job("job_c0", "w1", &JobCompletion::Done, T0 + secs(2))
-            .await
-            .unwrap()
-    );
+    // The job is still w1's, now for step two.
+    assert!(s.renew_job("job_c0", "w1", T0 + secs(40)).await.unwrap());
 
     // Failed: the outcome alone; the step is the caller's to record.
     s.start_run(&run("run_f"), &job("job_f0", "run_f", 0))
