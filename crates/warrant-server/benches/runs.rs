@@ -184,23 +184,57 @@ async fn direct(state: &Arc<AppState>, principal: &Principal, tag: &str) {
     }
 }
 
+/// Runs ended, routed to the one waiter of each (one subscriber for the whole benchmark: a
+/// subscriber per run would wake every waiter on every end, and count that as the runs' CPU).
+#[derive(Default)]
+struct Ends {
+    waiters: std::sync::Mutex<(
+        std::collections::HashMap<String, tokio::sync::oneshot::Sender<RunStatus>>,
+        std::collections::HashMap<String, RunStatus>,
+    )>,
+}
+
+impl Ends {
+    fn start(state: &Arc<AppState>) -> Arc<Ends> {
+        let ends = Arc::new(Ends::default());
+        let (router, mut ended) = (ends.clone(), state.runs_ended.subscribe());
+        tokio::spawn(async move {
+            while let Ok((id, status)) = ended.recv().await {
+                let mut w = router.waiters.lock().unwrap();
+                match w.0.remove(&id) {
+                    Some(waiter) => {
+                        let _ = waiter.send(status);
+                    }
+                    None => {
+                        w.1.insert(id, status);
+                    }
+                }
+            }
+        });
+        ends
+    }
+
+    async fn wait(&self, id: &str) -> RunStatus {
+        let waiter = {
+            let mut w = self.waiters.lock().unwrap();
+            if let Some(status) = w.1.remove(id) {
+                return status;
+            }
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            w.0.insert(id.to_owned(), tx);
+            rx
+        };
+        waiter.await.unwrap()
+    }
+}
+
 /// Starts a run and waits for its end.
-async fn run(state: &Arc<AppState>, principal: &Principal, record: &WorkflowRecord, i: usize) {
-    let mut ended = state.runs_ended.subscribe();
+async fn run(state: &Arc<AppState>, ends: &Ends, principal: &Principal, record: &WorkflowRecord, i: usize) {
     let input = json!({"order_id": format!("ord_{i}")}).to_string();
     let run = warrant_server::runs::start(state, principal, record, input.as_bytes())
         .await
         .unwrap();
-    loop {
-        match ended.recv().await {
-            Ok((id, status)) if id == run.id => {
-                assert_eq!(status, RunStatus::Completed);
-                return;
-            }
-            Ok(_) => {}
-            Err(e) => panic!("{e}"),
-        }
-    }
+    assert_eq!(ends.wait(&run.id).await, RunStatus::Completed);
 }
 
 fn cpu() -> Duration {
@@ -297,22 +331,23 @@ async fn measure(label: &str, store: Arc<dyn Store>, n: usize, width: usize) {
         .unwrap()
         .with_roles(["agent".to_owned()])
         .unwrap();
+    let ends = Ends::start(&state);
     // Warm up both paths (connections, caches, compiled workflow).
     for i in 0..20 {
         direct(&state, &principal, &format!("warm.{i}")).await;
-        run(&state, &principal, &record, i).await;
+        run(&state, &ends, &principal, &record, i).await;
     }
     let mut figures = Vec::new();
     for round in 0..2 {
-        let (s, p, r) = (state.clone(), principal.clone(), record.clone());
+        let (s, p, r, e) = (state.clone(), principal.clone(), record.clone(), ends.clone());
         let (d50, d99) = sequential(n, |i| {
             let (s, p) = (s.clone(), p.clone());
             async move { direct(&s, &p, &format!("seq.{round}.{i}")).await }
         })
         .await;
         let (r50, r99) = sequential(n, |i| {
-            let (s, p, r) = (s.clone(), p.clone(), r.clone());
-            async move { run(&s, &p, &r, i).await }
+            let (s, p, r, e) = (s.clone(), p.clone(), r.clone(), e.clone());
+            async move { run(&s, &e, &p, &r, i).await }
         })
         .await;
         let (s2, p2) = (state.clone(), principal.clone());
@@ -321,10 +356,10 @@ async fn measure(label: &str, store: Arc<dyn Store>, n: usize, width: usize) {
             async move { direct(&s, &p, &format!("par.{round}.{i}")).await }
         })
         .await;
-        let (s3, p3, r3) = (state.clone(), principal.clone(), record.clone());
+        let (s3, p3, r3, e3) = (state.clone(), principal.clone(), record.clone(), ends.clone());
         let (rps, rcpu) = parallel(n, width, move |i| {
-            let (s, p, r) = (s3.clone(), p3.clone(), r3.clone());
-            async move { run(&s, &p, &r, i).await }
+            let (s, p, r, e) = (s3.clone(), p3.clone(), r3.clone(), e3.clone());
+            async move { run(&s, &e, &p, &r, i).await }
         })
         .await;
         figures.push((
