@@ -188,11 +188,12 @@ async fn direct(state: &Arc<AppState>, principal: &Principal, tag: &str) {
 /// subscriber per run would wake every waiter on every end, and count that as the runs' CPU).
 #[derive(Default)]
 struct Ends {
-    waiters: std::sync::Mutex<(
-        std::collections::HashMap<String, tokio::sync::oneshot::Sender<RunStatus>>,
-        std::collections::HashMap<String, RunStatus>,
-    )>,
+    /// The waiters by run id, and the runs that ended before their waiter came.
+    waiters: std::sync::Mutex<(Waiting, Ended)>,
 }
+
+type Waiting = std::collections::HashMap<String, tokio::sync::oneshot::Sender<RunStatus>>;
+type Ended = std::collections::HashMap<String, RunStatus>;
 
 impl Ends {
     fn start(state: &Arc<AppState>) -> Arc<Ends> {
