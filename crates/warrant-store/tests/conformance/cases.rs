@@ -2315,22 +2315,7 @@ pub async fn a_recorded_step_hands_its_job_on(b: &Backend) {
         run_at: at,
         max_attempts: 5,
     };
-    let run = RunRecord {
-        id: "run_h".into(),
-        tenant: "acme".into(),
-        workflow: "refund".into(),
-        version: 1,
-        digest: "sha256:aa".into(),
-        status: RunStatus::Running,
-        input: json!({}),
-        principal: json!({"id": "agent-7", "tenant": "acme", "grants": [], "roles": []}),
-        next_step: Some("one".into()),
-        next_seq: 0,
-        cost: 0,
-        error: None,
-        created_at: T0,
-        updated_at: T0,
-    };
+    let run = running("run_h");
     s.start_run(&run, &job("job_h0", 0, T0)).await.unwrap();
     let lease = Duration::from_secs(30);
     let claimed = s.claim_jobs("w1", "workflow.step", 10, lease, T0).await.unwrap();
@@ -2430,22 +2415,7 @@ pub async fn a_committed_step_call_records_its_step_with_its_outcome(b: &Backend
         run_at: T0,
         max_attempts: 5,
     };
-    let run = |id: &str| RunRecord {
-        id: id.into(),
-        tenant: "acme".into(),
-        workflow: "refund".into(),
-        version: 1,
-        digest: "sha256:aa".into(),
-        status: RunStatus::Running,
-        input: json!({}),
-        principal: json!({"id": "agent-7", "tenant": "acme", "grants": [], "roles": []}),
-        next_step: Some("one".into()),
-        next_seq: 0,
-        cost: 0,
-        error: None,
-        created_at: T0,
-        updated_at: T0,
-    };
+    let run = running;
     let follow = |run: &str, job_id: &str, next_job: &str| StepFollowUp {
         tenant: "acme".into(),
         step: RunStep {
@@ -3575,22 +3545,7 @@ pub async fn a_renewed_lease_is_not_taken_over(b: &Backend) {
 /// a tool step followed by an `end` records both steps and ends the run in one advance.
 pub async fn a_run_handed_on_start_ends_with_its_last_tool_step(b: &Backend) {
     let s = b.store();
-    let run = RunRecord {
-        id: "run_e".into(),
-        tenant: "acme".into(),
-        workflow: "refund".into(),
-        version: 1,
-        digest: "sha256:aa".into(),
-        status: RunStatus::Running,
-        input: json!({}),
-        principal: json!({"id": "agent-7", "tenant": "acme", "grants": [], "roles": []}),
-        next_step: Some("one".into()),
-        next_seq: 0,
-        cost: 0,
-        error: None,
-        created_at: T0,
-        updated_at: T0,
-    };
+    let run = running("run_e");
     let first = NewJob {
         id: "job_e0".into(),
         tenant: "acme".into(),
@@ -3676,4 +3631,24 @@ pub async fn a_run_handed_on_start_ends_with_its_last_tool_step(b: &Backend) {
             .is_empty(),
         "no endpoint of the tenant: no run events"
     );
+}
+
+/// A run of acme's `refund@1` that has just started (its next step `one`).
+fn running(id: &str) -> RunRecord {
+    RunRecord {
+        id: id.into(),
+        tenant: "acme".into(),
+        workflow: "refund".into(),
+        version: 1,
+        digest: "sha256:aa".into(),
+        status: RunStatus::Running,
+        input: json!({}),
+        principal: json!({"id": "agent-7", "tenant": "acme", "grants": [], "roles": []}),
+        next_step: Some("one".into()),
+        next_seq: 0,
+        cost: 0,
+        error: None,
+        created_at: T0,
+        updated_at: T0,
+    }
 }
