@@ -17,7 +17,8 @@
 //! workflow issue: a run within 1.5× its three direct calls.
 //!
 //! Run: `cargo bench -p warrant-server --bench runs` (`WARRANT_BENCH_RUNS`, default 300;
-//! `WARRANT_BENCH_PARALLEL`, default 16).
+//! `WARRANT_BENCH_PARALLEL`, default 16; `WARRANT_BENCH_ONLY=direct|run` measures one path alone,
+//! in flight, for a profiler).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -337,6 +338,28 @@ async fn measure(label: &str, store: Arc<dyn Store>, n: usize, width: usize) {
     for i in 0..20 {
         direct(&state, &principal, &format!("warm.{i}")).await;
         run(&state, &ends, &principal, &record, i).await;
+    }
+    // One path alone, in flight, for a profiler (`WARRANT_BENCH_ONLY=direct|run`).
+    if let Ok(only) = std::env::var("WARRANT_BENCH_ONLY") {
+        let (s, p, r, e) = (state.clone(), principal.clone(), record.clone(), ends.clone());
+        let only_run = only == "run";
+        let (per_second, cpu_each) = parallel(n, width, move |i| {
+            let (s, p, r, e) = (s.clone(), p.clone(), r.clone(), e.clone());
+            async move {
+                if only_run {
+                    run(&s, &e, &p, &r, i).await;
+                } else {
+                    direct(&s, &p, &format!("only.{i}")).await;
+                }
+            }
+        })
+        .await;
+        println!(
+            "{label}, {only} only: {per_second:.0}/s, {:.0} µs CPU each",
+            cpu_each.as_secs_f64() * 1e6
+        );
+        runner.abort();
+        return;
     }
     let mut figures = Vec::new();
     for round in 0..2 {
