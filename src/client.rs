@@ -69,6 +69,10 @@ pub enum WebhooksCommand {
         /// Free text.
         #[arg(long)]
         description: Option<String>,
+        /// Sign with Ed25519 (`v1a`; prints the public key receivers verify with) instead of
+        /// a shared secret (`v1`).
+        #[arg(long)]
+        ed25519: bool,
     },
     /// Your tenant's endpoints.
     List {
@@ -120,11 +124,13 @@ pub fn webhooks(args: &ServerArgs, command: &WebhooksCommand) -> Result<Exit> {
                 url,
                 events,
                 description,
+                ed25519,
             } => {
+                let signature = if *ed25519 { "ed25519" } else { "hmac" };
                 client
                     .post_json(
                         "/v1/webhooks",
-                        Some(json!({"url": url, "events": events, "description": description})),
+                        Some(json!({"url": url, "events": events, "description": description, "signature": signature})),
                     )
                     .await?
             }

@@ -18,10 +18,11 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use ring::aead::{AES_256_GCM, Aad, LessSafeKey, Nonce, UnboundKey};
+use ring::signature::{Ed25519KeyPair, KeyPair};
 use serde_json::{Value, json};
 use warrant_core::records::{Job, JobCompletion, WEBHOOK_JOB, WebhookAttempt, WebhookEndpoint};
 use warrant_core::store::StoreError;
-use warrant_core::webhook::{WebhookSecret, signature_header};
+use warrant_core::webhook::WebhookSecret;
 use warrant_runtime::net::{OutboundRequest, SafeClient};
 
 use crate::state::AppState;
@@ -73,18 +74,14 @@ impl SecretBox {
         SecretBox(Arc::new(LessSafeKey::new(unbound)))
     }
 
-    /// `s1.<nonce>.<ciphertext>` of `secret`, bound to its endpoint (`aad`: tenant and id).
-    pub(crate) fn seal(&self, secret: &WebhookSecret, aad: &str) -> String {
-        self.seal_text(&secret.expose(), aad)
+    /// The signing key sealed as `sealed` for the endpoint `aad`; `None` when it was not
+    /// sealed by this server's key for that endpoint.
+    pub(crate) fn open(&self, sealed: &str, aad: &str) -> Option<Signer> {
+        Signer::parse(&self.open_text(sealed, aad)?)
     }
 
-    /// The secret sealed as `sealed` for the endpoint `aad`; `None` when it was not sealed
-    /// by this server's key for that endpoint.
-    pub(crate) fn open(&self, sealed: &str, aad: &str) -> Option<WebhookSecret> {
-        WebhookSecret::parse(&self.open_text(sealed, aad)?).ok()
-    }
-
-    /// `s1.<nonce>.<ciphertext>` of any secret text, bound to `aad` (what it belongs to).
+    /// `s1.<nonce>.<ciphertext>` of a secret's written form, bound to `aad` (what it belongs
+    /// to: an endpoint or a source).
     pub(crate) fn seal_text(&self, secret: &str, aad: &str) -> String {
         let nonce: [u8; 12] = rand::random();
         let mut data = secret.as_bytes().to_vec();
@@ -128,6 +125,94 @@ impl SecretBox {
             .ok()?;
         String::from_utf8(plain.to_vec()).ok()
     }
+}
+
+/// The prefix of a written Ed25519 signing key (its PKCS#8 document, base64), as the Standard
+/// Webhooks specification writes asymmetric secrets.
+pub const SIGNING_KEY_PREFIX: &str = "whsk_";
+/// The prefix of a written Ed25519 public key (its 32 bytes, base64): what receivers verify
+/// `v1a` signatures with.
+pub const PUBLIC_KEY_PREFIX: &str = "whpk_";
+
+/// How an endpoint's messages are signed: `v1` (HMAC-SHA256 under a shared secret, the
+/// default) or `v1a` (Ed25519: receivers hold only the public key).
+pub enum Signer {
+    /// A shared secret (`whsec_…`).
+    Hmac(WebhookSecret),
+    /// An Ed25519 key pair (`whsk_…`).
+    Ed25519(Ed25519KeyPair),
+}
+
+impl std::fmt::Debug for Signer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Signer::Hmac(_) => "Signer::Hmac(..)",
+            Signer::Ed25519(_) => "Signer::Ed25519(..)",
+        })
+    }
+}
+
+impl Signer {
+    /// A new Ed25519 key pair and its written form (`whsk_…`, to seal).
+    ///
+    /// # Errors
+    /// The system's randomness failed.
+    pub fn new_ed25519() -> Result<(Signer, String), ring::error::Unspecified> {
+        let document = Ed25519KeyPair::generate_pkcs8(&ring::rand::SystemRandom::new())?;
+        let written = format!(
+            "{SIGNING_KEY_PREFIX}{}",
+            base64::engine::general_purpose::STANDARD.encode(document.as_ref())
+        );
+        let pair = Ed25519KeyPair::from_pkcs8(document.as_ref()).map_err(|_| ring::error::Unspecified)?;
+        Ok((Signer::Ed25519(pair), written))
+    }
+
+    /// Reads a written key: `whsec_…` or `whsk_…`.
+    pub fn parse(text: &str) -> Option<Signer> {
+        match text.strip_prefix(SIGNING_KEY_PREFIX) {
+            Some(encoded) => {
+                let document = base64::engine::general_purpose::STANDARD.decode(encoded).ok()?;
+                Ed25519KeyPair::from_pkcs8(&document).ok().map(Signer::Ed25519)
+            }
+            None => WebhookSecret::parse(text).ok().map(Signer::Hmac),
+        }
+    }
+
+    /// The public key receivers verify with (`whpk_…`), for an Ed25519 signer.
+    pub fn public_key(&self) -> Option<String> {
+        match self {
+            Signer::Hmac(_) => None,
+            Signer::Ed25519(pair) => Some(format!(
+                "{PUBLIC_KEY_PREFIX}{}",
+                base64::engine::general_purpose::STANDARD.encode(pair.public_key().as_ref())
+            )),
+        }
+    }
+
+    /// This signer's signature of a message: `v1,…` or `v1a,…`, over `{id}.{timestamp}.{body}`.
+    pub fn sign(&self, id: &str, timestamp: i64, body: &[u8]) -> String {
+        match self {
+            Signer::Hmac(secret) => secret.sign(id, timestamp, body),
+            Signer::Ed25519(pair) => {
+                let mut signed = format!("{id}.{timestamp}.").into_bytes();
+                signed.extend_from_slice(body);
+                format!(
+                    "v1a,{}",
+                    base64::engine::general_purpose::STANDARD.encode(pair.sign(&signed).as_ref())
+                )
+            }
+        }
+    }
+}
+
+/// The `webhook-signature` header of a message signed by each of `signers` (the current one
+/// first; during a rotation, the previous one too), space-separated.
+pub fn signatures(signers: &[&Signer], id: &str, timestamp: i64, body: &[u8]) -> String {
+    signers
+        .iter()
+        .map(|s| s.sign(id, timestamp, body))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The associated data a secret is sealed with: its endpoint.
@@ -273,9 +358,9 @@ async fn deliver(state: &AppState, job: &Job, schedule: &[Duration], timeout: Du
         .and_then(|sealed| state.webhook_secrets.open(sealed, &aad));
     let body = body.to_string().into_bytes();
     let timestamp = now.unix_timestamp();
-    let mut secrets = vec![&current];
-    secrets.extend(previous.as_ref());
-    let signature = signature_header(&secrets, event_id, timestamp, &body);
+    let mut signers = vec![&current];
+    signers.extend(previous.as_ref());
+    let signature = signatures(&signers, event_id, timestamp, &body);
     let outcome = post(
         state.adapters.config().client.clone(),
         &endpoint.url,
@@ -430,23 +515,61 @@ mod tests {
     fn secrets_open_only_for_their_endpoint_under_their_key() {
         let sealer = SecretBox::new([4; 32]);
         let secret = WebhookSecret::from_bytes(vec![7; 32]).unwrap();
-        let sealed = sealer.seal(&secret, &secret_aad("acme", "whe_1"));
+        let sealed = sealer.seal_text(&secret.expose(), &secret_aad("acme", "whe_1"));
         assert!(!sealed.contains(&secret.expose()));
         assert_eq!(
+            sealer.open_text(&sealed, &secret_aad("acme", "whe_1")),
+            Some(secret.expose())
+        );
+        assert!(matches!(
             sealer.open(&sealed, &secret_aad("acme", "whe_1")),
-            Some(secret.clone())
+            Some(Signer::Hmac(s)) if s == secret
+        ));
+        assert!(sealer.open(&sealed, &secret_aad("acme", "whe_2")).is_none());
+        assert!(sealer.open(&sealed, &secret_aad("globex", "whe_1")).is_none());
+        assert!(
+            SecretBox::new([5; 32])
+                .open(&sealed, &secret_aad("acme", "whe_1"))
+                .is_none()
         );
-        assert_eq!(sealer.open(&sealed, &secret_aad("acme", "whe_2")), None);
-        assert_eq!(sealer.open(&sealed, &secret_aad("globex", "whe_1")), None);
-        assert_eq!(
-            SecretBox::new([5; 32]).open(&sealed, &secret_aad("acme", "whe_1")),
-            None
-        );
-        assert_eq!(sealer.open("s1.x.y", &secret_aad("acme", "whe_1")), None);
+        assert!(sealer.open("s1.x.y", &secret_aad("acme", "whe_1")).is_none());
         assert_ne!(
-            sealer.seal(&secret, "a"),
-            sealer.seal(&secret, "a"),
+            sealer.seal_text(&secret.expose(), "a"),
+            sealer.seal_text(&secret.expose(), "a"),
             "a fresh nonce each time"
         );
+    }
+
+    /// `v1a`: an Ed25519 signature over `id.timestamp.body` that the public key alone verifies
+    /// (checked with ring's verifier from the written `whpk_` key), sealed and opened like a
+    /// shared secret.
+    #[test]
+    fn ed25519_signatures_verify_with_the_public_key_alone() {
+        let (signer, written) = Signer::new_ed25519().unwrap();
+        assert!(written.starts_with(SIGNING_KEY_PREFIX));
+        let sealer = SecretBox::new([4; 32]);
+        let sealed = sealer.seal_text(&written, &secret_aad("acme", "whe_9"));
+        let opened = sealer.open(&sealed, &secret_aad("acme", "whe_9")).unwrap();
+        let public = opened.public_key().unwrap();
+        assert_eq!(Some(public.clone()), signer.public_key());
+        let key = base64::engine::general_purpose::STANDARD
+            .decode(public.strip_prefix(PUBLIC_KEY_PREFIX).unwrap())
+            .unwrap();
+        let verifier = ring::signature::UnparsedPublicKey::new(&ring::signature::ED25519, key);
+        let header = opened.sign("msg_1", 1_700_000_000, b"{\"a\":1}");
+        let signature = base64::engine::general_purpose::STANDARD
+            .decode(header.strip_prefix("v1a,").unwrap())
+            .unwrap();
+        assert!(verifier.verify(b"msg_1.1700000000.{\"a\":1}", &signature).is_ok());
+        assert!(
+            verifier
+                .verify(b"msg_1.1700000001.{\"a\":1}", &signature)
+                .is_err()
+        );
+        // Beside a shared secret during a rotation: both signatures, space-separated.
+        let hmac = Signer::Hmac(WebhookSecret::from_bytes(vec![7; 32]).unwrap());
+        let both = signatures(&[&opened, &hmac], "msg_1", 1_700_000_000, b"{}");
+        assert!(both.starts_with("v1a,") && both.contains(" v1,"), "{both}");
+        assert!(Signer::parse("whsk_!!!").is_none());
     }
 }

@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::http::{HeaderMap, StatusCode};
+use base64::Engine;
 use serde_json::{Value, json};
 use warrant_core::guard::Guards;
 use warrant_core::pipeline::Settings;
@@ -296,6 +297,20 @@ async fn webhooks_are_delivered_retried_and_dead_lettered(store: Arc<dyn Store>)
         assert!(secret.starts_with("whsec_"));
         secrets.insert(path, secret);
     }
+    // An Ed25519 endpoint (`v1a`): no secret to show, a public key to verify with.
+    let r = http
+        .post(format!("{base}/v1/webhooks"))
+        .bearer_auth(&admin)
+        .json(&json!({"url": format!("http://{receiver_addr}/ed"), "events": ["approval.requested"], "signature": "ed25519"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let made: Value = r.json().await.unwrap();
+    assert!(made.get("secret").is_none(), "{made}");
+    assert_eq!(made["signature"], "ed25519");
+    let public_key = made["public_key"].as_str().unwrap().to_owned();
+    assert!(public_key.starts_with("whpk_"), "{made}");
     // Not subscribed: never called.
     let r = http
         .post(format!("{base}/v1/webhooks"))
@@ -320,7 +335,7 @@ async fn webhooks_are_delivered_retried_and_dead_lettered(store: Arc<dyn Store>)
         assert_eq!(r.status().as_u16(), 422, "{bad}");
     }
     let listed: Value = get("/v1/webhooks").await;
-    assert_eq!(listed["endpoints"].as_array().unwrap().len(), 6);
+    assert_eq!(listed["endpoints"].as_array().unwrap().len(), 7);
     assert!(!listed.to_string().contains("whsec_"), "secrets are shown once");
 
     // A call held for review: its approval.requested event.
@@ -370,6 +385,28 @@ async fn webhooks_are_delivered_retried_and_dead_lettered(store: Arc<dyn Store>)
             assert!(!body.to_string().contains("cus_1"), "never the arguments");
         }
     }
+    // The Ed25519 endpoint's request verifies with its public key alone (ring's verifier).
+    let ed = receiver.seen("ed");
+    assert_eq!(ed.len(), 1);
+    let (headers, body) = &ed[0];
+    let key = base64::engine::general_purpose::STANDARD
+        .decode(public_key.strip_prefix("whpk_").unwrap())
+        .unwrap();
+    let signature = headers["webhook-signature"].to_str().unwrap();
+    let signature = base64::engine::general_purpose::STANDARD
+        .decode(signature.strip_prefix("v1a,").unwrap())
+        .unwrap();
+    let mut signed = format!(
+        "{}.{}.",
+        headers["webhook-id"].to_str().unwrap(),
+        headers["webhook-timestamp"].to_str().unwrap()
+    )
+    .into_bytes();
+    signed.extend_from_slice(body);
+    ring::signature::UnparsedPublicKey::new(&ring::signature::ED25519, key)
+        .verify(&signed, &signature)
+        .unwrap();
+    ids.insert(headers["webhook-id"].to_str().unwrap().to_owned());
     assert_eq!(ids.len(), 1, "one event, one id: {ids:?}");
 
     // 410 disabled its endpoint; the dead-letter queue holds the message that kept failing.

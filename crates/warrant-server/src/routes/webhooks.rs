@@ -53,8 +53,14 @@ pub fn router() -> Router<Arc<AppState>> {
         .route("/v1/webhooks/{id}/deliveries", get(deliveries))
 }
 
-fn endpoint_json(w: &WebhookEndpoint) -> Value {
+fn endpoint_json(state: &AppState, w: &WebhookEndpoint) -> Value {
+    let public_key = state
+        .webhook_secrets
+        .open(&w.secret, &secret_aad(&w.tenant, &w.id))
+        .and_then(|signer| signer.public_key());
     json!({
+        "signature": if public_key.is_some() { "ed25519" } else { "hmac" },
+        "public_key": public_key,
         "id": w.id,
         "url": w.url,
         "events": w.events,
@@ -87,6 +93,28 @@ struct CreateEndpoint {
     #[serde(default)]
     events: Vec<String>,
     description: Option<String>,
+    /// `hmac` (the default: `v1` signatures under a shared secret) or `ed25519` (`v1a`:
+    /// receivers verify with the public key).
+    signature: Option<String>,
+}
+
+/// A new signing key: its written form (to seal) and the secret to show once (an HMAC secret;
+/// an Ed25519 key's is never shown — receivers get its public key).
+fn new_key(ed25519: bool) -> Result<(String, Option<String>), ApiError> {
+    if ed25519 {
+        let (_, written) = crate::webhooks::Signer::new_ed25519().map_err(|_| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "webhooks",
+                "RANDOMNESS_UNAVAILABLE",
+                "no key could be made",
+            )
+        })?;
+        return Ok((written, None));
+    }
+    let secret =
+        WebhookSecret::from_bytes(rand::random::<[u8; 32]>().to_vec()).map_err(|e| ApiError::internal(&e))?;
+    Ok((secret.expose(), Some(secret.expose())))
 }
 
 /// Checks an endpoint URL: `https` (or `http` to a host the operator allows), a host, no
@@ -136,8 +164,9 @@ pub(crate) async fn create(
     caller.require_admin()?;
     let value = warrant_core::json::parse(&body, warrant_core::json::Limits::PROPOSAL)
         .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?;
-    let req: CreateEndpoint = serde_json::from_value(value)
-        .map_err(|e| ApiError::bad_request(format!("expected {{url, events, description}}: {e}")))?;
+    let req: CreateEndpoint = serde_json::from_value(value).map_err(|e| {
+        ApiError::bad_request(format!("expected {{url, events, description, signature}}: {e}"))
+    })?;
     if let Some(unknown) = req.events.iter().find(|e| !EVENT_TYPES.contains(&e.as_str())) {
         return Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -151,14 +180,27 @@ pub(crate) async fn create(
             "the description is over 200 characters or the URL over 2048",
         ));
     }
+    let ed25519 = match req.signature.as_deref() {
+        None | Some("hmac") => false,
+        Some("ed25519") => true,
+        Some(other) => {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "request",
+                "WEBHOOK_SIGNATURE_UNKNOWN",
+                format!("`{other}` is not a signature scheme (hmac, ed25519)"),
+            ));
+        }
+    };
     let url = checked_url(&state, &req.url).await?;
     let tenant = caller.principal.tenant().to_owned();
     let id = format!("whe_{}", hex::encode(rand::random::<[u8; 10]>()));
-    let secret =
-        WebhookSecret::from_bytes(rand::random::<[u8; 32]>().to_vec()).map_err(|e| ApiError::internal(&e))?;
+    let (written, shown) = new_key(ed25519)?;
     let now = state.env.now();
     let endpoint = WebhookEndpoint {
-        secret: state.webhook_secrets.seal(&secret, &secret_aad(&tenant, &id)),
+        secret: state
+            .webhook_secrets
+            .seal_text(&written, &secret_aad(&tenant, &id)),
         tenant,
         id,
         url: url.to_string(),
@@ -172,9 +214,9 @@ pub(crate) async fn create(
         updated_at: now,
     };
     state.store.create_webhook(&endpoint).await?;
-    let mut answer = endpoint_json(&endpoint);
-    if let Value::Object(map) = &mut answer {
-        map.insert("secret".into(), json!(secret.expose()));
+    let mut answer = endpoint_json(&state, &endpoint);
+    if let (Value::Object(map), Some(secret)) = (&mut answer, shown) {
+        map.insert("secret".into(), json!(secret));
     }
     Ok((StatusCode::CREATED, Json(answer)).into_response())
 }
@@ -190,7 +232,7 @@ pub(crate) async fn list(
     caller.require_admin()?;
     let endpoints = state.store.list_webhooks(caller.principal.tenant()).await?;
     Ok(Json(
-        json!({"endpoints": endpoints.iter().map(endpoint_json).collect::<Vec<_>>()}),
+        json!({"endpoints": endpoints.iter().map(|e| endpoint_json(&state, e)).collect::<Vec<_>>()}),
     ))
 }
 
@@ -215,21 +257,24 @@ pub(crate) async fn rotate(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let mut endpoint = own(&state, &caller, &id).await?;
-    let secret =
-        WebhookSecret::from_bytes(rand::random::<[u8; 32]>().to_vec()).map_err(|e| ApiError::internal(&e))?;
+    let aad = secret_aad(&endpoint.tenant, &endpoint.id);
+    // The same kind of key as before.
+    let ed25519 = state
+        .webhook_secrets
+        .open(&endpoint.secret, &aad)
+        .is_some_and(|signer| signer.public_key().is_some());
+    let (written, shown) = new_key(ed25519)?;
     let now = state.env.now();
     endpoint.previous_secret = Some(std::mem::replace(
         &mut endpoint.secret,
-        state
-            .webhook_secrets
-            .seal(&secret, &secret_aad(&endpoint.tenant, &endpoint.id)),
+        state.webhook_secrets.seal_text(&written, &aad),
     ));
     endpoint.previous_until = Some(now + ROTATION_OVERLAP);
     endpoint.updated_at = now;
     state.store.update_webhook(&endpoint).await?;
-    let mut answer = endpoint_json(&endpoint);
-    if let Value::Object(map) = &mut answer {
-        map.insert("secret".into(), json!(secret.expose()));
+    let mut answer = endpoint_json(&state, &endpoint);
+    if let (Value::Object(map), Some(secret)) = (&mut answer, shown) {
+        map.insert("secret".into(), json!(secret));
     }
     Ok(Json(answer))
 }
@@ -245,7 +290,7 @@ async fn set_enabled(
     endpoint.disabled_reason = (!enabled).then(|| format!("disabled by {}", caller.principal.id()));
     endpoint.updated_at = state.env.now();
     state.store.update_webhook(&endpoint).await?;
-    Ok(Json(endpoint_json(&endpoint)))
+    Ok(Json(endpoint_json(state, &endpoint)))
 }
 
 /// Stop delivering to an endpoint.
