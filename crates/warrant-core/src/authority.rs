@@ -253,6 +253,7 @@ impl ApprovalRecord {
                 payload_digest: self.payload_digest.to_string(),
                 idempotency_key: self.idempotency_key.clone(),
                 arguments: Value::Null,
+                sealed_arguments: None,
                 created_at: self.expires_at - time::Duration::minutes(15),
                 expires_at: self.expires_at,
                 reviewers: None,

@@ -19,6 +19,7 @@ pub mod proposal;
 pub mod records;
 pub mod redact;
 pub mod registry;
+pub mod seal;
 pub mod store;
 pub mod webhook;
 pub mod yaml;

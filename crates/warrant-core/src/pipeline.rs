@@ -41,6 +41,7 @@ use crate::proposal::{Envelope, ValidatedProposal};
 use crate::records::*;
 use crate::redact::{RedactionKey, redact_annotated};
 use crate::registry::Registry;
+use crate::seal::ArgumentSeal;
 use crate::store::{Store, StoreError};
 
 /// Pipeline settings.
@@ -77,6 +78,7 @@ pub struct Authority {
     env: Arc<dyn Env>,
     settings: Settings,
     exhausted: ExhaustedBudgets,
+    seal: Option<Arc<dyn ArgumentSeal>>,
 }
 
 impl std::fmt::Debug for Authority {
@@ -113,6 +115,10 @@ pub struct Call<'a> {
     /// Who may decide the approval this call asks for, beyond policy (a workflow review's
     /// `reviewers`).
     pub reviewers: Option<&'a ReviewerRule>,
+    /// A note the call's ledger row carries in its `detail` unless a refusal or a failure
+    /// says more (a reviewer's edit: who edited which request, from which digest, and why).
+    /// Set by Warrant's own lanes, never from a caller's bytes.
+    pub note: Option<&'a str>,
 }
 
 /// The prefix of a workflow run's idempotency keys (`<run id>.<step>.<visit>`, run ids being
@@ -242,7 +248,29 @@ impl Authority {
             env,
             settings,
             exhausted: ExhaustedBudgets::default(),
+            seal: None,
         }
+    }
+
+    /// Keeps a sealed copy of the exact arguments of each held call whose contract has a
+    /// sensitive field (see [`crate::seal`]); without it, such a call is stored only redacted.
+    #[must_use]
+    pub fn with_seal(mut self, seal: Arc<dyn ArgumentSeal>) -> Self {
+        self.seal = Some(seal);
+        self
+    }
+
+    /// The exact arguments of `request` from its sealed copy, when it has one that opens and
+    /// is exactly the payload it is bound to.
+    pub fn unsealed_arguments(&self, request: &ApprovalRequest) -> Option<serde_json::Map<String, Value>> {
+        let r = &request.request;
+        crate::seal::open_arguments(
+            self.seal.as_deref()?,
+            r.sealed_arguments.as_deref()?,
+            &r.tenant,
+            &r.id,
+            &r.payload_digest,
+        )
     }
 
     /// Notes that the runtime found `tenant`'s counter of `reservation` without room for a
@@ -279,6 +307,7 @@ impl Authority {
         );
         row.run_id = call.run_id.map(str::to_owned);
         row.step_id = call.step_id.map(str::to_owned);
+        row.detail = call.note.map(str::to_owned);
         (
             ledger_id,
             Progress {
@@ -734,8 +763,16 @@ impl Authority {
                     p.row.approval_id = Some(rejected.request.id.clone());
                     return Ok(Err(recently_rejected(&rejected, self.settings.rejection_window)));
                 }
+                let id = self.env.new_id("apr");
+                let sealed_arguments = match &self.seal {
+                    Some(seal) if contract.has_sensitive_fields() => Some(seal.seal(
+                        proposal.canonical_arguments(),
+                        &crate::seal::approval_aad(principal.tenant(), &id),
+                    )),
+                    _ => None,
+                };
                 let new = NewApproval {
-                    id: self.env.new_id("apr"),
+                    id,
                     tenant: principal.tenant().to_owned(),
                     contract_id: lookup.contract_id.clone(),
                     tool: contract.name().to_owned(),
@@ -752,6 +789,7 @@ impl Authority {
                         .arguments
                         .clone()
                         .unwrap_or_else(|| Value::Object(proposal.arguments().clone())),
+                    sealed_arguments,
                     created_at: now,
                     expires_at: now + call.review_ttl.unwrap_or(self.settings.approval_ttl),
                     reviewers: call.reviewers.cloned(),
@@ -865,6 +903,48 @@ impl Authority {
             self.review_verdict(reviewer, request, now).await?,
             Some(PolicyVerdict::Allow)
         ))
+    }
+
+    /// The exact arguments of `request`, sensitive values in clear, for `viewer` — only when
+    /// policy lets `viewer` **reveal** the tool's sensitive values (the `reveal` action, asked
+    /// with the stored, redacted arguments as its context, like a review), and the request
+    /// still holds its sealed copy (pending or approved and unexpired: the store drops the
+    /// copy when the request is consumed, rejected or expired). `None` otherwise: the viewer
+    /// sees the keyed hashes.
+    ///
+    /// # Errors
+    /// The store's errors.
+    pub async fn revealed_arguments(
+        &self,
+        viewer: &Principal,
+        request: &ApprovalRequest,
+    ) -> Result<Option<serde_json::Map<String, Value>>, StoreError> {
+        let now = self.env.now();
+        let live = matches!(
+            request.clone().as_of(now).status,
+            ApprovalStatus::Pending | ApprovalStatus::Approved
+        );
+        if request.request.tenant != viewer.tenant() || request.request.sealed_arguments.is_none() || !live {
+            return Ok(None);
+        }
+        let Some(contract) = self
+            .registry
+            .by_id(&request.request.tenant, &request.request.contract_id, now)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let empty = serde_json::Map::new();
+        let verdict = self.policy.authorize(&PolicyRequest {
+            principal: viewer,
+            action: PolicyAction::Reveal,
+            contract: &contract,
+            arguments: request.request.arguments.as_object().unwrap_or(&empty),
+        });
+        if verdict != PolicyVerdict::Allow {
+            return Ok(None);
+        }
+        Ok(self.unsealed_arguments(request))
     }
 
     /// The requests of `requests` that `reviewer` may review ([`Authority::may_review`]), in

@@ -7,12 +7,15 @@ use crate::authority::Principal;
 use crate::contract::Contract;
 
 /// What the principal wants to do with the tool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PolicyAction {
     /// Invoke the tool with these arguments.
     Invoke,
     /// Approve or reject someone else's call of the tool with these arguments.
     Review,
+    /// See the sensitive values of someone else's held call of the tool (asked with the
+    /// call's stored arguments, which hold no sensitive value, like a review).
+    Reveal,
 }
 
 /// One authorization question.

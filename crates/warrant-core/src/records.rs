@@ -449,8 +449,13 @@ pub struct NewApproval {
     pub payload_digest: String,
     /// The call's idempotency key.
     pub idempotency_key: Option<String>,
-    /// The exact arguments, for the reviewer.
+    /// The exact arguments, for the reviewer (sensitive values as their keyed hashes, as in
+    /// the ledger).
     pub arguments: Value,
+    /// The exact canonical arguments sealed at rest (`crate::seal`), when the contract has a
+    /// sensitive field and the node seals: kept only while the request may still be decided or
+    /// executed, for a reviewer policy lets reveal them and for executing it on the decision.
+    pub sealed_arguments: Option<String>,
     /// Created.
     pub created_at: OffsetDateTime,
     /// Expires.

@@ -158,27 +158,32 @@ type Bucket = Vec<(EntitiesKey, Arc<Prepared>)>;
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct EntitiesKey {
     contract: ContractId,
-    review: bool,
+    action: PolicyAction,
     tenant: String,
     principal: String,
     roles: Vec<String>,
 }
 
 impl EntitiesKey {
-    fn matches(&self, contract: ContractId, review: bool, p: &warrant_core::authority::Principal) -> bool {
+    fn matches(
+        &self,
+        contract: ContractId,
+        action: PolicyAction,
+        p: &warrant_core::authority::Principal,
+    ) -> bool {
         self.contract == contract
-            && self.review == review
+            && self.action == action
             && self.tenant == p.tenant()
             && self.principal == p.id()
             && self.roles.iter().eq(p.roles().iter())
     }
 }
 
-fn entities_hash(contract: ContractId, review: bool, p: &warrant_core::authority::Principal) -> u64 {
+fn entities_hash(contract: ContractId, action: PolicyAction, p: &warrant_core::authority::Principal) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     contract.hash(&mut h);
-    review.hash(&mut h);
+    action.hash(&mut h);
     p.tenant().hash(&mut h);
     p.id().hash(&mut h);
     for role in p.roles() {
@@ -203,6 +208,19 @@ struct Tool {
     review_context: Vec<Attribute>,
     invoke: Action,
     review: Action,
+    reveal: Action,
+}
+
+impl Tool {
+    /// The action `action` names on this tool, and its context attributes (a reveal is asked
+    /// with a review's context).
+    fn action(&self, action: PolicyAction) -> (&Action, &[Attribute]) {
+        match action {
+            PolicyAction::Invoke => (&self.invoke, &self.context),
+            PolicyAction::Review => (&self.review, &self.review_context),
+            PolicyAction::Reveal => (&self.reveal, &self.review_context),
+        }
+    }
 }
 
 /// One action of one contract.
@@ -480,6 +498,7 @@ fn build_tool(shape: ToolShape, types: &Types, policies: &[Policy]) -> Result<To
     ];
     let invoke = build_action(schema::invoke_chain(&contract), types, policies)?;
     let review = build_action(schema::review_chain(&contract), types, policies)?;
+    let reveal = build_action(schema::reveal_chain(&contract), types, policies)?;
     Ok(Tool {
         id: contract.id(),
         label,
@@ -489,6 +508,7 @@ fn build_tool(shape: ToolShape, types: &Types, policies: &[Policy]) -> Result<To
         review_context: shape.review_context,
         invoke,
         review,
+        reveal,
     })
 }
 
@@ -559,12 +579,11 @@ impl Inner {
         request: &PolicyRequest<'_>,
     ) -> Result<Arc<Prepared>, String> {
         let p = request.principal;
-        let review = request.action == PolicyAction::Review;
-        let hash = entities_hash(tool.id, review, p);
+        let hash = entities_hash(tool.id, request.action, p);
         let hit = self.entities.read().ok().and_then(|m| {
             m.get(&hash)?
                 .iter()
-                .find(|(k, _)| k.matches(tool.id, review, p))
+                .find(|(k, _)| k.matches(tool.id, request.action, p))
                 .map(|(_, e)| e.clone())
         });
         if let Some(hit) = hit {
@@ -591,7 +610,7 @@ impl Inner {
         let built = Arc::new((principal_uid, entities, policies));
         let key = EntitiesKey {
             contract: tool.id,
-            review,
+            action: request.action,
             tenant: p.tenant().to_owned(),
             principal: p.id().to_owned(),
             roles: p.roles().iter().cloned().collect(),
@@ -696,10 +715,7 @@ impl Inner {
                 tool.label
             ));
         }
-        let (action, attributes) = match request.action {
-            PolicyAction::Invoke => (&tool.invoke, &tool.context),
-            PolicyAction::Review => (&tool.review, &tool.review_context),
-        };
+        let (action, attributes) = tool.action(request.action);
         let context = mapping::context(attributes, request.arguments).map_err(|e| e.0)?;
         let stored = self.entities(tool, action, request)?;
         let (principal_uid, entities, policies) = &*stored;
@@ -835,10 +851,7 @@ mod tests {
     ) -> PolicyVerdict {
         let inner = &engine.inner;
         let tool = &inner.tools[&request.contract.qualified_name()][&request.contract.version()];
-        let (action, attributes) = match request.action {
-            PolicyAction::Invoke => (&tool.invoke, &tool.context),
-            PolicyAction::Review => (&tool.review, &tool.review_context),
-        };
+        let (action, attributes) = tool.action(request.action);
         let (principal_uid, principal) = inner.principal(request.principal).unwrap();
         let tenant = (
             "tenant".to_owned(),
@@ -905,7 +918,7 @@ mod tests {
                     .with_roles(roles.iter().map(|r| (*r).to_owned()))
                     .unwrap();
                 for (contract, cases) in [(&contracts[0], &credit[..]), (&contracts[1], &lookup[..])] {
-                    for action in [PolicyAction::Invoke, PolicyAction::Review] {
+                    for action in [PolicyAction::Invoke, PolicyAction::Review, PolicyAction::Reveal] {
                         for args in cases {
                             let request = PolicyRequest {
                                 principal: &principal,
@@ -999,6 +1012,7 @@ mod tests {
             for (action, attributes) in [
                 (&tool.invoke, &tool.context),
                 (&tool.review, &tool.review_context),
+                (&tool.reveal, &tool.review_context),
             ] {
                 let arguments = args.as_object().unwrap();
                 // Cedar's own reading of the same arguments: the attributes of the context
@@ -1040,6 +1054,6 @@ mod tests {
                 }
             }
         }
-        assert_eq!(accepted, 10, "valid cases, each for invoke and review");
+        assert_eq!(accepted, 15, "valid cases, each for invoke, review and reveal");
     }
 }

@@ -1,6 +1,6 @@
 //! The Cedar schema generated from the registered contracts: the `Warrant` namespace with its
-//! principal, role and tool entity types, and two actions per contract with the contract's
-//! input as their context type (a review's without the sensitive fields).
+//! principal, role and tool entity types, and three actions per contract with the contract's
+//! input as their context type (a review's and a reveal's without the sensitive fields).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,6 +16,8 @@ pub(crate) const NAMESPACE: &str = "Warrant";
 pub(crate) const INVOKE_GROUP: &str = "invoke";
 /// The action group every review action belongs to.
 pub(crate) const REVIEW_GROUP: &str = "review";
+/// The action group every reveal action belongs to (seeing a held call's sensitive values).
+pub(crate) const REVEAL_GROUP: &str = "reveal";
 
 /// One contract as the schema sees it.
 pub(crate) struct ToolShape {
@@ -54,6 +56,17 @@ pub(crate) fn review_chain(contract: &Contract) -> [String; 3] {
     ]
 }
 
+/// The reveal action ids from the most to the least specific: `reveal:N@V`, `reveal:N`,
+/// `reveal`. A reveal is asked with a review's context (the stored arguments, no sensitive
+/// field): whether a reviewer may see the sensitive values of a held call.
+pub(crate) fn reveal_chain(contract: &Contract) -> [String; 3] {
+    [
+        format!("{REVEAL_GROUP}:{}", label(contract)),
+        format!("{REVEAL_GROUP}:{}", contract.qualified_name()),
+        REVEAL_GROUP.to_owned(),
+    ]
+}
+
 /// The contracts to put in the schema, one per `name@version`, sorted, and the problems that
 /// keep a set of contracts out of Cedar (a name taken by an action group, two different
 /// contracts under one `name@version`).
@@ -73,7 +86,7 @@ pub(crate) fn collect(contracts: &[Arc<Contract>]) -> (Vec<ToolShape>, Vec<Strin
             }
             continue;
         }
-        if [INVOKE_GROUP, REVIEW_GROUP].contains(&contract.name()) {
+        if [INVOKE_GROUP, REVIEW_GROUP, REVEAL_GROUP].contains(&contract.name()) {
             problems.push(format!(
                 "contract {} cannot be named in policies: `{}` is the name of an action group",
                 label(contract),
@@ -123,12 +136,14 @@ pub(crate) fn schema_json(tools: &[ToolShape]) -> Value {
     let mut actions = Map::new();
     actions.insert(INVOKE_GROUP.into(), json!({}));
     actions.insert(REVIEW_GROUP.into(), json!({}));
+    actions.insert(REVEAL_GROUP.into(), json!({}));
     for shape in tools {
         let invoke = mapping::record_schema_json(&shape.context);
         let review = mapping::record_schema_json(&shape.review_context);
         for (chain, context) in [
             (invoke_chain(&shape.contract), &invoke),
             (review_chain(&shape.contract), &review),
+            (reveal_chain(&shape.contract), &review),
         ] {
             let [action, group, root] = chain;
             let applies_to = json!({

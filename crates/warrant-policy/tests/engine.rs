@@ -121,6 +121,7 @@ fn examples_load_with_annotated_ids_in_file_order() {
         [
             "email.send",
             "email.supervisor-review",
+            "email.supervisor-reveal",
             "guard.suspended",
             "guard.irreversible-own-tenant",
             "orders.agent-lookup",
@@ -699,6 +700,15 @@ fn generated_schema_for_the_examples() {
             "invoke",
             "lookup_order",
             "lookup_order@1",
+            "reveal",
+            "reveal:create_support_credit",
+            "reveal:create_support_credit@1",
+            "reveal:lookup_order",
+            "reveal:lookup_order@1",
+            "reveal:send_email",
+            "reveal:send_email@1",
+            "reveal:workflow_validator",
+            "reveal:workflow_validator@1",
             "review",
             "review:create_support_credit",
             "review:create_support_credit@1",
@@ -907,5 +917,55 @@ fn reviews_decide_without_sensitive_fields() {
     assert_eq!(
         ask(&engine, &clerk, PolicyAction::Review, &contract(EMAIL), stored),
         PolicyVerdict::Allow
+    );
+}
+
+#[test]
+fn revealing_sensitive_values_is_its_own_permission() {
+    // The examples let supervisors review and reveal sends; reviewing credits does not let
+    // them reveal credits, and an agent reveals nothing.
+    let engine = engine();
+    let supervisor = principal("sup-1", "acme", &["supervisor"]);
+    let agent = principal("agent-1", "acme", &["agent"]);
+    let stored = json!({ "to": ["ann@example.com"], "subject": "s", "body": "hmac-sha256:00ff" });
+    let email = contract(EMAIL);
+    assert_eq!(
+        ask(&engine, &supervisor, PolicyAction::Reveal, &email, stored.clone()),
+        PolicyVerdict::Allow
+    );
+    assert!(matches!(
+        ask(&engine, &agent, PolicyAction::Reveal, &email, stored),
+        PolicyVerdict::Deny { .. }
+    ));
+    let credit = json!({ "customer_id": "cus_12345678", "amount_cents": 100, "reason": "r" });
+    let credits = contract(CREDIT);
+    assert_eq!(
+        ask(
+            &engine,
+            &supervisor,
+            PolicyAction::Review,
+            &credits,
+            credit.clone()
+        ),
+        PolicyVerdict::Allow
+    );
+    assert!(matches!(
+        ask(&engine, &supervisor, PolicyAction::Reveal, &credits, credit),
+        PolicyVerdict::Deny { .. }
+    ));
+    // A reveal is asked with the review's context: a policy naming a sensitive field is refused.
+    let body = r#"@id("email.reveal-body") permit (principal, action == Warrant::Action::"reveal:send_email@1", resource)
+                  when { context.body like "*x*" };"#;
+    assert!(engine_with(body).is_err());
+    // Its actions' context is the review's.
+    let schema = CedarEngine::schema_json(&contracts());
+    let actions = &schema["Warrant"]["actions"];
+    assert_eq!(
+        actions["reveal:send_email@1"]["appliesTo"],
+        actions["review:send_email@1"]["appliesTo"]
+    );
+    assert_eq!(
+        actions["reveal:send_email@1"]["memberOf"],
+        json!([{ "id": "reveal:send_email" }, { "id": "reveal" }])
     );
 }

@@ -128,6 +128,8 @@ pub struct OwnedCall {
     /// A workflow step's record, committed with the call's outcome when it commits
     /// ([`dispatch_then`]).
     pub then: Option<Arc<StepFollowUp>>,
+    /// A note for the call's ledger row (`Call::note`).
+    pub note: Option<String>,
 }
 
 impl OwnedCall {
@@ -143,6 +145,7 @@ impl OwnedCall {
             review: self.review,
             review_ttl: self.review_ttl,
             reviewers: self.reviewers.as_ref(),
+            note: self.note.as_deref(),
         }
     }
 }

@@ -163,6 +163,7 @@ fn main() {
                             payload_digest: format!("sha256:{:064x}", i),
                             idempotency_key: Some(format!("k-{i}")),
                             arguments: json!({"customer_id": format!("cus_{i}"), "amount_cents": 100 + i}),
+                            sealed_arguments: None,
                             created_at: at,
                             expires_at: now + time::Duration::hours(24),
                             reviewers: None,

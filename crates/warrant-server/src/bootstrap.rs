@@ -280,16 +280,20 @@ impl Gateway {
             )),
             None => None,
         };
-        let authority = Arc::new(Authority::new(
-            store.clone(),
-            registry.clone(),
-            policy.clone(),
-            Arc::new(config.guards),
-            config.budgets,
-            config.redaction,
-            env.clone(),
-            config.settings,
-        ));
+        let argument_seal = crate::webhooks::SecretBox::new(config.redaction.derive("approval-arguments"));
+        let authority = Arc::new(
+            Authority::new(
+                store.clone(),
+                registry.clone(),
+                policy.clone(),
+                Arc::new(config.guards),
+                config.budgets,
+                config.redaction,
+                env.clone(),
+                config.settings,
+            )
+            .with_seal(Arc::new(argument_seal.clone())),
+        );
         let model = config.adapters.model.clone().map(|endpoint| {
             // Its own client: the same outbound rules, with the model's (longer) timeout.
             let policy = warrant_runtime::net::NetPolicy {
@@ -359,6 +363,7 @@ impl Gateway {
             mcp_sealer,
             review_mail,
             webhook_secrets,
+            argument_seal,
             inbound_due: Arc::new(tokio::sync::Notify::new()),
             inbound_refusals: Arc::new(governor::RateLimiter::keyed(crate::inbound::refusals_quota())),
         });

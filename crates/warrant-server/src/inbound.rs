@@ -566,6 +566,7 @@ async fn work(
                 review_ttl: None,
                 reviewers: None,
                 then: None,
+                note: None,
             };
             let dispatched = submit(state.authority.clone(), state.runtime.clone(), principal, call).await?;
             Ok(Ok((InboundStatus::Done, call_detail(&dispatched, &trace_id))))

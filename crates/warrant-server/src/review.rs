@@ -35,7 +35,11 @@ pub(crate) async fn after_decision(state: &AppState, approval: &ApprovalRequest)
             return;
         }
     };
-    if !contract.execute_on_approval() || contract.has_sensitive_fields() {
+    // A call with a sensitive field is rebuilt from its sealed copy; one without (sealed by
+    // no node) waits for its proposer.
+    if !contract.execute_on_approval()
+        || (contract.has_sensitive_fields() && state.authority.unsealed_arguments(approval).is_none())
+    {
         return;
     }
     match execute_approved(state, approval, None).await {
@@ -63,7 +67,7 @@ pub(crate) fn of_a_run(approval: &ApprovalRequest) -> bool {
         .is_some_and(|k| k.starts_with(warrant_core::pipeline::RUN_KEY_PREFIX))
 }
 
-/// Submits the approved call `approval` holds — its stored arguments, contract and key — as its
+/// Submits the approved call `approval` holds — its exact arguments, contract and key — as its
 /// proposer (the least authority of the proposer's live keys), with the approval, through
 /// `submit`: the whole pipeline runs again and the approval binds to the digest. `None` when the
 /// proposer holds no live key. `trace` names the trace (fresh when `None`).
@@ -79,10 +83,16 @@ pub(crate) async fn execute_approved(
     let Some(proposer) = proposer_authority(state, &request.tenant, &request.proposer).await? else {
         return Ok(None);
     };
+    // The exact arguments: the sealed copy when the contract has a sensitive field (the stored
+    // `arguments` then hold its keyed hash, whose digest would not bind).
+    let arguments = match state.authority.unsealed_arguments(approval) {
+        Some(exact) => serde_json::Value::Object(exact),
+        None => request.arguments.clone(),
+    };
     let bytes = json!({
         "tool": request.tool,
         "contract": request.contract_id,
-        "arguments": request.arguments,
+        "arguments": arguments,
     })
     .to_string();
     let call = OwnedCall {
@@ -259,12 +269,21 @@ pub(crate) async fn approve_with_edits(
     })
     .to_string();
     let trace = crate::trace::trace_id(&axum::http::HeaderMap::new());
+    // Both of the edited call's ledger rows (held, then executed) say who edited which
+    // request, from which digest, and why; the rows' own payload digest is the edited one.
+    let note = format!(
+        "edited by {} from {} ({}): {reason}",
+        reviewer.id(),
+        original.request.id,
+        original.request.payload_digest
+    );
     let call = |approval: Option<String>| OwnedCall {
         bytes: bytes.clone().into_bytes().into(),
         idempotency_key: original.request.idempotency_key.clone(),
         approval_id: approval.clone(),
         trace_id: trace.clone(),
         review: approval.is_none(),
+        note: Some(note.clone()),
         ..OwnedCall::default()
     };
     let held = warrant_runtime::submit(

@@ -993,6 +993,7 @@ fn tool_call(
         review_ttl: None,
         reviewers: None,
         then: None,
+        note: None,
     }
 }
 

@@ -131,6 +131,9 @@ pub struct AppState {
     pub(crate) review_mail: Option<Arc<crate::events::Notifier>>,
     /// Seals and opens webhook endpoints' signing secrets at rest (and inbound sources').
     pub(crate) webhook_secrets: crate::webhooks::SecretBox,
+    /// Seals and opens held calls' exact arguments at rest (the pipeline's approval copies,
+    /// and the proposals MCP tasks keep for a contract with a sensitive field).
+    pub(crate) argument_seal: crate::webhooks::SecretBox,
     /// Wakes the inbound worker when this node accepted an event.
     pub(crate) inbound_due: Arc<tokio::sync::Notify>,
     /// How many refused inbound deliveries per source are written to its record.

@@ -83,8 +83,13 @@ impl SecretBox {
     /// `s1.<nonce>.<ciphertext>` of a secret's written form, bound to `aad` (what it belongs
     /// to: an endpoint or a source).
     pub(crate) fn seal_text(&self, secret: &str, aad: &str) -> String {
+        self.seal_bytes(secret.as_bytes(), aad)
+    }
+
+    /// `s1.<nonce>.<ciphertext>` of `plain`, bound to `aad`.
+    fn seal_bytes(&self, plain: &[u8], aad: &str) -> String {
         let nonce: [u8; 12] = rand::random();
-        let mut data = secret.as_bytes().to_vec();
+        let mut data = plain.to_vec();
         // Sealing in place cannot fail for a message this short.
         if self
             .0
@@ -107,6 +112,11 @@ impl SecretBox {
     /// The text sealed as `sealed` for `aad`; `None` when it was not sealed by this server's key
     /// for that owner.
     pub(crate) fn open_text(&self, sealed: &str, aad: &str) -> Option<String> {
+        String::from_utf8(self.open_bytes(sealed, aad)?).ok()
+    }
+
+    /// The bytes sealed as `sealed` for `aad`.
+    fn open_bytes(&self, sealed: &str, aad: &str) -> Option<Vec<u8>> {
         let mut parts = sealed.split('.');
         let (Some("s1"), Some(nonce), Some(data), None) =
             (parts.next(), parts.next(), parts.next(), parts.next())
@@ -123,7 +133,18 @@ impl SecretBox {
                 &mut data,
             )
             .ok()?;
-        String::from_utf8(plain.to_vec()).ok()
+        Some(plain.to_vec())
+    }
+}
+
+/// The same AEAD keeps a held call's exact arguments at rest (`warrant_core::seal`), under its
+/// own derived key.
+impl warrant_core::seal::ArgumentSeal for SecretBox {
+    fn seal(&self, plain: &[u8], aad: &str) -> String {
+        self.seal_bytes(plain, aad)
+    }
+    fn open(&self, sealed: &str, aad: &str) -> Option<Vec<u8>> {
+        self.open_bytes(sealed, aad)
     }
 }
 

@@ -214,6 +214,21 @@ adapter: {{ kind: http, url: "http://{upstream}/lookup" }}
             "old.yaml",
             contract("old", "read", "orders:read", "none", "", &credit),
         ),
+        (
+            "secret.yaml",
+            contract(
+                "secret",
+                "write",
+                "credits:write",
+                "per_call",
+                "idempotency: { honoured: true, retention: 24h }",
+                &credit,
+            )
+            .replace(
+                "customer_id: { type: string, maxLength: 36 }",
+                "customer_id: { type: string, maxLength: 36, x-warrant-sensitive: true }",
+            ),
+        ),
     ]
 }
 
@@ -447,7 +462,7 @@ async fn tools_are_listed_by_grant_with_hints(h: &Harness) {
     let mut names: Vec<&str> = tools.keys().map(String::as_str).collect();
     names.sort_unstable();
     // `wipe` needs a scope the agent lacks; `old` is retired.
-    assert_eq!(names, ["credit", "lookup", "note", "payout", "refund"]);
+    assert_eq!(names, ["credit", "lookup", "note", "payout", "refund", "secret"]);
 
     let lookup = tools["lookup"];
     assert_eq!(lookup.description.as_deref(), Some("Look up an order."));
@@ -914,7 +929,7 @@ async fn stdio_serves_the_same_tools(h: &Harness) {
     ));
     let client = ().serve(tokio::io::split(client_io)).await.unwrap();
     let tools = client.list_all_tools().await.unwrap();
-    assert_eq!(tools.len(), 5);
+    assert_eq!(tools.len(), 6);
     let result = client
         .call_tool(call("lookup", json!({"order_id": "ord_stdio1"}), None))
         .await
@@ -1427,6 +1442,57 @@ async fn a_task_completes_when_the_reviewer_decides_on_any_node(h: &Harness) {
     agent.cancel().await.unwrap();
 }
 
+/// A held call of a contract with a sensitive field is a task too: the task keeps the call
+/// sealed (never the value in clear) and runs it, exactly, on the decision.
+async fn a_task_keeps_a_sensitive_call_sealed(h: &Harness) {
+    use rmcp::model::{CallToolResponse, GetTaskParams, TaskPayload};
+    let agent = h
+        .native(
+            "agent",
+            NativeClient {
+                tasks: true,
+                approve_as: None,
+            },
+        )
+        .await;
+    let arguments = json!({"customer_id": "cus_hidden", "amount_cents": 900});
+    let CallToolResponse::Task(created) = agent
+        .call_tool_once(call("secret", arguments, None))
+        .await
+        .unwrap()
+    else {
+        panic!("not a task")
+    };
+    let id = created.task.task_id.clone();
+    let stored = h
+        .store
+        .get_task("acme", &id, time::OffsetDateTime::now_utc())
+        .await
+        .unwrap()
+        .expect("the task is stored");
+    assert!(!stored.call.to_string().contains("cus_hidden"), "{}", stored.call);
+    assert_eq!(stored.call["sealed"], true);
+    let got = agent
+        .peer()
+        .get_task(GetTaskParams::new(id.clone()))
+        .await
+        .unwrap();
+    let TaskPayload::InputRequired { input_requests } = &got.task.payload else {
+        panic!("not input-required: {got:?}")
+    };
+    let (approval, _) = elicited(input_requests);
+    h.decide(&approval, "approve").await;
+    let done = agent.peer().get_task(GetTaskParams::new(id)).await.unwrap();
+    let TaskPayload::Completed { result } = &done.task.payload else {
+        panic!("not completed: {done:?}")
+    };
+    let result: CallToolResult = serde_json::from_value(Value::Object(result.clone())).unwrap();
+    assert_eq!(result.is_error, Some(false), "{}", text(&result));
+    assert_eq!(structured(&result)["credit_id"], "cr_cus_hidden");
+    assert_eq!(h.upstream.effects(), 1);
+    agent.cancel().await.unwrap();
+}
+
 /// A rejected approval fails its task with the typed refusal; cancelling a task withdraws its
 /// pending approval (no reviewer can run it any more), and an ended task cannot be cancelled.
 async fn a_task_fails_on_rejection_and_cancels_its_approval(h: &Harness) {
@@ -1666,6 +1732,29 @@ async fn an_edited_approval_answers_the_waiting_agent_with_the_edited_call(h: &H
     let (approval, _) = elicited(input_requests);
     let edited = edit(approval.clone(), 4000, "cus_ed1").await;
     assert_eq!(h.upstream.effects(), 1, "the edited call ran on the decision");
+    // The execution's ledger row records the edit: the editor, the original request and its
+    // digest, the reason; its own payload digest is the edited one.
+    let row: Value = http
+        .get(format!(
+            "{}/v1/ledger/{}",
+            h.base,
+            edited["execution_ledger_id"].as_str().unwrap()
+        ))
+        .bearer_auth(&h.keys["reviewer"])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let detail = row["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.starts_with(&format!("edited by sup-1 from {approval} (sha256:"))
+            && detail.ends_with(": smaller credit"),
+        "{row:#}"
+    );
+    assert_eq!(row["approval_id"], edited["id"], "{row:#}");
+    assert_eq!(row["payload_digest"], edited["payload_digest"], "{row:#}");
     assert_eq!(h.approval_status(&approval).await, "rejected");
     let done = agent.peer().get_task(GetTaskParams::new(id)).await.unwrap();
     let TaskPayload::Completed { result } = &done.task.payload else {
@@ -1786,6 +1875,7 @@ on_every_backend! {
     an_input_required_result_resumes_with_its_sealed_state_once,
     the_sdk_client_loop_receives_the_result_natively,
     a_task_completes_when_the_reviewer_decides_on_any_node,
+    a_task_keeps_a_sensitive_call_sealed,
     a_task_fails_on_rejection_and_cancels_its_approval,
     an_approval_executes_on_decision_and_the_retry_replays,
     an_edited_approval_answers_the_waiting_agent_with_the_edited_call,

@@ -283,6 +283,7 @@ fn approval_take(
         .get_mut(&claim.approval_id)
         .ok_or(StoreError::NotFound)?;
     a.status = ApprovalStatus::Consumed;
+    a.request.sealed_arguments = None;
     a.consumed_at = Some(trunc(now));
     a.consumed_by = Some(claim.ledger_id.clone());
     Ok(a.clone())
@@ -1188,6 +1189,9 @@ impl Store for MemoryStore {
                 Verdict::Approve => ApprovalStatus::Approved,
                 Verdict::Reject => ApprovalStatus::Rejected,
             };
+            if a.status == ApprovalStatus::Rejected {
+                a.request.sealed_arguments = None;
+            }
             a.reviewer = Some(reviewer.to_owned());
             a.reason = reason.map(str::to_owned);
             a.decided_at = Some(trunc(now));
@@ -1215,6 +1219,7 @@ impl Store for MemoryStore {
                     && a.request.proposer != reviewer =>
             {
                 a.status = ApprovalStatus::Rejected;
+                a.request.sealed_arguments = None;
                 a.superseded_by = Some(by.to_owned());
                 a.reviewer = Some(reviewer.to_owned());
                 a.reason = Some(reason.to_owned());
@@ -1809,6 +1814,7 @@ impl Store for MemoryStore {
                     && ms(a.request.expires_at) <= now_ms
                 {
                     a.status = ApprovalStatus::Expired;
+                    a.request.sealed_arguments = None;
                     expired.push((a.request.tenant.clone(), a.request.id.clone()));
                 }
             }

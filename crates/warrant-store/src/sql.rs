@@ -482,7 +482,8 @@ fn idempotency_of(row: &impl RowExt) -> Result<IdempotencyRecord, StoreError> {
 macro_rules! approval_columns {
     () => {
         "id, tenant, contract_id, tool, proposer, payload_digest, idempotency_key, arguments, \
-     status, reviewer, reason, created_at, expires_at, decided_at, consumed_at, consumed_by, reviewers, superseded_by"
+     status, reviewer, reason, created_at, expires_at, decided_at, consumed_at, consumed_by, reviewers, superseded_by, \
+     sealed_arguments"
     };
 }
 
@@ -503,6 +504,7 @@ fn approval_of(row: &impl RowExt) -> Result<ApprovalRequest, StoreError> {
             payload_digest: row.text("payload_digest")?,
             idempotency_key: row.opt_text("idempotency_key")?,
             arguments: json_of(&row.text("arguments")?)?,
+            sealed_arguments: row.opt_text("sealed_arguments")?,
             created_at: from_ms(row.int("created_at")?)?,
             expires_at: from_ms(row.int("expires_at")?)?,
             reviewers: match opt_json_of(row.opt_text("reviewers")?)? {
@@ -1203,7 +1205,7 @@ async fn consume_in<E: Exec>(
     now: i64,
 ) -> Result<ConsumeOutcome, StoreError> {
     let update = concat!(
-        "UPDATE approvals SET status = 'consumed', consumed_at = $1, consumed_by = $2 \
+        "UPDATE approvals SET status = 'consumed', consumed_at = $1, consumed_by = $2, sealed_arguments = NULL \
          WHERE tenant = $3 AND id = $4 AND status = 'approved' AND expires_at > $1 AND contract_id = $5 \
          AND payload_digest = $6 AND idempotency_key IS NOT DISTINCT FROM $7 AND proposer = $8 \
          RETURNING ",
@@ -2155,8 +2157,8 @@ impl Store for SqlStore {
 
     async fn create_approval(&self, a: &NewApproval) -> Result<(), StoreError> {
         let sql = "INSERT INTO approvals (id, tenant, contract_id, tool, proposer, payload_digest, idempotency_key, \
-                   arguments, status, created_at, expires_at, reviewers) \
-                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9, $10, $11)";
+                   arguments, status, created_at, expires_at, reviewers, sealed_arguments) \
+                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9, $10, $11, $12)";
         let arguments = json_text(&a.arguments);
         let reviewers = a.reviewers.as_ref().map(|r| json_text(&r.to_json()));
         write_op!(self, [a = a.clone()], |ex| {
@@ -2172,6 +2174,7 @@ impl Store for SqlStore {
                 ms(a.created_at),
                 ms(a.expires_at),
                 &reviewers,
+                &a.sealed_arguments,
             ];
             ex.execute(sql, &params).await?;
             enqueue_in(ex, &a.requested_event()).await
@@ -2324,7 +2327,8 @@ impl Store for SqlStore {
             Verdict::Reject => ApprovalStatus::Rejected,
         };
         let update = concat!(
-            "UPDATE approvals SET status = $1, reviewer = $2, reason = $3, decided_at = $4 \
+            "UPDATE approvals SET status = $1, reviewer = $2, reason = $3, decided_at = $4, \
+             sealed_arguments = CASE WHEN $1 = 'rejected' THEN NULL ELSE sealed_arguments END \
              WHERE tenant = $5 AND id = $6 AND status = 'pending' AND expires_at > $4 AND proposer <> $2 \
              RETURNING ",
             approval_columns!()
@@ -2370,7 +2374,7 @@ impl Store for SqlStore {
         now: OffsetDateTime,
     ) -> Result<bool, StoreError> {
         let sql = "UPDATE approvals SET status = 'rejected', superseded_by = $1, reviewer = $2, reason = $3, \
-                   decided_at = $4 WHERE tenant = $5 AND id = $6 AND status = 'pending' AND expires_at > $4 \
+                   decided_at = $4, sealed_arguments = NULL WHERE tenant = $5 AND id = $6 AND status = 'pending' AND expires_at > $4 \
                    AND proposer <> $2";
         write_op!(
             self,
@@ -3086,7 +3090,7 @@ impl Store for SqlStore {
             // Each expiry and its `approval.expired` event commit together.
             let expired = ex
                 .fetch_all(
-                    "UPDATE approvals SET status = 'expired' WHERE status IN ('pending', 'approved') \
+                    "UPDATE approvals SET status = 'expired', sealed_arguments = NULL WHERE status IN ('pending', 'approved') \
                      AND expires_at <= $1 RETURNING tenant, id",
                     &args![now],
                 )

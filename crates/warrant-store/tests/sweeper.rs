@@ -62,6 +62,7 @@ async fn the_sweeper_purges_what_expired() {
             payload_digest: "sha256:p".into(),
             idempotency_key: None,
             arguments: json!({}),
+            sealed_arguments: None,
             created_at: past,
             expires_at: past + time::Duration::minutes(15),
             reviewers: None,

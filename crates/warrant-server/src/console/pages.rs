@@ -267,6 +267,14 @@ pub(crate) async fn approval(
         None => None,
     };
     let proposer_here = r.proposer == reviewer.caller.principal.id();
+    // Sensitive values in clear only where policy lets this viewer reveal them.
+    let revealed = state
+        .authority
+        .revealed_arguments(&reviewer.caller.principal, &a)
+        .await?;
+    let masked = contract
+        .as_deref()
+        .is_some_and(warrant_core::Contract::has_sensitive_fields);
     let edit_fields = contract
         .as_deref()
         .filter(|_| may_decide && editable(&a))
@@ -291,8 +299,16 @@ pub(crate) async fn approval(
             @if let Some(by) = &a.consumed_by { dt { "Executed as" } dd.mono { a href={ "/console/ledger/" (by) } { (by) } } }
         }
         h2 { "Payload" }
-        p.muted { "The exact arguments this approval is bound to (sensitive values appear as their keyed hashes, as in the ledger). Digest: " code { (r.payload_digest) } }
-        pre #payload { (pretty(&r.arguments)) }
+        @if let Some(exact) = &revealed {
+            p.muted #revealed { "The exact arguments this approval is bound to, sensitive values included: policy lets you reveal them. Digest: " code { (r.payload_digest) } }
+            pre #payload { (pretty(&Value::Object(exact.clone()))) }
+        } @else if masked {
+            p.muted #masked { "The exact arguments this approval is bound to. Sensitive values are masked (shown as their keyed hashes, as in the ledger): policy does not let you reveal them" @if a.request.sealed_arguments.is_none() { ", or they are no longer kept" } ". Digest: " code { (r.payload_digest) } }
+            pre #payload { (pretty(&r.arguments)) }
+        } @else {
+            p.muted { "The exact arguments this approval is bound to. Digest: " code { (r.payload_digest) } }
+            pre #payload { (pretty(&r.arguments)) }
+        }
         @if a.status == ApprovalStatus::Pending {
             @if may_decide {
                 div.decide {

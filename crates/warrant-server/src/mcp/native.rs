@@ -230,10 +230,10 @@ pub(crate) async fn held(
     // retry is the agent's own.
     needed.idempotency_key.as_ref()?;
     let pending = Pending::of_needed(needed)?;
-    // A task stores the call to run it later; a sensitive value is never stored in clear, so
-    // such a call is resumed by the client, which sends it again (MRTR), or the tool error.
-    if native.tasks && !sensitive {
-        return create_task(state, principal, tool, call, &pending)
+    // A task stores the call to run it later: sealed when the contract has a sensitive field
+    // (a sensitive value is never stored in clear).
+    if native.tasks {
+        return create_task(state, principal, tool, call, &pending, sensitive)
             .await
             .map(CallToolResponse::Task);
     }
@@ -440,8 +440,12 @@ fn open(
 #[serde(deny_unknown_fields)]
 struct TaskCall {
     tool: String,
-    /// The proposal as the agent sent it (its own bytes), as text.
+    /// The proposal as the agent sent it (its own bytes), as text; sealed to the task
+    /// (`crate::webhooks::SecretBox`, bound to its tenant and id) when `sealed`.
     proposal: String,
+    /// Whether `proposal` is sealed (a contract with a sensitive field).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    sealed: bool,
     idempotency_key: Option<String>,
     trace_id: String,
 }
@@ -454,17 +458,28 @@ async fn create_task(
     tool: &str,
     call: &OwnedCall,
     approval: &Pending,
+    sensitive: bool,
 ) -> Option<CreateTaskResult> {
     let now = state.env.now();
-    let proposal = String::from_utf8(call.bytes.to_vec()).ok()?;
+    let id = format!("task_{}", hex::encode(rand::random::<[u8; 16]>()));
+    let proposal = if sensitive {
+        warrant_core::seal::ArgumentSeal::seal(
+            &state.argument_seal,
+            &call.bytes,
+            &task_aad(principal.tenant(), &id),
+        )
+    } else {
+        String::from_utf8(call.bytes.to_vec()).ok()?
+    };
     let stored = TaskCall {
         tool: tool.to_owned(),
         proposal,
+        sealed: sensitive,
         idempotency_key: approval.idempotency_key.clone(),
         trace_id: call.trace_id.clone(),
     };
     let record = TaskRecord {
-        id: format!("task_{}", hex::encode(rand::random::<[u8; 16]>())),
+        id,
         tenant: principal.tenant().to_owned(),
         principal: principal.id().to_owned(),
         approval_id: approval.id.clone(),
@@ -482,6 +497,11 @@ async fn create_task(
     metrics::counter!("warrant_mcp_tasks_created_total").increment(1);
     let task = task_of(&record, rmcp::model::TaskStatus::InputRequired, now);
     Some(CreateTaskResult::new(task))
+}
+
+/// What a task's sealed call is bound to: its tenant and id.
+fn task_aad(tenant: &str, task_id: &str) -> String {
+    format!("task-call:{tenant}:{task_id}")
 }
 
 /// The wire task of `record` with `status`.
@@ -592,8 +612,19 @@ async fn advance(
         Some(ApprovalStatus::Approved | ApprovalStatus::Consumed) => {
             let call: TaskCall =
                 serde_json::from_value(task.call.clone()).map_err(|e| super::internal_error(&e))?;
+            let bytes = if call.sealed {
+                // The trait's `open` (the box's own opens a signing key).
+                warrant_core::seal::ArgumentSeal::open(
+                    &state.argument_seal,
+                    &call.proposal,
+                    &task_aad(&task.tenant, &task.id),
+                )
+                .ok_or_else(|| super::internal_error(&"a task's sealed call does not open"))?
+            } else {
+                call.proposal.into_bytes()
+            };
             let owned = OwnedCall {
-                bytes: call.proposal.into_bytes().into(),
+                bytes: bytes.into(),
                 idempotency_key: call.idempotency_key,
                 approval_id: Some(task.approval_id.clone()),
                 trace_id: call.trace_id.clone(),

@@ -5,7 +5,10 @@ use serde_json::{Value, json};
 
 use crate::support::{Harness, OVERFLOWING_AMOUNT, assert_error_shape, credit, redaction_key};
 
-pub use crate::console::the_console_signs_reviewers_in_and_decides_through_the_pipeline;
+pub use crate::console::{
+    sensitive_values_are_revealed_only_where_policy_lets,
+    the_console_signs_reviewers_in_and_decides_through_the_pipeline,
+};
 
 fn lookup(order: &str) -> Value {
     json!({"tool": "lookup", "version": 1, "arguments": {"order_id": order}})

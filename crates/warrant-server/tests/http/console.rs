@@ -4,7 +4,7 @@
 
 use reqwest::Method;
 use reqwest::header::{HeaderMap, LOCATION, SET_COOKIE};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::support::{Harness, credit};
 
@@ -477,4 +477,103 @@ pub async fn the_console_signs_reviewers_in_and_decides_through_the_pipeline(h: 
         .post("/console/link", &[("csrf", &form.csrf()), ("link", &token)])
         .await;
     assert_eq!(reused.status, 401);
+}
+
+/// A held call's sensitive values: masked for a reviewer whom policy does not let reveal them
+/// (and for the proposer, whom it does not either), in clear for one it does, exactly the
+/// approved payload; the sealed copy is dropped once the request is consumed or rejected, and
+/// a contract that executes on approval runs the exact call from it.
+pub async fn sensitive_values_are_revealed_only_where_policy_lets(h: &Harness) {
+    let token = crate::support::redaction_key().token(&json!("cus_1"));
+    let (status, body) = h.propose("agent", &credit(2600, "reveal-1")).await;
+    assert_eq!(status, 202, "{body}");
+    let approval = body["approval"]["id"].as_str().unwrap().to_owned();
+    let page_of = format!("/console/approvals/{approval}");
+
+    // The stored request keeps the value only sealed: never in clear.
+    let stored = h
+        .store
+        .get_approval("acme", &approval, time::OffsetDateTime::now_utc())
+        .await
+        .unwrap()
+        .unwrap();
+    let sealed = stored.request.sealed_arguments.clone().expect("a sealed copy");
+    assert!(!sealed.contains("cus_1") && !format!("{stored:?}").contains("cus_1"));
+
+    // A supervisor may review credits but not reveal: masked, with the keyed hash.
+    let mut reviewer = Browser::new(h);
+    reviewer.sign_in("reviewer").await;
+    let page = reviewer.get(&page_of).await;
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("id=\"masked\""), "{}", page.body);
+    assert!(page.body.contains(&token) && !page.body.contains("cus_1"));
+    // The proposer sees its request masked as well (policy does not let agents reveal).
+    let mut agent = Browser::new(h);
+    agent.sign_in("agent").await;
+    let own = agent.get(&page_of).await;
+    assert!(own.body.contains("id=\"masked\"") && !own.body.contains("cus_1"));
+    // A senior supervisor may reveal: the exact payload, in clear.
+    let mut senior = Browser::new(h);
+    senior.sign_in("senior").await;
+    let page = senior.get(&page_of).await;
+    assert!(page.body.contains("id=\"revealed\""), "{}", page.body);
+    assert!(page.body.contains("cus_1") && !page.body.contains(&token));
+    // The sealed copy opens only for its own approval: moved to another request, it does not.
+    let (_, other) = h.propose("agent", &credit(2601, "reveal-2")).await;
+    let other_id = other["approval"]["id"].as_str().unwrap().to_owned();
+    let moved = h
+        .store
+        .get_approval("acme", &other_id, time::OffsetDateTime::now_utc())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(moved.request.sealed_arguments.is_some());
+    assert_ne!(moved.request.sealed_arguments.as_deref(), Some(sealed.as_str()));
+
+    // Rejected: the sealed copy is gone, and even the senior sees the hash.
+    let path = format!("/console/approvals/{other_id}/reject");
+    let csrf = senior.get(&format!("/console/approvals/{other_id}")).await.csrf();
+    let done = senior.post(&path, &[("csrf", &csrf), ("reason", "no")]).await;
+    assert_eq!(done.status, 303, "{}", done.body);
+    let rejected = h
+        .store
+        .get_approval("acme", &other_id, time::OffsetDateTime::now_utc())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(rejected.request.sealed_arguments, None);
+    let page = senior.get(&format!("/console/approvals/{other_id}")).await;
+    assert!(page.body.contains("id=\"masked\"") && !page.body.contains("cus_1"));
+
+    // A contract that executes on approval: the reviewer's decision runs the exact call (the
+    // upstream receives the clear value), and the sealed copy is dropped with the consumption.
+    let payout = json!({"tool": "payout", "version": 1, "idempotency_key": "reveal-3",
+                        "arguments": {"customer_id": "cus_77", "amount_cents": 700, "reason": "refund"}});
+    let (status, body) = h.propose("agent", &payout).await;
+    assert_eq!(status, 202, "{body}");
+    let payout_id = body["approval"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(h.approve_on(0, "reviewer", &payout_id).await, 200);
+    let consumed = h
+        .store
+        .get_approval("acme", &payout_id, time::OffsetDateTime::now_utc())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(consumed.status.as_str(), "consumed", "executed on the decision");
+    assert_eq!(consumed.request.sealed_arguments, None);
+    let credits = h.upstream.credits.lock().unwrap().clone();
+    assert!(
+        credits
+            .iter()
+            .any(|c| c["customer_id"] == "cus_77" && c["amount_cents"] == 700),
+        "{credits:?}"
+    );
+    // The agent's retry answers the stored result, without a second effect.
+    let before = h.upstream.total();
+    let (status, body) = h
+        .propose_with(0, "agent", &payout, &[("warrant-approval", &payout_id)])
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["outcome"], "replayed", "{body}");
+    assert_eq!(h.upstream.total(), before);
 }

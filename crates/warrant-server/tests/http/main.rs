@@ -58,6 +58,7 @@ on_every_backend! {
     model_steps_propose_through_the_strict_parser_and_policy,
     the_workflow_validator_tool_answers_the_compilers_verdict,
     the_console_signs_reviewers_in_and_decides_through_the_pipeline,
+    sensitive_values_are_revealed_only_where_policy_lets,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

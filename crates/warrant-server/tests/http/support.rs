@@ -31,6 +31,8 @@ pub enum Kind {
 pub struct Upstream {
     pub effects: Mutex<HashMap<String, u32>>,
     pub requests: Mutex<u32>,
+    /// The arguments of each credit the upstream received.
+    pub credits: Mutex<Vec<Value>>,
     /// What the stub chat model answers next (`tool_calls` of its one choice); a default
     /// proposal of a credit when empty.
     pub model_answers: Mutex<std::collections::VecDeque<Value>>,
@@ -76,6 +78,7 @@ pub async fn start_upstream() -> (SocketAddr, Arc<Upstream>) {
                     if args["reason"] == "slow" {
                         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
                     }
+                    up.credits.lock().unwrap().push(args.clone());
                     // Honours idempotency: one effect per key.
                     up.effects.lock().unwrap().entry(key.clone()).or_insert(1);
                     axum::Json(json!({"credit_id": format!("cr_{}", &key[3..15]), "status": "applied"}))
@@ -146,18 +149,27 @@ adapter: {{ kind: http, url: "http://{upstream}/lookup" }}
 "#
             ),
         ),
+        ("credit.yaml".into(), credit_contract(upstream, "credit", "")),
         (
-            "credit.yaml".into(),
-            format!(
-                r#"
-name: credit
+            "payout.yaml".into(),
+            credit_contract(upstream, "payout", "execute_on_approval: true\n"),
+        ),
+    ]
+}
+
+/// A write contract issuing a credit, held for review per call, with a sensitive field
+/// (`customer_id`); `extra` adds lines (e.g. `execute_on_approval`).
+fn credit_contract(upstream: SocketAddr, name: &str, extra: &str) -> String {
+    format!(
+        r#"
+name: {name}
 version: 1
 description: Issue a credit.
 owner: test
 effect: write
 scopes: [credits:write]
 approval: per_call
-idempotency: {{ honoured: true, retention: 24h }}
+{extra}idempotency: {{ honoured: true, retention: 24h }}
 retry: {{ max_attempts: 2 }}
 input:
   type: object
@@ -176,9 +188,7 @@ output:
     status: {{ enum: [applied, pending] }}
 adapter: {{ kind: http, url: "http://{upstream}/credit" }}
 "#
-            ),
-        ),
-    ]
+    )
 }
 
 const POLICY: &str = r#"
@@ -187,6 +197,9 @@ permit (principal in Warrant::Role::"agent", action in Warrant::Action::"workflo
 permit (principal in Warrant::Role::"agent", action in Warrant::Action::"credit", resource)
 when { resource.tenant == principal.tenant };
 permit (principal in Warrant::Role::"supervisor", action in Warrant::Action::"review:credit", resource);
+permit (principal in Warrant::Role::"agent", action in Warrant::Action::"payout", resource);
+permit (principal in Warrant::Role::"supervisor", action in Warrant::Action::"review:payout", resource);
+permit (principal in Warrant::Role::"senior", action in Warrant::Action::"reveal", resource);
 permit (principal in Warrant::Role::"agent", action in Warrant::Action::"invoke", resource)
 when { !resource.platform };
 @id("credit.overflow")
@@ -319,6 +332,7 @@ impl Harness {
                 vec!["agent"],
             ),
             ("reviewer", "acme", "sup-1", vec![], vec!["supervisor"]),
+            ("senior", "acme", "sup-2", vec![], vec!["supervisor", "senior"]),
             ("other_admin", "globex", "root-g", vec![], vec!["admin"]),
             ("operator", "platform", "ops", vec![], vec!["admin"]),
             (

@@ -809,6 +809,7 @@ fn approval(id: &str, tenant: &str, at: OffsetDateTime) -> NewApproval {
         payload_digest: "sha256:p1".into(),
         idempotency_key: Some("k-1".into()),
         arguments: json!({"customer_id": "cus_8f3k2m9q", "amount_cents": 2500}),
+        sealed_arguments: None,
         created_at: at,
         expires_at: at + secs(900),
         reviewers: None,
@@ -3651,4 +3652,65 @@ fn running(id: &str) -> RunRecord {
         created_at: T0,
         updated_at: T0,
     }
+}
+
+/// A request's sealed copy of its exact arguments is kept while it can be decided or executed,
+/// and dropped when it is consumed, rejected (or superseded) or expired by the sweeper.
+pub async fn sealed_arguments_are_kept_only_while_a_request_is_live(b: &Backend) {
+    let s = b.store();
+    let sealed = |id: &str, at| NewApproval {
+        sealed_arguments: Some(format!("s1.nonce.{id}")),
+        ..approval(id, "acme", at)
+    };
+    for id in ["apr_c", "apr_r", "apr_s", "apr_e"] {
+        s.create_approval(&sealed(id, T0)).await.unwrap();
+    }
+    let at = T0 + secs(1);
+    let kept = |id: &'static str, when| {
+        let s = s.clone();
+        async move {
+            s.get_approval("acme", id, when)
+                .await
+                .unwrap()
+                .unwrap()
+                .request
+                .sealed_arguments
+        }
+    };
+    assert_eq!(kept("apr_c", at).await.as_deref(), Some("s1.nonce.apr_c"));
+    // Approved: still kept (the call may be executed on the decision).
+    let approved = s
+        .decide_approval("acme", "apr_c", "sup", Verdict::Approve, None, at)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        approved.request.sealed_arguments.as_deref(),
+        Some("s1.nonce.apr_c")
+    );
+    assert_eq!(kept("apr_c", at).await.as_deref(), Some("s1.nonce.apr_c"));
+    // Consumed: dropped.
+    assert!(matches!(
+        s.consume_approval("acme", &claim_for("apr_c"), at).await.unwrap(),
+        ConsumeOutcome::Consumed(_)
+    ));
+    assert_eq!(kept("apr_c", at).await, None);
+    // Rejected: dropped.
+    s.decide_approval("acme", "apr_r", "sup", Verdict::Reject, None, at)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(kept("apr_r", at).await, None);
+    // Superseded by an edit: dropped.
+    assert!(
+        s.supersede_approval("acme", "apr_s", "apr_new", "sup", "edited", at)
+            .await
+            .unwrap()
+    );
+    assert_eq!(kept("apr_s", at).await, None);
+    // Expired by the sweeper: dropped.
+    let after = T0 + secs(901);
+    assert_eq!(kept("apr_e", at).await.as_deref(), Some("s1.nonce.apr_e"));
+    assert_eq!(s.purge_expired(after).await.unwrap().approvals_expired, 1);
+    assert_eq!(kept("apr_e", after).await, None);
 }

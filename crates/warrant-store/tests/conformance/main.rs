@@ -93,4 +93,5 @@ conformance! {
     webhook_only_events_commit_with_their_record_when_subscribed,
     a_renewed_lease_is_not_taken_over,
     a_run_handed_on_start_ends_with_its_last_tool_step,
+    sealed_arguments_are_kept_only_while_a_request_is_live,
 }
