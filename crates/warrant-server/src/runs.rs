@@ -461,7 +461,7 @@ tokio::task_local! {
 
 /// Metric names of the authored lane.
 pub mod metric {
-    /// Runs by event (`started`, `completed`, `failed`).
+    /// Runs by event (`started`, `waiting` — parked on a review —, `completed`, `failed`).
     pub const RUNS: &str = "warrant_workflow_runs_total";
     /// Seconds from a step's start to its record, by step kind.
     pub const STEP_SECONDS: &str = "warrant_workflow_step_seconds";
@@ -532,6 +532,10 @@ fn recorded(
     }
     metrics::histogram!(metric::STEP_SECONDS, "kind" => record.kind.clone())
         .record(started.elapsed().as_secs_f64());
+    if matches!(next, RunAdvance::Wait { .. }) {
+        // Recorded once per review request: a review's polls record nothing until decided.
+        metrics::counter!(metric::RUNS, "event" => "waiting").increment(1);
+    }
     if let Some(status) = next.ends() {
         metrics::counter!(metric::RUNS, "event" => status.as_str()).increment(1);
         // No listener is not an error.

@@ -1400,6 +1400,20 @@ pub async fn runs_execute_tool_branch_and_review_steps_through_the_pipeline(h: &
     };
     let effects_before = h.upstream.total();
     let approved = waiting_run(h, start_refund("cus_approved").send().await.unwrap()).await;
+    // The runs counter counts the run parked on its review.
+    let metrics = h
+        .http
+        .get(format!("{}/metrics", h.base()))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("warrant_workflow_runs_total{event=\"waiting\"}"),
+        "{metrics}"
+    );
     let approval = approved["steps"][1]["output"]["approvals"]["credit"].clone();
     let approval_id = approval["approval_id"].as_str().unwrap().to_owned();
     assert!(
