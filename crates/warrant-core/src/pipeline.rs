@@ -920,31 +920,18 @@ impl Authority {
         request: &ApprovalRequest,
     ) -> Result<Option<serde_json::Map<String, Value>>, StoreError> {
         let now = self.env.now();
-        let live = matches!(
-            request.clone().as_of(now).status,
-            ApprovalStatus::Pending | ApprovalStatus::Approved
-        );
+        let live = matches!(request.status, ApprovalStatus::Pending | ApprovalStatus::Approved)
+            && !request.lapsed(now);
         if request.request.tenant != viewer.tenant() || request.request.sealed_arguments.is_none() || !live {
             return Ok(None);
         }
-        let Some(contract) = self
-            .registry
-            .by_id(&request.request.tenant, &request.request.contract_id, now)
+        match self
+            .stored_verdict(viewer, PolicyAction::Reveal, request, now)
             .await?
-        else {
-            return Ok(None);
-        };
-        let empty = serde_json::Map::new();
-        let verdict = self.policy.authorize(&PolicyRequest {
-            principal: viewer,
-            action: PolicyAction::Reveal,
-            contract: &contract,
-            arguments: request.request.arguments.as_object().unwrap_or(&empty),
-        });
-        if verdict != PolicyVerdict::Allow {
-            return Ok(None);
+        {
+            Some(PolicyVerdict::Allow) => Ok(self.unsealed_arguments(request)),
+            _ => Ok(None),
         }
-        Ok(self.unsealed_arguments(request))
     }
 
     /// The requests of `requests` that `reviewer` may review ([`Authority::may_review`]), in
@@ -966,11 +953,13 @@ impl Authority {
         Ok(out)
     }
 
-    /// The review policy's verdict on a stored request (decided on its stored arguments,
-    /// which are redacted like the ledger's); `None` when its contract is unknown.
-    async fn review_verdict(
+    /// Policy's verdict on `action` (a review or a reveal) by `principal` on a stored request,
+    /// asked with its stored arguments (redacted like the ledger's); `None` when its contract
+    /// is unknown.
+    async fn stored_verdict(
         &self,
-        reviewer: &Principal,
+        principal: &Principal,
+        action: PolicyAction,
         request: &ApprovalRequest,
         now: OffsetDateTime,
     ) -> Result<Option<PolicyVerdict>, StoreError> {
@@ -982,13 +971,28 @@ impl Authority {
             return Ok(None);
         };
         let empty = serde_json::Map::new();
-        let arguments = request.request.arguments.as_object().unwrap_or(&empty);
-        let verdict = self.policy.authorize(&PolicyRequest {
-            principal: reviewer,
-            action: PolicyAction::Review,
+        Ok(Some(self.policy.authorize(&PolicyRequest {
+            principal,
+            action,
             contract: &contract,
-            arguments,
-        });
+            arguments: request.request.arguments.as_object().unwrap_or(&empty),
+        })))
+    }
+
+    /// The review policy's verdict on a stored request (decided on its stored arguments,
+    /// which are redacted like the ledger's); `None` when its contract is unknown.
+    async fn review_verdict(
+        &self,
+        reviewer: &Principal,
+        request: &ApprovalRequest,
+        now: OffsetDateTime,
+    ) -> Result<Option<PolicyVerdict>, StoreError> {
+        let Some(verdict) = self
+            .stored_verdict(reviewer, PolicyAction::Review, request, now)
+            .await?
+        else {
+            return Ok(None);
+        };
         // A workflow review's `reviewers` narrows who policy allows; it never widens it.
         if verdict == PolicyVerdict::Allow
             && let Some(rule) = &request.request.reviewers

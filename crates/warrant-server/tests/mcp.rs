@@ -1344,20 +1344,48 @@ async fn the_sdk_client_loop_receives_the_result_natively(h: &Harness) {
     agent.cancel().await.unwrap();
 }
 
+/// A client of `who` that declares the tasks extension.
+async fn tasks_client(h: &Harness, who: &str) -> RunningService<RoleClient, NativeClient> {
+    h.native(
+        who,
+        NativeClient {
+            tasks: true,
+            approve_as: None,
+        },
+    )
+    .await
+}
+
+/// The task a held call of `tool` answers at once (checked: still asking for input when
+/// polled), and the approval its poll names.
+async fn held_task(
+    agent: &RunningService<RoleClient, NativeClient>,
+    tool: &str,
+    arguments: Value,
+) -> (String, String) {
+    use rmcp::model::{CallToolResponse, GetTaskParams, TaskPayload};
+    let CallToolResponse::Task(created) = agent.call_tool_once(call(tool, arguments, None)).await.unwrap()
+    else {
+        panic!("not a task")
+    };
+    let id = created.task.task_id.clone();
+    let got = agent
+        .peer()
+        .get_task(GetTaskParams::new(id.clone()))
+        .await
+        .unwrap();
+    let TaskPayload::InputRequired { input_requests } = &got.task.payload else {
+        panic!("not input-required: {got:?}")
+    };
+    (id, elicited(input_requests).0)
+}
+
 /// The tasks extension: the held call is a durable task — `input_required` with the console
 /// link while pending, invisible to another principal; once approved, any node's `tasks/get`
 /// runs the call and completes the task with the tool result, once.
 async fn a_task_completes_when_the_reviewer_decides_on_any_node(h: &Harness) {
     use rmcp::model::{CallToolResponse, GetTaskParams, TaskPayload, TaskStatus};
-    let agent = h
-        .native(
-            "agent",
-            NativeClient {
-                tasks: true,
-                approve_as: None,
-            },
-        )
-        .await;
+    let agent = tasks_client(h, "agent").await;
     let arguments = json!({"customer_id": "cus_task", "amount_cents": 700});
     let CallToolResponse::Task(created) = agent
         .call_tool_once(call("credit", arguments, None))
@@ -1379,15 +1407,7 @@ async fn a_task_completes_when_the_reviewer_decides_on_any_node(h: &Harness) {
     let (approval, _) = elicited(input_requests);
     assert_eq!(h.upstream.effects(), 0);
 
-    let other = h
-        .native(
-            "reader",
-            NativeClient {
-                tasks: true,
-                approve_as: None,
-            },
-        )
-        .await;
+    let other = tasks_client(h, "reader").await;
     let unknown = other.peer().get_task(GetTaskParams::new(id.clone())).await;
     assert!(
         matches!(&unknown, Err(ServiceError::McpError(e)) if e.code.0 == -32602),
@@ -1445,25 +1465,10 @@ async fn a_task_completes_when_the_reviewer_decides_on_any_node(h: &Harness) {
 /// A held call of a contract with a sensitive field is a task too: the task keeps the call
 /// sealed (never the value in clear) and runs it, exactly, on the decision.
 async fn a_task_keeps_a_sensitive_call_sealed(h: &Harness) {
-    use rmcp::model::{CallToolResponse, GetTaskParams, TaskPayload};
-    let agent = h
-        .native(
-            "agent",
-            NativeClient {
-                tasks: true,
-                approve_as: None,
-            },
-        )
-        .await;
+    use rmcp::model::{GetTaskParams, TaskPayload};
+    let agent = tasks_client(h, "agent").await;
     let arguments = json!({"customer_id": "cus_hidden", "amount_cents": 900});
-    let CallToolResponse::Task(created) = agent
-        .call_tool_once(call("secret", arguments, None))
-        .await
-        .unwrap()
-    else {
-        panic!("not a task")
-    };
-    let id = created.task.task_id.clone();
+    let (id, approval) = held_task(&agent, "secret", arguments).await;
     let stored = h
         .store
         .get_task("acme", &id, time::OffsetDateTime::now_utc())
@@ -1472,15 +1477,6 @@ async fn a_task_keeps_a_sensitive_call_sealed(h: &Harness) {
         .expect("the task is stored");
     assert!(!stored.call.to_string().contains("cus_hidden"), "{}", stored.call);
     assert_eq!(stored.call["sealed"], true);
-    let got = agent
-        .peer()
-        .get_task(GetTaskParams::new(id.clone()))
-        .await
-        .unwrap();
-    let TaskPayload::InputRequired { input_requests } = &got.task.payload else {
-        panic!("not input-required: {got:?}")
-    };
-    let (approval, _) = elicited(input_requests);
     h.decide(&approval, "approve").await;
     let done = agent.peer().get_task(GetTaskParams::new(id)).await.unwrap();
     let TaskPayload::Completed { result } = &done.task.payload else {
@@ -1497,15 +1493,7 @@ async fn a_task_keeps_a_sensitive_call_sealed(h: &Harness) {
 /// pending approval (no reviewer can run it any more), and an ended task cannot be cancelled.
 async fn a_task_fails_on_rejection_and_cancels_its_approval(h: &Harness) {
     use rmcp::model::{CallToolResponse, CancelTaskParams, GetTaskParams, TaskPayload, TaskStatus};
-    let agent = h
-        .native(
-            "agent",
-            NativeClient {
-                tasks: true,
-                approve_as: None,
-            },
-        )
-        .await;
+    let agent = tasks_client(h, "agent").await;
     let task_of = |r: CallToolResponse| match r {
         CallToolResponse::Task(t) => t.task.task_id,
         other => panic!("not a task: {other:?}"),
@@ -1700,15 +1688,7 @@ async fn an_edited_approval_answers_the_waiting_agent_with_the_edited_call(h: &H
     };
 
     // A task: completes with the edited call's result.
-    let agent = h
-        .native(
-            "agent",
-            NativeClient {
-                tasks: true,
-                approve_as: None,
-            },
-        )
-        .await;
+    let agent = tasks_client(h, "agent").await;
     let CallToolResponse::Task(created) = agent
         .call_tool_once(call(
             "credit",

@@ -690,12 +690,7 @@ pub async fn approvals_are_visible_only_to_their_reviewers_and_keep_no_sensitive
     assert!(!inbox.to_string().contains("cus_1"), "{inbox}");
 
     // The store holds no clear sensitive value.
-    let stored = h
-        .store
-        .get_approval("acme", &approval, time::OffsetDateTime::now_utc())
-        .await
-        .unwrap()
-        .unwrap();
+    let stored = h.stored_approval(&approval).await;
     assert_eq!(stored.request.arguments["customer_id"], token.as_str());
     assert!(!format!("{stored:?}").contains("cus_1"), "{stored:?}");
 
@@ -1753,12 +1748,7 @@ pub async fn model_steps_propose_through_the_strict_parser_and_policy(h: &Harnes
         .as_str()
         .unwrap()
         .to_owned();
-    let stored = h
-        .store
-        .get_approval("acme", &id, time::OffsetDateTime::now_utc())
-        .await
-        .unwrap()
-        .unwrap();
+    let stored = h.stored_approval(&id).await;
     assert_eq!(
         stored.request.reviewers,
         Some(warrant_core::records::ReviewerRule::Principals(vec![

@@ -491,12 +491,7 @@ pub async fn sensitive_values_are_revealed_only_where_policy_lets(h: &Harness) {
     let page_of = format!("/console/approvals/{approval}");
 
     // The stored request keeps the value only sealed: never in clear.
-    let stored = h
-        .store
-        .get_approval("acme", &approval, time::OffsetDateTime::now_utc())
-        .await
-        .unwrap()
-        .unwrap();
+    let stored = h.stored_approval(&approval).await;
     let sealed = stored.request.sealed_arguments.clone().expect("a sealed copy");
     assert!(!sealed.contains("cus_1") && !format!("{stored:?}").contains("cus_1"));
 
@@ -518,15 +513,11 @@ pub async fn sensitive_values_are_revealed_only_where_policy_lets(h: &Harness) {
     let page = senior.get(&page_of).await;
     assert!(page.body.contains("id=\"revealed\""), "{}", page.body);
     assert!(page.body.contains("cus_1") && !page.body.contains(&token));
-    // The sealed copy opens only for its own approval: moved to another request, it does not.
+    // Each request is sealed on its own (its own nonce, bound to its own id: a copy moved to
+    // another request does not open — `seal::tests`).
     let (_, other) = h.propose("agent", &credit(2601, "reveal-2")).await;
     let other_id = other["approval"]["id"].as_str().unwrap().to_owned();
-    let moved = h
-        .store
-        .get_approval("acme", &other_id, time::OffsetDateTime::now_utc())
-        .await
-        .unwrap()
-        .unwrap();
+    let moved = h.stored_approval(&other_id).await;
     assert!(moved.request.sealed_arguments.is_some());
     assert_ne!(moved.request.sealed_arguments.as_deref(), Some(sealed.as_str()));
 
@@ -535,12 +526,7 @@ pub async fn sensitive_values_are_revealed_only_where_policy_lets(h: &Harness) {
     let csrf = senior.get(&format!("/console/approvals/{other_id}")).await.csrf();
     let done = senior.post(&path, &[("csrf", &csrf), ("reason", "no")]).await;
     assert_eq!(done.status, 303, "{}", done.body);
-    let rejected = h
-        .store
-        .get_approval("acme", &other_id, time::OffsetDateTime::now_utc())
-        .await
-        .unwrap()
-        .unwrap();
+    let rejected = h.stored_approval(&other_id).await;
     assert_eq!(rejected.request.sealed_arguments, None);
     let page = senior.get(&format!("/console/approvals/{other_id}")).await;
     assert!(page.body.contains("id=\"masked\"") && !page.body.contains("cus_1"));
@@ -553,12 +539,7 @@ pub async fn sensitive_values_are_revealed_only_where_policy_lets(h: &Harness) {
     assert_eq!(status, 202, "{body}");
     let payout_id = body["approval"]["id"].as_str().unwrap().to_owned();
     assert_eq!(h.approve_on(0, "reviewer", &payout_id).await, 200);
-    let consumed = h
-        .store
-        .get_approval("acme", &payout_id, time::OffsetDateTime::now_utc())
-        .await
-        .unwrap()
-        .unwrap();
+    let consumed = h.stored_approval(&payout_id).await;
     assert_eq!(consumed.status.as_str(), "consumed", "executed on the decision");
     assert_eq!(consumed.request.sealed_arguments, None);
     let credits = h.upstream.credits.lock().unwrap().clone();

@@ -412,6 +412,15 @@ impl Harness {
     }
 
     /// POSTs a proposal as `who`; answers (status, body).
+    /// The approval request `id` of tenant `acme` as the store holds it.
+    pub async fn stored_approval(&self, id: &str) -> warrant_core::records::ApprovalRequest {
+        self.store
+            .get_approval("acme", id, time::OffsetDateTime::now_utc())
+            .await
+            .unwrap()
+            .unwrap()
+    }
+
     pub async fn propose(&self, who: &str, proposal: &Value) -> (u16, Value) {
         self.propose_with(0, who, proposal, &[]).await
     }
