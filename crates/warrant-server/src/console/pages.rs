@@ -840,6 +840,55 @@ pub(crate) struct DiffQuery {
     to: u32,
 }
 
+/// How a line of a contract diff changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    Equal,
+    Delete,
+    Insert,
+}
+
+/// The lines of `new` against `old`, each with how it changed: Myers' diff over the lines
+/// (`similar`'s slice diff — only the one algorithm and element type, which keeps its code
+/// small; its whole-text API instantiates every algorithm for several element types).
+fn line_diff<'a>(old: &'a str, new: &'a str) -> Vec<(Change, &'a str)> {
+    let (old, new): (Vec<&str>, Vec<&str>) = (old.lines().collect(), new.lines().collect());
+    let mut hook = similar::algorithms::Replace::new(similar::algorithms::Capture::default());
+    // The capture hook cannot fail (its error type is `Infallible`).
+    let _ = similar::algorithms::myers::diff(&mut hook, &old, 0..old.len(), &new, 0..new.len());
+    let mut out = Vec::with_capacity(old.len().max(new.len()));
+    for op in hook.into_inner().into_ops() {
+        let (tag, from, to) = op.as_tag_tuple();
+        let (deleted, inserted) = match tag {
+            similar::DiffTag::Equal => {
+                out.extend(
+                    old.get(from)
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|l| (Change::Equal, *l)),
+                );
+                continue;
+            }
+            similar::DiffTag::Delete => (from, 0..0),
+            similar::DiffTag::Insert => (0..0, to),
+            similar::DiffTag::Replace => (from, to),
+        };
+        out.extend(
+            old.get(deleted)
+                .unwrap_or_default()
+                .iter()
+                .map(|l| (Change::Delete, *l)),
+        );
+        out.extend(
+            new.get(inserted)
+                .unwrap_or_default()
+                .iter()
+                .map(|l| (Change::Insert, *l)),
+        );
+    }
+    out
+}
+
 /// The changes between two versions of a contract the tenant can see: its documents as
 /// pretty JSON (keys sorted), compared line by line.
 pub(crate) async fn contract_diff(
@@ -866,7 +915,7 @@ pub(crate) async fn contract_diff(
         return Ok(not_found());
     };
     let (old, new) = (pretty(&from.body), pretty(&to.body));
-    let diff = similar::TextDiff::from_lines(&old, &new);
+    let lines = line_diff(&old, &new);
     let body = html! {
         p { a href="/console/contracts" { "← Contracts" } }
         h1 { (q.name) ": v" (q.from) " → v" (q.to) }
@@ -878,11 +927,11 @@ pub(crate) async fn contract_diff(
             p.muted { "The two documents are the same." }
         } @else {
             pre.diff {
-                @for change in diff.iter_all_changes() {
-                    @match change.tag() {
-                        similar::ChangeTag::Delete => span.del { "- " (change.value().trim_end_matches('\n')) },
-                        similar::ChangeTag::Insert => span.add { "+ " (change.value().trim_end_matches('\n')) },
-                        similar::ChangeTag::Equal => span { "  " (change.value().trim_end_matches('\n')) },
+                @for (change, line) in &lines {
+                    @match change {
+                        Change::Delete => span.del { "- " (line) },
+                        Change::Insert => span.add { "+ " (line) },
+                        Change::Equal => span { "  " (line) },
                     }
                 }
             }
@@ -1104,4 +1153,28 @@ pub(crate) async fn edit(
         }
     };
     Ok(see_other(&format!("/console/approvals/{}", urlencode(&new_id))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Change, line_diff};
+
+    #[test]
+    fn a_line_diff_keeps_every_line_once_in_order() {
+        use Change::{Delete, Equal, Insert};
+        assert_eq!(
+            line_diff("a\nb\nc\nd", "a\nx\nc\nd\ne"),
+            [
+                (Equal, "a"),
+                (Delete, "b"),
+                (Insert, "x"),
+                (Equal, "c"),
+                (Equal, "d"),
+                (Insert, "e")
+            ]
+        );
+        assert_eq!(line_diff("", "a"), [(Insert, "a")]);
+        assert_eq!(line_diff("a\nb", ""), [(Delete, "a"), (Delete, "b")]);
+        assert_eq!(line_diff("same", "same"), [(Equal, "same")]);
+    }
 }
