@@ -34,9 +34,8 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CancelTaskParams, GetTaskParams, GetTaskResult, Implementation,
@@ -146,9 +145,45 @@ pub fn router_with(state: &Arc<AppState>, config: McpConfig) -> Router<Arc<AppSt
         max_body_bytes: config.max_body_bytes,
         direct: config.direct_calls.then(|| Arc::new(allowed_hosts)),
     };
-    Router::new()
-        .route_service(MCP_PATH, service)
-        .route_layer(axum::middleware::from_fn_with_state(guard, guard_request))
+    // One handler, its guard and the SDK's service shared (not cloned per request): only a
+    // request the direct path does not answer gets its own copy of the SDK's service (whose
+    // clone takes a lock for its cancellation token).
+    let entry = Arc::new(Entry { guard, sdk: service });
+    Router::new().route(
+        MCP_PATH,
+        axum::routing::any(move |request: Request| {
+            let entry = Arc::clone(&entry);
+            async move { entry.serve(request).await }
+        }),
+    )
+}
+
+/// The `/mcp` endpoint: the guard, then the direct answer or the SDK's service.
+struct Entry {
+    guard: Guard,
+    sdk: StreamableHttpService<Gateway, NeverSessionManager>,
+}
+
+impl Entry {
+    async fn serve(&self, request: Request) -> Response {
+        match guard_request(&self.guard, request).await {
+            Guarded::Answered(response) => response,
+            Guarded::Forward(request) => {
+                use tower::ServiceExt as _;
+                match self.sdk.clone().oneshot(request).await {
+                    Ok(response) => response.map(Body::new),
+                    Err(never) => match never {},
+                }
+            }
+        }
+    }
+}
+
+/// What the guard made of a request: answered (refused, or a direct `tools/call`), or to be
+/// served by the SDK.
+enum Guarded {
+    Answered(Response),
+    Forward(Request),
 }
 
 /// Serves MCP over stdin/stdout as the holder of the API key `key` until the client closes
@@ -180,7 +215,6 @@ where
     Ok(())
 }
 
-#[derive(Clone)]
 struct Guard {
     state: Arc<AppState>,
     max_body_bytes: usize,
@@ -191,26 +225,28 @@ struct Guard {
 /// Authenticates the request (401 before any MCP processing) and frames its body
 /// ([`raw::frame`]: the strict parser for the message, the raw arguments of a `tools/call` kept
 /// aside); the caller and those arguments travel to the handler in the request's extensions.
-async fn guard_request(State(guard): State<Guard>, request: Request, next: Next) -> Response {
+async fn guard_request(guard: &Guard, request: Request) -> Guarded {
     let (mut parts, body) = request.into_parts();
     let caller = match authenticate_request(&guard.state, &parts).await {
         Ok(caller) => caller,
-        Err(refusal) => return refusal.into_response(),
+        Err(refusal) => return Guarded::Answered(refusal.into_response()),
     };
     parts.extensions.insert(caller);
     if parts.method != axum::http::Method::POST {
-        return next.run(Request::from_parts(parts, body)).await;
+        return Guarded::Forward(Request::from_parts(parts, body));
     }
     let bytes = match axum::body::to_bytes(body, guard.max_body_bytes).await {
         Ok(bytes) => bytes,
         Err(_) => {
-            return ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "request",
-                "PAYLOAD_TOO_LARGE",
-                "the request body is too large",
-            )
-            .into_response();
+            return Guarded::Answered(
+                ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "request",
+                    "PAYLOAD_TOO_LARGE",
+                    "the request body is too large",
+                )
+                .into_response(),
+            );
         }
     };
     let limits = Limits {
@@ -220,12 +256,14 @@ async fn guard_request(State(guard): State<Guard>, request: Request, next: Next)
     let framed = match raw::frame(&bytes, limits) {
         Ok(framed) => framed,
         Err(refused) => {
-            return (
-                StatusCode::BAD_REQUEST,
-                [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
-                refused.line(),
-            )
-                .into_response();
+            return Guarded::Answered(
+                (
+                    StatusCode::BAD_REQUEST,
+                    [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+                    refused.line(),
+                )
+                    .into_response(),
+            );
         }
     };
     // A plain `tools/call`: answered here, as the SDK would answer it (`direct`).
@@ -233,7 +271,7 @@ async fn guard_request(State(guard): State<Guard>, request: Request, next: Next)
         && direct::headers_allow(&parts, hosts)
         && let Some(call) = direct::call_of(&framed.message)
     {
-        return call_directly(&guard.state, &parts, raw, call).await;
+        return Guarded::Answered(call_directly(&guard.state, &parts, raw, call).await);
     }
     // The SDK hands the request's parts to the handler: the raw parts of a `tools/call` go
     // with them.
@@ -247,7 +285,7 @@ async fn guard_request(State(guard): State<Guard>, request: Request, next: Next)
     parts
         .headers
         .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
-    next.run(Request::from_parts(parts, Body::from(body))).await
+    Guarded::Forward(Request::from_parts(parts, Body::from(body)))
 }
 
 /// Answers a plain `tools/call` without the SDK's service (see `direct`): the handler's
