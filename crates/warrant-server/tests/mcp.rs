@@ -1363,11 +1363,12 @@ async fn held_task(
     tool: &str,
     arguments: Value,
 ) -> (String, String) {
-    use rmcp::model::{CallToolResponse, GetTaskParams, TaskPayload};
+    use rmcp::model::{CallToolResponse, GetTaskParams, TaskPayload, TaskStatus};
     let CallToolResponse::Task(created) = agent.call_tool_once(call(tool, arguments, None)).await.unwrap()
     else {
         panic!("not a task")
     };
+    assert_eq!(created.task.status, TaskStatus::InputRequired);
     let id = created.task.task_id.clone();
     let got = agent
         .peer()
@@ -1384,27 +1385,10 @@ async fn held_task(
 /// link while pending, invisible to another principal; once approved, any node's `tasks/get`
 /// runs the call and completes the task with the tool result, once.
 async fn a_task_completes_when_the_reviewer_decides_on_any_node(h: &Harness) {
-    use rmcp::model::{CallToolResponse, GetTaskParams, TaskPayload, TaskStatus};
+    use rmcp::model::{GetTaskParams, TaskPayload, TaskStatus};
     let agent = tasks_client(h, "agent").await;
     let arguments = json!({"customer_id": "cus_task", "amount_cents": 700});
-    let CallToolResponse::Task(created) = agent
-        .call_tool_once(call("credit", arguments, None))
-        .await
-        .unwrap()
-    else {
-        panic!("not a task")
-    };
-    let id = created.task.task_id.clone();
-    assert_eq!(created.task.status, TaskStatus::InputRequired);
-    let got = agent
-        .peer()
-        .get_task(GetTaskParams::new(id.clone()))
-        .await
-        .unwrap();
-    let TaskPayload::InputRequired { input_requests } = &got.task.payload else {
-        panic!("not input-required: {got:?}")
-    };
-    let (approval, _) = elicited(input_requests);
+    let (id, approval) = held_task(&agent, "credit", arguments).await;
     assert_eq!(h.upstream.effects(), 0);
 
     let other = tasks_client(h, "reader").await;
@@ -1664,7 +1648,7 @@ async fn an_approval_executes_on_decision_and_the_retry_replays(h: &Harness) {
 /// receives the edited call's result, marked as edited; a legacy retry of the original is told
 /// which approval replaced it.
 async fn an_edited_approval_answers_the_waiting_agent_with_the_edited_call(h: &Harness) {
-    use rmcp::model::{CallToolResponse, GetTaskParams, TaskPayload};
+    use rmcp::model::{GetTaskParams, TaskPayload};
     let http = reqwest::Client::new();
     let edit = |approval: String, amount: u64, customer: &'static str| {
         let http = http.clone();
@@ -1689,27 +1673,12 @@ async fn an_edited_approval_answers_the_waiting_agent_with_the_edited_call(h: &H
 
     // A task: completes with the edited call's result.
     let agent = tasks_client(h, "agent").await;
-    let CallToolResponse::Task(created) = agent
-        .call_tool_once(call(
-            "credit",
-            json!({"customer_id": "cus_ed1", "amount_cents": 9000}),
-            None,
-        ))
-        .await
-        .unwrap()
-    else {
-        panic!("not a task")
-    };
-    let id = created.task.task_id.clone();
-    let got = agent
-        .peer()
-        .get_task(GetTaskParams::new(id.clone()))
-        .await
-        .unwrap();
-    let TaskPayload::InputRequired { input_requests } = &got.task.payload else {
-        panic!("{got:?}")
-    };
-    let (approval, _) = elicited(input_requests);
+    let (id, approval) = held_task(
+        &agent,
+        "credit",
+        json!({"customer_id": "cus_ed1", "amount_cents": 9000}),
+    )
+    .await;
     let edited = edit(approval.clone(), 4000, "cus_ed1").await;
     assert_eq!(h.upstream.effects(), 1, "the edited call ran on the decision");
     // The execution's ledger row records the edit: the editor, the original request and its
