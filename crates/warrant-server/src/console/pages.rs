@@ -272,6 +272,17 @@ pub(crate) async fn approval(
         .authority
         .revealed_arguments(&reviewer.caller.principal, &a)
         .await?;
+    if revealed.is_some() {
+        // Who saw which request's sensitive values, and when: the audit trail of a reveal
+        // (never the values).
+        metrics::counter!("warrant_console_reveals_total").increment(1);
+        tracing::info!(
+            approval = %r.id,
+            tenant,
+            viewer = reviewer.caller.principal.id(),
+            "sensitive values revealed on an approval page"
+        );
+    }
     let masked = contract
         .as_deref()
         .is_some_and(warrant_core::Contract::has_sensitive_fields);

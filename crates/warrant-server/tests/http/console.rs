@@ -513,6 +513,17 @@ pub async fn sensitive_values_are_revealed_only_where_policy_lets(h: &Harness) {
     let page = senior.get(&page_of).await;
     assert!(page.body.contains("id=\"revealed\""), "{}", page.body);
     assert!(page.body.contains("cus_1") && !page.body.contains(&token));
+    // Each reveal is counted (and logged, never with the values).
+    let metrics = h
+        .http
+        .get(format!("{}/metrics", h.base()))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("warrant_console_reveals_total"), "{metrics}");
     // Each request is sealed on its own (its own nonce, bound to its own id: a copy moved to
     // another request does not open — `seal::tests`).
     let (_, other) = h.propose("agent", &credit(2601, "reveal-2")).await;
