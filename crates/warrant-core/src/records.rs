@@ -164,6 +164,36 @@ impl LedgerEntry {
             arguments: None,
         }
     }
+
+    /// A copy without the arguments (which a store writes from their text, serialised once):
+    /// the arguments' tree is not copied.
+    pub fn without_arguments(&self) -> LedgerEntry {
+        LedgerEntry {
+            id: self.id.clone(),
+            tenant: self.tenant.clone(),
+            principal: self.principal.clone(),
+            trace_id: self.trace_id.clone(),
+            run_id: self.run_id.clone(),
+            step_id: self.step_id.clone(),
+            tool: self.tool.clone(),
+            contract_id: self.contract_id.clone(),
+            binding_digest: self.binding_digest.clone(),
+            payload_digest: self.payload_digest.clone(),
+            decision: self.decision,
+            stage: self.stage.clone(),
+            error_code: self.error_code.clone(),
+            detail: self.detail.clone(),
+            approval_id: self.approval_id.clone(),
+            idempotency_key: self.idempotency_key.clone(),
+            attempts: self.attempts,
+            outcome: self.outcome,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            latency_ms: self.latency_ms,
+            cost: self.cost,
+            arguments: None,
+        }
+    }
 }
 
 /// Filters for listing the ledger of one tenant (newest first).
@@ -626,10 +656,10 @@ impl Notice {
         )
     }
 
-    /// The `LIKE` pattern an endpoint's stored event list matches when it subscribes to this
-    /// notice's type.
-    pub fn subscription_pattern(&self) -> String {
-        format!("%\"{}\"%", self.kind)
+    /// What an endpoint's stored event list (a JSON array of strings) contains when it
+    /// subscribes to this notice's type: the type, quoted.
+    pub fn subscription_needle(&self) -> String {
+        format!("\"{}\"", self.kind)
     }
 }
 

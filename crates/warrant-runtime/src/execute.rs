@@ -473,7 +473,7 @@ impl Runtime {
                 started,
             )
             .await;
-        let finish = self.finish_for(contract, entry, &ended, elapsed_ms(started));
+        let finish = self.finish_for(contract, entry, &ended, elapsed_ms(started), write_ahead);
         let mut done = Execution {
             ledger_id: entry.id.clone(),
             operation_id,
@@ -688,20 +688,23 @@ impl Runtime {
         }
     }
 
-    /// The store's record of how the attempt ended, with committed spend.
+    /// The store's record of how the attempt ended, with committed spend. `keep_result`: the
+    /// result goes with it (to an idempotency record or a workflow step); a read recorded after
+    /// it ran keeps none, and its result is not copied.
     fn finish_for(
         &self,
         contract: &Contract,
         entry: &LedgerEntry,
         ended: &Ended,
         latency_ms: u64,
+        keep_result: bool,
     ) -> AttemptFinish {
         let (stored, result) = match &ended.outcome {
-            Outcome::Committed(value) => (records::Outcome::Committed, Some(value.clone())),
+            Outcome::Committed(value) => (records::Outcome::Committed, keep_result.then(|| value.clone())),
             Outcome::Failed(_) => (records::Outcome::Failed, None),
             Outcome::Unknown(_) => (records::Outcome::Unknown, None),
         };
-        let cost = if result.is_some() {
+        let cost = if stored == records::Outcome::Committed {
             contract.cost_per_call()
         } else {
             0

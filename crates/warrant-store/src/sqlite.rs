@@ -177,6 +177,17 @@ impl Exec for SqliteExec<'_> {
     }
 }
 
+#[cfg(test)]
+impl SqliteExec<'_> {
+    /// How often the cached statement of `sql` was prepared again since it was first prepared
+    /// (SQLite's `SQLITE_STMTSTATUS_REPREPARE`).
+    fn reprepares(&self, sql: &str) -> i32 {
+        self.conn
+            .prepare_cached(&sql.replace('$', "?"))
+            .map_or(-1, |stmt| stmt.get_status(rusqlite::StatementStatus::RePrepare))
+    }
+}
+
 /// Runs an operation written as an `async fn` over [`Exec`] to completion on this thread.
 /// SQLite statements never wait, so the future is ready on its first poll; one that is not
 /// is refused rather than blocked on.
@@ -509,7 +520,7 @@ fn write_loop(mut conn: Connection, queue: &Receiver<WriteMsg>) {
         if batch.is_empty() {
             continue;
         }
-        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE").map_err(from_rusqlite) {
+        if let Err(e) = step(&conn, "BEGIN IMMEDIATE") {
             for job in batch.drain(..) {
                 job.reply(Err(e.clone()));
             }
@@ -534,10 +545,10 @@ fn write_loop(mut conn: Connection, queue: &Receiver<WriteMsg>) {
         }
         let commit = match broken {
             Some(e) => Err(e),
-            None => conn.execute_batch("COMMIT").map_err(from_rusqlite),
+            None => step(&conn, "COMMIT"),
         };
         if commit.is_err() {
-            let _ = conn.execute_batch("ROLLBACK");
+            let _ = step(&conn, "ROLLBACK");
         }
         for job in batch.drain(..) {
             job.reply(commit.clone());
@@ -549,14 +560,16 @@ fn write_loop(mut conn: Connection, queue: &Receiver<WriteMsg>) {
     }
 }
 
+/// Runs one statement without parameters, prepared once per connection (the statement cache),
+/// not parsed again for every batch and write.
+fn step(conn: &Connection, sql: &str) -> Result<(), StoreError> {
+    conn.prepare_cached(sql)
+        .and_then(|mut stmt| stmt.execute([]))
+        .map(drop)
+        .map_err(from_rusqlite)
+}
+
 fn run_in_savepoint(conn: &mut Connection, job: &mut dyn WriteJob) -> Result<(), StoreError> {
-    // Prepared once per connection (the statement cache), not parsed for every write.
-    let step = |conn: &Connection, sql: &str| -> Result<(), StoreError> {
-        conn.prepare_cached(sql)
-            .and_then(|mut stmt| stmt.execute([]))
-            .map(drop)
-            .map_err(from_rusqlite)
-    };
     step(conn, "SAVEPOINT op")?;
     let mut ex = SqliteExec {
         conn,
@@ -626,6 +639,55 @@ mod tests {
                     .await
             })
         }
+    }
+
+    /// The webhook subscriber probe runs in every call's commit: it is prepared once per
+    /// connection and never again, and it matches whole event types only. (As a `LIKE` with a
+    /// bound pattern it was prepared again on every binding: a parse per call.)
+    #[tokio::test]
+    async fn the_per_call_subscriber_probe_is_prepared_once() {
+        let (_dir, sqlite) = store().await;
+        sqlite
+            .write(|ex| {
+                now(async {
+                    ex.execute(
+                        "CREATE TABLE webhook_endpoints (tenant TEXT NOT NULL, enabled INTEGER NOT NULL, \
+                         events TEXT NOT NULL)",
+                        &[],
+                    )
+                    .await?;
+                    ex.execute(
+                        "INSERT INTO webhook_endpoints VALUES ('t', 1, '[\"run.finished\"]')",
+                        &[],
+                    )
+                    .await
+                })
+            })
+            .await
+            .unwrap();
+        let (found, reprepares) = sqlite
+            .write(|ex| {
+                now(async move {
+                    let mut found = Vec::new();
+                    for kind in [
+                        "invocation.committed",
+                        "run.finished",
+                        "run_finished",
+                        "run.finished",
+                    ] {
+                        let needle = format!("\"{kind}\"");
+                        let row = ex
+                            .fetch_optional(crate::sql::SUBSCRIBER_PROBE, &args!["t", &needle])
+                            .await?;
+                        found.push(row.is_some());
+                    }
+                    Ok((found, ex.reprepares(crate::sql::SUBSCRIBER_PROBE)))
+                })
+            })
+            .await
+            .unwrap();
+        assert_eq!(found, [false, true, false, true]);
+        assert_eq!(reprepares, 0, "the probe was prepared again");
     }
 
     async fn count(sqlite: &Sqlite) -> i64 {

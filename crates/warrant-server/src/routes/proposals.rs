@@ -161,10 +161,10 @@ fn answer(state: &AppState, dispatched: Dispatched, trace: &str) -> Response {
                     "outcome": outcome,
                 })
             };
-            match &e.result {
+            match e.result {
                 // Refused by the write-ahead commit (idempotency, budget, approval): the ledger
                 // row records a rejection, and so does the answer.
-                Err(rejection) => ApiError::rejection(rejection)
+                Err(rejection) => ApiError::rejection(&rejection)
                     .with("ledger_id", json!(e.ledger_id))
                     .with("decision", json!("reject"))
                     .with("trace_id", json!(trace))
@@ -173,7 +173,7 @@ fn answer(state: &AppState, dispatched: Dispatched, trace: &str) -> Response {
                 Ok(Outcome::Committed(result)) => {
                     let mut body = base(if e.replayed { "replayed" } else { "committed" });
                     if let Value::Object(map) = &mut body {
-                        map.insert("result".into(), result.clone());
+                        map.insert("result".into(), result);
                     }
                     (StatusCode::OK, axum::Json(body)).into_response()
                 }
@@ -209,9 +209,9 @@ fn answer(state: &AppState, dispatched: Dispatched, trace: &str) -> Response {
                             json!({
                                 "stage": "execute",
                                 "code": code.as_str(),
-                                "message": failure_message(*code, e.detail.as_deref()),
+                                "message": failure_message(code, e.detail.as_deref()),
                                 "detail": e.detail,
-                                "retryable": retryable(*code),
+                                "retryable": retryable(code),
                             }),
                         );
                     }
