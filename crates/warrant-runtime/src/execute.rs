@@ -586,7 +586,7 @@ impl Runtime {
         started: Instant,
     ) -> Ended {
         let deadline = started + self.settings.retry.deadline;
-        let kind = contract.adapter().map_or("none", |a| a.kind()).to_owned();
+        let kind = adapter_label(contract.adapter().map_or("none", |a| a.kind()));
         let mut ambiguous = false;
         let mut attempt = 1u32;
         loop {
@@ -822,4 +822,18 @@ fn count_outcome(outcome: &Outcome) {
 
 pub(crate) fn elapsed_ms(since: Instant) -> u64 {
     u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The `adapter` label of the execution metrics. The built-in kinds are static text: a label
+/// made from an owned string is an allocation and a copy for each of the three metrics of every
+/// attempt.
+fn adapter_label(kind: &str) -> metrics::SharedString {
+    match kind {
+        "http" => metrics::SharedString::const_str("http"),
+        "command" => metrics::SharedString::const_str("command"),
+        "send_email" => metrics::SharedString::const_str("send_email"),
+        "structured_data_fetch" => metrics::SharedString::const_str("structured_data_fetch"),
+        "none" => metrics::SharedString::const_str("none"),
+        other => metrics::SharedString::from(other.to_owned()),
+    }
 }

@@ -1,12 +1,15 @@
 //! Trace ids: one per proposal, taken from a W3C `traceparent` header when the caller sends a
 //! valid one, otherwise fresh.
 
+use std::collections::HashMap;
+use std::sync::{LazyLock, PoisonError, RwLock};
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
+use metrics::{Counter, Histogram};
 use tracing::Instrument;
 
 /// The trace id of the request being served (set by [`observe`]).
@@ -16,22 +19,78 @@ pub struct TraceId(pub String);
 /// Per request: one trace id (from `traceparent` or fresh) in the request's extensions and on
 /// its tracing span, and the request counter and latency histogram by route.
 pub async fn observe(mut request: Request, next: Next) -> Response {
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_owned(), |m| m.as_str().to_owned());
-    let method = request.method().as_str().to_owned();
+    let route = request.extensions().get::<MatchedPath>().cloned();
+    let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
+    let method = request.method().clone();
     let trace = trace_id(request.headers());
     request.extensions_mut().insert(TraceId(trace.clone()));
-    let span = tracing::info_span!("request", method, route, trace_id = trace);
+    let span = tracing::info_span!("request", method = method.as_str(), route, trace_id = trace);
     let start = Instant::now();
     let response = next.run(request).instrument(span).await;
-    let status = response.status().as_u16().to_string();
-    metrics::histogram!("warrant_http_request_duration_seconds", "route" => route.clone(), "method" => method.clone())
-        .record(start.elapsed().as_secs_f64());
-    metrics::counter!("warrant_http_requests_total", "route" => route, "method" => method, "status" => status)
-        .increment(1);
+    record(route, &method, response.status(), start.elapsed().as_secs_f64());
     response
+}
+
+/// The request metrics of one route and method.
+struct ByMethod {
+    method: Method,
+    duration: Histogram,
+    requests: Vec<(StatusCode, Counter)>,
+}
+
+/// The request metrics' handles by route, method and status, resolved once each. `counter!`
+/// with owned labels allocates every label and hashes the whole key into the registry on each
+/// call; these are two of them per request. The keys are bounded: this layer runs on matched
+/// routes only (`route_layer`), with the methods they accept.
+static REQUEST_METRICS: LazyLock<RwLock<HashMap<Box<str>, Vec<ByMethod>>>> = LazyLock::new(RwLock::default);
+
+/// Counts one request and records its duration.
+fn record(route: &str, method: &Method, status: StatusCode, seconds: f64) {
+    {
+        let known = REQUEST_METRICS.read().unwrap_or_else(PoisonError::into_inner);
+        let handles = known
+            .get(route)
+            .and_then(|methods| methods.iter().find(|m| m.method == *method))
+            .and_then(|m| Some((&m.duration, &m.requests.iter().find(|(s, _)| *s == status)?.1)));
+        if let Some((duration, requests)) = handles {
+            duration.record(seconds);
+            requests.increment(1);
+            return;
+        }
+    }
+    let mut known = REQUEST_METRICS.write().unwrap_or_else(PoisonError::into_inner);
+    let methods = known.entry(route.into()).or_default();
+    let by_method = match methods.iter().position(|m| m.method == *method) {
+        Some(at) => methods.get_mut(at),
+        None => {
+            methods.push(ByMethod {
+                method: method.clone(),
+                duration: metrics::histogram!(
+                    "warrant_http_request_duration_seconds",
+                    "route" => route.to_owned(),
+                    "method" => method.as_str().to_owned()
+                ),
+                requests: Vec::new(),
+            });
+            methods.last_mut()
+        }
+    };
+    let Some(by_method) = by_method else {
+        return;
+    };
+    by_method.duration.record(seconds);
+    if let Some((_, requests)) = by_method.requests.iter().find(|(s, _)| *s == status) {
+        requests.increment(1);
+    } else {
+        let requests = metrics::counter!(
+            "warrant_http_requests_total",
+            "route" => route.to_owned(),
+            "method" => method.as_str().to_owned(),
+            "status" => status.as_u16().to_string()
+        );
+        requests.increment(1);
+        by_method.requests.push((status, requests));
+    }
 }
 
 /// The trace id of a request: the `trace-id` field of a valid `traceparent`

@@ -579,6 +579,21 @@ pub async fn health_readiness_and_metrics(h: &Harness) {
         "{text}"
     );
     assert!(text.contains("warrant_adapter_latency_seconds"), "{text}");
+    // Counted by route, method and status (the handles are resolved once per combination).
+    let counted = |route: &str, status: &str| {
+        text.lines().any(|l| {
+            l.starts_with("warrant_http_requests_total{")
+                && l.contains(&format!("route=\"{route}\""))
+                && l.contains("method=\"POST\"")
+                && l.contains(&format!("status=\"{status}\""))
+        })
+    };
+    assert!(counted("/v1/proposals", "200"), "{text}");
+    assert!(
+        text.lines().any(|l| l.starts_with("warrant_adapter_latency_seconds")
+            && l.contains("adapter=\"http\"")),
+        "{text}"
+    );
 }
 
 /// Two nodes on one PostgreSQL database: the same approved call raced through both, and the
