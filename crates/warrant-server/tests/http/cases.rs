@@ -590,8 +590,8 @@ pub async fn health_readiness_and_metrics(h: &Harness) {
     };
     assert!(counted("/v1/proposals", "200"), "{text}");
     assert!(
-        text.lines().any(|l| l.starts_with("warrant_adapter_latency_seconds")
-            && l.contains("adapter=\"http\"")),
+        text.lines()
+            .any(|l| l.starts_with("warrant_adapter_latency_seconds") && l.contains("adapter=\"http\"")),
         "{text}"
     );
 }
