@@ -657,9 +657,9 @@ impl Notice {
     }
 
     /// What an endpoint's stored event list (a JSON array of strings) contains when it
-    /// subscribes to this notice's type: the type, quoted.
-    pub fn subscription_needle(&self) -> String {
-        format!("\"{}\"", self.kind)
+    /// subscribes to the event type `kind` (a notice's [`Notice::kind`]): the type, quoted.
+    pub fn subscription_needle(kind: &str) -> String {
+        format!("\"{kind}\"")
     }
 }
 

@@ -28,6 +28,10 @@ use crate::secrets::Secrets;
 
 pub use email::{RelaySecurity, SmtpRelay};
 
+/// The binding kinds Warrant ships (built by [`Adapters::for_contract`]); any other kind is a
+/// registered [`AdapterFactory`]'s.
+pub const BUILT_IN_KINDS: [&str; 4] = ["http", "command", "send_email", "structured_data_fetch"];
+
 /// What adapters are built with.
 #[derive(Debug, Clone)]
 pub struct AdapterConfig {

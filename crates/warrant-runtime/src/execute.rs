@@ -586,7 +586,11 @@ impl Runtime {
         started: Instant,
     ) -> Ended {
         let deadline = started + self.settings.retry.deadline;
-        let kind = adapter_label(contract.adapter().map_or("none", |a| a.kind()));
+        let kind = contract
+            .adapter()
+            .map_or(metrics::SharedString::const_str("none"), |a| {
+                adapter_label(a.kind())
+            });
         let mut ambiguous = false;
         let mut attempt = 1u32;
         loop {
@@ -828,12 +832,8 @@ pub(crate) fn elapsed_ms(since: Instant) -> u64 {
 /// made from an owned string is an allocation and a copy for each of the three metrics of every
 /// attempt.
 fn adapter_label(kind: &str) -> metrics::SharedString {
-    match kind {
-        "http" => metrics::SharedString::const_str("http"),
-        "command" => metrics::SharedString::const_str("command"),
-        "send_email" => metrics::SharedString::const_str("send_email"),
-        "structured_data_fetch" => metrics::SharedString::const_str("structured_data_fetch"),
-        "none" => metrics::SharedString::const_str("none"),
-        other => metrics::SharedString::from(other.to_owned()),
+    match crate::adapters::BUILT_IN_KINDS.iter().find(|k| **k == kind) {
+        Some(built_in) => metrics::SharedString::const_str(built_in),
+        None => metrics::SharedString::from(kind.to_owned()),
     }
 }

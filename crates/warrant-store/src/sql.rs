@@ -990,7 +990,7 @@ async fn notify_in<E: Exec>(ex: &mut E, n: &Notice) -> Result<(), StoreError> {
     // A read first: far cheaper than an `INSERT … SELECT` that finds no subscriber (which
     // opens the jobs table and its indexes for writing on every call).
     let j = &n.job;
-    let needle = n.subscription_needle();
+    let needle = Notice::subscription_needle(n.kind);
     if ex
         .fetch_optional(SUBSCRIBER_PROBE, &args![&j.tenant, &needle])
         .await?

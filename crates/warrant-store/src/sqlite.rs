@@ -107,6 +107,12 @@ impl RowExt for SqliteRow {
     }
 }
 
+/// The store's SQL (PostgreSQL's `$1` parameters) in SQLite's numbered form (`?1`): `$1` is a
+/// named parameter to SQLite, numbered by first appearance rather than by its digits.
+fn numbered(sql: &str) -> String {
+    sql.replace('$', "?")
+}
+
 /// Prepares (from the connection's cache) and binds a statement. `$N` placeholders become
 /// SQLite's `?N`, whose index is exactly `N`.
 fn statement<'c>(
@@ -114,8 +120,7 @@ fn statement<'c>(
     sql: &str,
     args: &[Arg<'_>],
 ) -> Result<CachedStatement<'c>, StoreError> {
-    let sql = sql.replace('$', "?");
-    let mut stmt = conn.prepare_cached(&sql).map_err(from_rusqlite)?;
+    let mut stmt = conn.prepare_cached(&numbered(sql)).map_err(from_rusqlite)?;
     let count = stmt.parameter_count();
     for (i, arg) in args.iter().enumerate().take(count) {
         let index = i + 1;
@@ -183,7 +188,7 @@ impl SqliteExec<'_> {
     /// (SQLite's `SQLITE_STMTSTATUS_REPREPARE`).
     fn reprepares(&self, sql: &str) -> i32 {
         self.conn
-            .prepare_cached(&sql.replace('$', "?"))
+            .prepare_cached(&numbered(sql))
             .map_or(-1, |stmt| stmt.get_status(rusqlite::StatementStatus::RePrepare))
     }
 }
@@ -675,7 +680,7 @@ mod tests {
                         "run_finished",
                         "run.finished",
                     ] {
-                        let needle = format!("\"{kind}\"");
+                        let needle = warrant_core::records::Notice::subscription_needle(kind);
                         let row = ex
                             .fetch_optional(crate::sql::SUBSCRIBER_PROBE, &args!["t", &needle])
                             .await?;

@@ -150,41 +150,31 @@ fn answer(state: &AppState, dispatched: Dispatched, trace: &str) -> Response {
             (StatusCode::ACCEPTED, axum::Json(body)).into_response()
         }
         Dispatched::Executed(e) => {
-            let base = |outcome: &str| {
-                json!({
-                    "ledger_id": e.ledger_id,
-                    "decision": "allow",
-                    "trace_id": trace,
-                    "operation_id": e.operation_id.as_str(),
-                    "attempts": e.attempts,
-                    "replayed": e.replayed,
-                    "outcome": outcome,
-                })
+            let body = |outcome, result, error| Executed {
+                ledger_id: &e.ledger_id,
+                decision: "allow",
+                trace_id: trace,
+                operation_id: e.operation_id.as_str(),
+                attempts: e.attempts,
+                replayed: e.replayed,
+                outcome,
+                result,
+                error,
             };
-            match e.result {
+            match &e.result {
                 // Refused by the write-ahead commit (idempotency, budget, approval): the ledger
                 // row records a rejection, and so does the answer.
-                Err(rejection) => ApiError::rejection(&rejection)
+                Err(rejection) => ApiError::rejection(rejection)
                     .with("ledger_id", json!(e.ledger_id))
                     .with("decision", json!("reject"))
                     .with("trace_id", json!(trace))
                     .with("operation_id", json!(e.operation_id.as_str()))
                     .into_response(),
                 Ok(Outcome::Committed(result)) => {
-                    let body = Committed {
-                        ledger_id: &e.ledger_id,
-                        decision: "allow",
-                        trace_id: trace,
-                        operation_id: e.operation_id.as_str(),
-                        attempts: e.attempts,
-                        replayed: e.replayed,
-                        outcome: if e.replayed { "replayed" } else { "committed" },
-                        result: &result,
-                    };
-                    (StatusCode::OK, axum::Json(body)).into_response()
+                    let outcome = if e.replayed { "replayed" } else { "committed" };
+                    (StatusCode::OK, axum::Json(body(outcome, Some(result), None))).into_response()
                 }
                 Ok(Outcome::Unknown(_)) => {
-                    let mut body = base("unknown");
                     let (code, message) = if e.unrecorded {
                         (
                             "OUTCOME_NOT_RECORDED",
@@ -199,40 +189,38 @@ fn answer(state: &AppState, dispatched: Dispatched, trace: &str) -> Response {
                              the same idempotency key later to learn the outcome",
                         )
                     };
-                    if let Value::Object(map) = &mut body {
-                        map.insert(
-                            "error".into(),
-                            json!({"stage": "execute", "code": code, "message": message, "detail": e.detail}),
-                        );
-                    }
-                    (StatusCode::ACCEPTED, axum::Json(body)).into_response()
+                    let error =
+                        json!({"stage": "execute", "code": code, "message": message, "detail": e.detail});
+                    (
+                        StatusCode::ACCEPTED,
+                        axum::Json(body("unknown", None, Some(error))),
+                    )
+                        .into_response()
                 }
                 Ok(Outcome::Failed(code)) => {
-                    let mut body = base("failed");
-                    if let Value::Object(map) = &mut body {
-                        map.insert(
-                            "error".into(),
-                            json!({
-                                "stage": "execute",
-                                "code": code.as_str(),
-                                "message": failure_message(code, e.detail.as_deref()),
-                                "detail": e.detail,
-                                "retryable": retryable(code),
-                            }),
-                        );
-                    }
-                    (StatusCode::BAD_GATEWAY, axum::Json(body)).into_response()
+                    let error = json!({
+                        "stage": "execute",
+                        "code": code.as_str(),
+                        "message": failure_message(*code, e.detail.as_deref()),
+                        "detail": e.detail,
+                        "retryable": retryable(*code),
+                    });
+                    (
+                        StatusCode::BAD_GATEWAY,
+                        axum::Json(body("failed", None, Some(error))),
+                    )
+                        .into_response()
                 }
             }
         }
     }
 }
 
-/// The answer to a committed (or replayed) call, serialised from borrowed parts: the most
-/// frequent answer skips building a JSON tree only to write it out. Its fields, in order, are
-/// those of every executed call's answer (see `answer`'s `base`), then `result`.
+/// The answer to an executed call, serialised from borrowed parts (the tool's result is
+/// written out, not copied into a JSON tree first): the call's identifiers and outcome, then
+/// its `result` when it committed or its `error` when it did not.
 #[derive(serde::Serialize)]
-struct Committed<'a> {
+struct Executed<'a> {
     ledger_id: &'a str,
     decision: &'static str,
     trace_id: &'a str,
@@ -240,7 +228,10 @@ struct Committed<'a> {
     attempts: u32,
     replayed: bool,
     outcome: &'static str,
-    result: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<Value>,
 }
 
 /// The message of a failed call: what failed and why, in one line.
@@ -264,34 +255,45 @@ pub(crate) fn retryable(code: warrant_core::ToolErrorCode) -> &'static str {
 mod tests {
     use super::*;
 
-    /// The committed answer, written from borrowed parts, is the same document, key for key
-    /// and in the same order, as the tree every other executed answer is built from.
+    /// The executed answers, written from borrowed parts, are the documents they were when
+    /// built as JSON trees: the same keys in the same order, `result` or `error` last.
     #[test]
-    fn the_committed_answer_is_the_executed_answer_with_its_result() {
+    fn executed_answers_keep_their_documents() {
         let result = json!({"rows": [1, 2], "note": "a \"quoted\" text"});
-        let body = Committed {
+        let error = json!({"stage": "execute", "code": "UPSTREAM_ERROR", "detail": null});
+        let body = |outcome, result, error| Executed {
             ledger_id: "led_1",
             decision: "allow",
             trace_id: "4bf92f3577b34da6a3ce929d0e0e4736",
             operation_id: "op_1",
             attempts: 2,
             replayed: false,
-            outcome: "committed",
-            result: &result,
+            outcome,
+            result,
+            error,
         };
-        let tree = json!({
-            "ledger_id": "led_1",
-            "decision": "allow",
-            "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
-            "operation_id": "op_1",
-            "attempts": 2,
-            "replayed": false,
-            "outcome": "committed",
-            "result": result,
-        });
-        assert_eq!(
-            serde_json::to_string(&body).ok(),
+        let tree = |outcome: &str, last: &str, value: &Value| {
+            let mut tree = json!({
+                "ledger_id": "led_1",
+                "decision": "allow",
+                "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
+                "operation_id": "op_1",
+                "attempts": 2,
+                "replayed": false,
+                "outcome": outcome,
+            });
+            if let Value::Object(map) = &mut tree {
+                map.insert(last.into(), value.clone());
+            }
             serde_json::to_string(&tree).ok()
+        };
+        assert_eq!(
+            serde_json::to_string(&body("committed", Some(&result), None)).ok(),
+            tree("committed", "result", &result)
+        );
+        assert_eq!(
+            serde_json::to_string(&body("failed", None, Some(error.clone()))).ok(),
+            tree("failed", "error", &error)
         );
     }
 }
