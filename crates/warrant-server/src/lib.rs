@@ -38,7 +38,6 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::sync::Semaphore;
 use tower::ServiceBuilder;
 use tower::ServiceExt;
-use tower::limit::GlobalConcurrencyLimitLayer;
 use tower_http::limit::RequestBodyLimitLayer;
 
 pub use bootstrap::{Gateway, GatewayConfig, HttpLimits, StartError};
@@ -47,24 +46,19 @@ pub use state::{AppState, ContractChanges, ReloadablePolicy, UnusableBinding};
 
 /// The whole HTTP application.
 ///
-/// Every route but the health probes shares ONE in-flight limit (`limits.concurrency`):
-/// `Router::layer` wraps each route separately, so the limit is a
-/// [`GlobalConcurrencyLimitLayer`], whose one semaphore every wrapped route shares. Bodies are
-/// read whole, within `limits.body_timeout`, before a request takes a slot: a client that
-/// trickles its body holds a connection for at most that long, and never a slot.
+/// Every route but the health probes shares ONE in-flight limit (`limits.concurrency`, one
+/// semaphore: a request that finds no permit is answered 503 at once, see [`in_flight`]).
+/// Bodies are read whole, within `limits.body_timeout`, before a request takes a slot: a
+/// client that trickles its body holds a connection for at most that long, and never a slot.
+///
+/// The layers around every request (JSON errors, body limits, the request deadline, panics,
+/// the body read) wrap the routed application once, as one service: `Router::layer` would
+/// wrap each route separately, so every request would clone and box each layer again and
+/// box each layer's future (docs/benchmarks.md, "2026-12-04 (later)"). Only the layers that
+/// need the matched route (the in-flight limit, the trace and metrics of [`trace::observe`])
+/// are per route.
 pub fn router(state: Arc<AppState>, limits: HttpLimits) -> Router {
-    let in_flight = ServiceBuilder::new()
-        .layer(axum::error_handling::HandleErrorLayer::new(
-            |e: tower::BoxError| async move {
-                if e.is::<tower::load_shed::error::Overloaded>() {
-                    overloaded("too many requests in flight")
-                } else {
-                    ApiError::internal(&e).into_response()
-                }
-            },
-        ))
-        .load_shed()
-        .layer(GlobalConcurrencyLimitLayer::new(limits.concurrency.max(1)));
+    let slots = Arc::new(Semaphore::new(limits.concurrency.max(1)));
     let limited = Router::new()
         .merge(routes::proposals::router())
         .merge(routes::contracts::router())
@@ -78,7 +72,7 @@ pub fn router(state: Arc<AppState>, limits: HttpLimits) -> Router {
         .merge(routes::health::router())
         .merge(mcp::router(&state))
         .merge(console::router())
-        .layer(in_flight);
+        .route_layer(axum::middleware::from_fn_with_state(slots, in_flight));
     let api = Router::new()
         .merge(limited)
         .merge(routes::health::probes())
@@ -99,39 +93,52 @@ pub fn router(state: Arc<AppState>, limits: HttpLimits) -> Router {
         bytes: limits.body_bytes,
         timeout: limits.body_timeout,
     };
-    api.with_state(state)
-        .layer(axum::middleware::from_fn_with_state(body, read_body))
-        .layer(
-            ServiceBuilder::new()
-                .layer(axum::error_handling::HandleErrorLayer::new(
-                    |e: tower::BoxError| async move {
-                        if e.is::<tower::timeout::error::Elapsed>() {
-                            ApiError::new(
-                                StatusCode::SERVICE_UNAVAILABLE,
-                                "request",
-                                "TIMEOUT",
-                                "the request took too long",
-                            )
-                        } else {
-                            ApiError::internal(&e)
-                        }
-                    },
-                ))
-                .timeout(limits.request_timeout)
-                .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
-                    ApiError::new(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "internal",
-                        "INTERNAL",
-                        "internal error",
-                    )
-                    .into_response()
-                }))
-                .layer(RequestBodyLimitLayer::new(limits.body_bytes)),
-        )
-        .layer(Extension(auth::AuthLimiter::new(limits.auth_failures_per_minute)))
+    let around = ServiceBuilder::new()
+        .layer(axum::middleware::map_response::<_, ()>(json_errors))
         .layer(axum::extract::DefaultBodyLimit::max(limits.body_bytes))
-        .layer(axum::middleware::map_response(json_errors))
+        .layer(Extension(auth::AuthLimiter::new(limits.auth_failures_per_minute)))
+        .layer(axum::error_handling::HandleErrorLayer::<_, ()>::new(
+            |e: tower::BoxError| async move {
+                if e.is::<tower::timeout::error::Elapsed>() {
+                    ApiError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "request",
+                        "TIMEOUT",
+                        "the request took too long",
+                    )
+                } else {
+                    ApiError::internal(&e)
+                }
+            },
+        ))
+        .timeout(limits.request_timeout)
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "INTERNAL",
+                "internal error",
+            )
+            .into_response()
+        }))
+        .layer(RequestBodyLimitLayer::new(limits.body_bytes))
+        .map_request(|request: axum::http::Request<tower_http::body::Limited<Body>>| request.map(Body::new))
+        .layer(axum::middleware::from_fn_with_state::<
+            _,
+            _,
+            (State<BodyLimits>, Request),
+        >(body, read_body))
+        .service(api.with_state(state));
+    Router::new().fallback_service(around)
+}
+
+/// The in-flight limit of the routes it wraps: a request takes a permit of the one semaphore
+/// for as long as its handler runs, or is answered 503 `OVERLOADED` at once (it never queues).
+async fn in_flight(State(slots): State<Arc<Semaphore>>, request: Request, next: Next) -> Response {
+    match slots.try_acquire() {
+        Ok(_permit) => next.run(request).await,
+        Err(_) => overloaded("too many requests in flight"),
+    }
 }
 
 /// 503 `OVERLOADED`, with `Retry-After`.
