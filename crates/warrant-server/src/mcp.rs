@@ -143,7 +143,9 @@ pub fn router_with(state: &Arc<AppState>, config: McpConfig) -> Router<Arc<AppSt
     let guard = Guard {
         state: state.clone(),
         max_body_bytes: config.max_body_bytes,
-        direct: config.direct_calls.then(|| Arc::new(allowed_hosts)),
+        direct: config
+            .direct_calls
+            .then(|| direct::AllowedHosts::new(&allowed_hosts)),
     };
     // One handler, its guard and the SDK's service shared (not cloned per request): only a
     // request the direct path does not answer gets its own copy of the SDK's service (whose
@@ -219,7 +221,7 @@ struct Guard {
     state: Arc<AppState>,
     max_body_bytes: usize,
     /// The allowed hosts, when plain tool calls are answered directly (`direct`).
-    direct: Option<Arc<Vec<String>>>,
+    direct: Option<direct::AllowedHosts>,
 }
 
 /// Authenticates the request (401 before any MCP processing) and frames its body

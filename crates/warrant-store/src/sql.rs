@@ -2133,17 +2133,27 @@ impl Store for SqlStore {
             self,
             [entry = entry.without_arguments(), finish = finish.clone()],
             |ex| {
+                // Several counters are taken all or none (a savepoint undoes the ones taken
+                // before the one without room); one counter either takes the call or is left
+                // as it was, so it needs no savepoint.
+                let several = budget.len() > 1;
                 if !budget.is_empty() {
-                    ex.execute(CLAIMS, &[]).await?;
+                    if several {
+                        ex.execute(CLAIMS, &[]).await?;
+                    }
                     if let Some(key) = reserve_in(ex, &entry.tenant, &budget).await? {
-                        ex.execute(CLAIMS_UNDO, &[]).await?;
-                        ex.execute(CLAIMS_DONE, &[]).await?;
+                        if several {
+                            ex.execute(CLAIMS_UNDO, &[]).await?;
+                            ex.execute(CLAIMS_DONE, &[]).await?;
+                        }
                         let row = withheld_row(entry, &key, &finish);
                         ex.execute(INSERT_LEDGER, &ledger_args(&row, &arguments)?).await?;
                         notify_in(ex, &Notice::budget(&row.tenant, &key, &row.id, now)).await?;
                         return Ok(BudgetOutcome::Exhausted { key });
                     }
-                    ex.execute(CLAIMS_DONE, &[]).await?;
+                    if several {
+                        ex.execute(CLAIMS_DONE, &[]).await?;
+                    }
                 }
                 // The row as it ends, in one insert: never `attempting` (a row that passes through
                 // the unresolved indexes costs two more pages in every commit).

@@ -107,10 +107,26 @@ impl RowExt for SqliteRow {
     }
 }
 
-/// The store's SQL (PostgreSQL's `$1` parameters) in SQLite's numbered form (`?1`): `$1` is a
-/// named parameter to SQLite, numbered by first appearance rather than by its digits.
+/// The store's SQL (PostgreSQL's `$1` parameters) in SQLite's numbered form (`?1`) into
+/// `out` (cleared first): `$1` is a named parameter to SQLite, numbered by first appearance
+/// rather than by its digits. A connection's thread translates every statement into one
+/// reused buffer ([`NUMBERED`]) instead of a new string per statement.
+fn write_numbered(sql: &str, out: &mut String) {
+    out.clear();
+    out.extend(sql.chars().map(|c| if c == '$' { '?' } else { c }));
+}
+
+/// [`write_numbered`] into a new string.
+#[cfg(test)]
 fn numbered(sql: &str) -> String {
-    sql.replace('$', "?")
+    let mut out = String::with_capacity(sql.len());
+    write_numbered(sql, &mut out);
+    out
+}
+
+thread_local! {
+    /// The buffer [`write_numbered`] translates into on a connection's thread.
+    static NUMBERED: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
 }
 
 /// Prepares (from the connection's cache) and binds a statement. `$N` placeholders become
@@ -120,7 +136,12 @@ fn statement<'c>(
     sql: &str,
     args: &[Arg<'_>],
 ) -> Result<CachedStatement<'c>, StoreError> {
-    let mut stmt = conn.prepare_cached(&numbered(sql)).map_err(from_rusqlite)?;
+    let mut stmt = NUMBERED
+        .with_borrow_mut(|buffer| {
+            write_numbered(sql, buffer);
+            conn.prepare_cached(buffer)
+        })
+        .map_err(from_rusqlite)?;
     let count = stmt.parameter_count();
     for (i, arg) in args.iter().enumerate().take(count) {
         let index = i + 1;

@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, StatusCode, header};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use serde_json::Value;
 use url::Url;
 use warrant_core::{Contract, Effect, ToolErrorCode};
@@ -102,14 +102,26 @@ impl HttpAdapter {
     ) -> Result<HeaderMap, Failure> {
         let mut headers = json_headers(self.credential.as_ref(), url)?;
         if let Ok(v) = HeaderValue::from_str(tenant) {
-            headers.insert("warrant-tenant", v);
+            headers.insert(TENANT_HEADER, v);
         }
-        if let Ok(v) = HeaderValue::from_str(&call_scopes.join(" ")) {
-            headers.insert("warrant-scopes", v);
+        let scopes = match call_scopes {
+            [] => Ok(HeaderValue::from_static("")),
+            [one] => HeaderValue::from_str(one),
+            many => HeaderValue::from_str(&many.join(" ")),
+        };
+        if let Ok(v) = scopes {
+            headers.insert(SCOPES_HEADER, v);
         }
         Ok(headers)
     }
 }
+
+/// The tenant a call is made for.
+const TENANT_HEADER: HeaderName = HeaderName::from_static("warrant-tenant");
+/// The call's scopes, space-separated.
+const SCOPES_HEADER: HeaderName = HeaderName::from_static("warrant-scopes");
+/// The call's operation id, which the tool may use to make a retry safe.
+const IDEMPOTENCY_HEADER: HeaderName = HeaderName::from_static("idempotency-key");
 
 #[async_trait]
 impl Adapter for HttpAdapter {
@@ -122,7 +134,7 @@ impl Adapter for HttpAdapter {
                 "the operation id is not a header value",
             )
         })?;
-        headers.insert("idempotency-key", key);
+        headers.insert(IDEMPOTENCY_HEADER, key);
         let request = OutboundRequest {
             headers,
             timeout: Some(self.timeout.min(call.timeout)),
@@ -206,7 +218,9 @@ fn parse_url(b: &Binding<'_>, text: &str) -> Result<Url, BindingError> {
 /// there only when `url`'s origin is one the credential is pinned to — whoever chose the URL.
 /// (Redirects to another origin drop it: see `SafeClient`.)
 pub(crate) fn json_headers(credential: Option<&Credential>, url: &Url) -> Result<HeaderMap, Failure> {
-    let mut headers = HeaderMap::new();
+    // Room for every header a call sends (accept, authorization, tenant, scopes, content type,
+    // idempotency key) without growing the map.
+    let mut headers = HeaderMap::with_capacity(8);
     headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
     if let Some(credential) = credential {
         if !credential.may_reach(url) {

@@ -34,7 +34,7 @@ const PROTOCOL_META_PREFIX: &str = "io.modelcontextprotocol/";
 
 /// Whether the headers of a POST to `/mcp` are ones the SDK accepts and serves through its
 /// one-shot path, read the way the SDK reads them; `false` hands the request to the SDK.
-pub(crate) fn headers_allow(parts: &Parts, allowed_hosts: &[String]) -> bool {
+pub(crate) fn headers_allow(parts: &Parts, allowed_hosts: &AllowedHosts) -> bool {
     let headers = &parts.headers;
     host_is_allowed(headers, allowed_hosts)
         && !headers.contains_key(header::ORIGIN)
@@ -114,24 +114,75 @@ fn one_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     first.to_str().ok()
 }
 
-/// The SDK's DNS-rebinding check, positive case only: a `Host` that parses as an authority
-/// whose host (and port, when the allowed entry names one) matches an allowed entry.
-fn host_is_allowed(headers: &HeaderMap, allowed_hosts: &[String]) -> bool {
-    let Some(host) = one_value(headers, header::HOST.as_str()) else {
+/// The hosts the SDK's DNS-rebinding check allows, read once (as the SDK reads each entry on
+/// every request): the host in lower case, and the port when the entry names one.
+pub(crate) struct AllowedHosts(Vec<(String, Option<u16>)>);
+
+impl AllowedHosts {
+    /// The entries as the SDK's configuration lists them.
+    pub(crate) fn new(entries: &[String]) -> Self {
+        let normalized = |h: &str| h.trim_matches(['[', ']']).to_ascii_lowercase();
+        Self(
+            entries
+                .iter()
+                .map(|entry| entry.trim())
+                .filter_map(|entry| match entry.parse::<axum::http::uri::Authority>() {
+                    Ok(a) => Some((normalized(a.host()), a.port_u16())),
+                    Err(_) => (!entry.is_empty()).then(|| (normalized(entry), None)),
+                })
+                .collect(),
+        )
+    }
+}
+
+/// The SDK's DNS-rebinding check, positive case only: a `Host` whose name (and port, when the
+/// allowed entry names one) matches an allowed entry. The header is read without allocating
+/// and only in its plain forms (`name`, `name:port`, `[v6]`, `[v6]:port`, the name of letters,
+/// digits, `.` and `-`): anything else is left to the SDK, which parses it as an authority.
+fn host_is_allowed(headers: &HeaderMap, allowed: &AllowedHosts) -> bool {
+    let Some((name, port)) = one_value(headers, header::HOST.as_str()).and_then(plain_host) else {
         return false;
     };
-    let Ok(authority) = host.parse::<axum::http::uri::Authority>() else {
-        return false;
-    };
-    let normalized = |h: &str| h.trim_matches(['[', ']']).to_ascii_lowercase();
-    let (name, port) = (normalized(authority.host()), authority.port_u16());
-    allowed_hosts.iter().any(|allowed| {
-        let allowed = allowed.trim();
-        match allowed.parse::<axum::http::uri::Authority>() {
-            Ok(a) => normalized(a.host()) == name && a.port_u16().is_none_or(|p| port == Some(p)),
-            Err(_) => !allowed.is_empty() && normalized(allowed) == name,
+    allowed
+        .0
+        .iter()
+        .any(|(host, only)| host.eq_ignore_ascii_case(name) && only.is_none_or(|p| port == Some(p)))
+}
+
+/// A `Host` value's name (brackets removed) and port, when it has one of the plain forms.
+fn plain_host(value: &str) -> Option<(&str, Option<u16>)> {
+    let (name, port) = match value.strip_prefix('[') {
+        Some(rest) => {
+            let (inside, after) = rest.split_once(']')?;
+            if inside.is_empty()
+                || !inside
+                    .bytes()
+                    .all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
+            {
+                return None;
+            }
+            (inside, after)
         }
-    })
+        None => {
+            let end = value.find(':').unwrap_or(value.len());
+            let (name, after) = value.split_at(end);
+            let plain = |b: u8| b.is_ascii_alphanumeric() || b == b'.' || b == b'-';
+            if name.is_empty() || !name.bytes().all(plain) {
+                return None;
+            }
+            (name, after)
+        }
+    };
+    let port = match port.strip_prefix(':') {
+        None if port.is_empty() => None,
+        Some(digits)
+            if !digits.is_empty() && digits.len() <= 5 && digits.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            Some(digits.parse::<u16>().ok()?)
+        }
+        _ => return None,
+    };
+    Some((name, port))
 }
 
 /// `Accept` lists both `application/json` and `text/event-stream`, each plainly (no
@@ -190,7 +241,7 @@ mod tests {
 
     #[test]
     fn only_plain_requests_are_taken() {
-        let hosts = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+        let hosts = AllowedHosts::new(&["localhost".to_owned(), "127.0.0.1".to_owned()]);
         assert!(headers_allow(&parts(&PLAIN), &hosts));
         let with = |extra: (&str, &str)| {
             let mut h = PLAIN.to_vec();
@@ -213,13 +264,57 @@ mod tests {
         ] {
             assert!(!with(handed_over), "{handed_over:?}");
         }
-        let ported = vec!["gw.example:8443".to_owned()];
+        let ported = AllowedHosts::new(&["gw.example:8443".to_owned()]);
         assert!(!headers_allow(&parts(&PLAIN), &ported));
         let mut h = PLAIN.to_vec();
         h[0] = ("host", "gw.example:8443");
         assert!(headers_allow(&parts(&h), &ported));
         h[0] = ("host", "gw.example:9000");
         assert!(!headers_allow(&parts(&h), &ported));
+    }
+
+    #[test]
+    fn a_host_is_read_plainly_or_left_to_the_sdk() {
+        let hosts = AllowedHosts::new(&["localhost".to_owned(), "::1".to_owned(), "[::1]".to_owned()]);
+        let allows = |host: &str| {
+            let mut h = PLAIN.to_vec();
+            h[0] = ("host", host);
+            headers_allow(&parts(&h), &hosts)
+        };
+        for taken in ["localhost", "LocalHost:8080", "[::1]", "[::1]:80"] {
+            assert!(allows(taken), "{taken}");
+        }
+        for left in [
+            "::1",
+            "localhost:",
+            "localhost:+80",
+            "localhost:99999",
+            "local host",
+            "localhost.:80x",
+            "[::1",
+            "[]:80",
+            "user@localhost",
+        ] {
+            assert!(!allows(left), "{left}");
+        }
+        // Whatever the plain reading accepts, the SDK's parse reads the same way.
+        let alphabet = [
+            "a", "Z", "0", "9", ".", "-", ":", "[", "]", "1", "f", "@", "+", " ",
+        ];
+        let mut inputs = vec![String::new()];
+        for _ in 0..4 {
+            inputs = inputs
+                .iter()
+                .flat_map(|s| alphabet.iter().map(move |c| format!("{s}{c}")))
+                .collect();
+            for input in &inputs {
+                if let Some((name, port)) = plain_host(input) {
+                    let parsed = input.parse::<axum::http::uri::Authority>().unwrap();
+                    assert_eq!(parsed.host().trim_matches(['[', ']']), name, "{input}");
+                    assert_eq!(parsed.port_u16(), port, "{input}");
+                }
+            }
+        }
     }
 
     #[test]

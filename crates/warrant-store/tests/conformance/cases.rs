@@ -1775,6 +1775,25 @@ pub async fn a_read_takes_its_budget_when_it_is_recorded(b: &Backend) {
         (LedgerDecision::Reject, Some("BUDGET_EXHAUSTED"), None, 0)
     );
     assert!(row.detail.as_deref().unwrap_or_default().contains("withheld"));
+    // Several counters: all or none. The first has room, the second does not; the first is
+    // left as it was.
+    let hourly = BudgetReservation {
+        key: "calls_per_hour:agent-7:create_support_credit:2026-11-29T00".into(),
+        ..day_budget(5)
+    };
+    assert_eq!(
+        s.record_attempt(
+            &read("led_b3"),
+            &[hourly.clone(), day_budget(1)],
+            &finish,
+            T0 + secs(3)
+        )
+        .await
+        .unwrap(),
+        BudgetOutcome::Exhausted { key: DAY_KEY.into() }
+    );
+    assert_eq!(s.budget_used("acme", &hourly.key).await.unwrap(), 0);
+    assert_eq!(s.budget_used("acme", DAY_KEY).await.unwrap(), 1);
 }
 
 // ----- reconciliation schedule -----
