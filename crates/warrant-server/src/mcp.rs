@@ -304,8 +304,8 @@ async fn call_directly(
     let trace = trace_of(&call.meta, Some(parts));
     // A direct call is one the SDK would serve on a legacy protocol without capabilities: its
     // held answer is the tool error (`native::Native::default()`).
-    let answered = if raw.matches(&call.id, &call.params.name) {
-        tools::call(
+    let called = if raw.matches(&call.id, &call.params.name) {
+        tools::call_for(
             state,
             caller.principal.clone(),
             trace.clone(),
@@ -316,13 +316,20 @@ async fn call_directly(
         )
         .await
     } else {
-        tools::unframed(&trace).into()
+        tools::Called::Answered(tools::unframed(&trace).into())
     };
-    let result = match answered {
-        CallToolResponse::Complete(result) => result,
-        _ => tools::internal(&"a direct call answered other than a tool result", &trace),
+    let body = match called.committed() {
+        // The call that is most of the traffic: its answer written from its parts.
+        Some((execution, result, trace)) => direct::committed(&call.id, execution, result, trace),
+        None => {
+            let result = match called.into_response(state) {
+                CallToolResponse::Complete(result) => result,
+                _ => tools::internal(&"a direct call answered other than a tool result", &trace),
+            };
+            direct::answer(call.id, result)
+        }
     };
-    match direct::answer(call.id, result) {
+    match body {
         Ok(body) => (
             StatusCode::OK,
             [(header::CONTENT_TYPE, direct::JSON)],

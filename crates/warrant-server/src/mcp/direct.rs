@@ -23,6 +23,8 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, JsonObject, JsonRpcMessage, JsonRpcVersion2_0, RequestId,
     ServerJsonRpcMessage, ServerResult,
 };
+use serde_json::Value;
+use warrant_runtime::Execution;
 
 /// Protocol versions whose requests the SDK serves through its one-shot stateless path (the
 /// versions before per-request negotiation), as the `MCP-Protocol-Version` header names them.
@@ -102,6 +104,98 @@ pub(crate) fn answer(
     result.strip_non_object_output_for_legacy_peer();
     let message: ServerJsonRpcMessage = JsonRpcMessage::response(result, id);
     serde_json::to_vec(&message)
+}
+
+/// The body of the answer to a call that committed `result`, written from borrowed parts:
+/// byte for byte what [`answer`] gives for `tools::committed` of the same call (the test
+/// `a_committed_answer_is_written_as_the_sdk_writes_it`), without building the SDK's result,
+/// its maps and a second copy of `result`.
+pub(crate) fn committed(
+    id: &RequestId,
+    execution: &Execution,
+    result: &Value,
+    trace: &str,
+) -> Result<Vec<u8>, serde_json::Error> {
+    let structured = match result {
+        Value::Object(_) => Structured::Object(result),
+        other => Structured::Wrapped { result: other },
+    };
+    let message = Committed {
+        jsonrpc: "2.0",
+        id,
+        result: CommittedResult {
+            content: [Text {
+                kind: "text",
+                text: &result.to_string(),
+            }],
+            structured_content: structured,
+            is_error: false,
+            meta: CommittedMeta {
+                decision: "allow",
+                ledger_id: &execution.ledger_id,
+                operation_id: execution.operation_id.as_str(),
+                attempts: execution.attempts,
+                replayed: execution.replayed,
+                trace_id: trace,
+                outcome: if execution.replayed {
+                    "replayed"
+                } else {
+                    "committed"
+                },
+            },
+        },
+    };
+    serde_json::to_vec(&message)
+}
+
+/// The JSON-RPC response of [`committed`].
+#[derive(serde::Serialize)]
+struct Committed<'a> {
+    jsonrpc: &'static str,
+    id: &'a RequestId,
+    result: CommittedResult<'a>,
+}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CommittedResult<'a> {
+    content: [Text<'a>; 1],
+    structured_content: Structured<'a>,
+    is_error: bool,
+    #[serde(rename = "_meta")]
+    meta: CommittedMeta<'a>,
+}
+
+#[derive(serde::Serialize)]
+struct Text<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    text: &'a str,
+}
+
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum Structured<'a> {
+    Object(&'a Value),
+    Wrapped { result: &'a Value },
+}
+
+#[derive(serde::Serialize)]
+struct CommittedMeta<'a> {
+    #[serde(rename = "io.warrant/decision")]
+    decision: &'static str,
+    #[serde(rename = "io.warrant/ledger_id")]
+    ledger_id: &'a str,
+    #[serde(rename = "io.warrant/operation_id")]
+    operation_id: &'a str,
+    #[serde(rename = "io.warrant/attempts")]
+    attempts: u32,
+    #[serde(rename = "io.warrant/replayed")]
+    replayed: bool,
+    #[serde(rename = "io.warrant/trace_id")]
+    trace_id: &'a str,
+    #[serde(rename = "io.warrant/outcome")]
+    outcome: &'static str,
 }
 
 /// The header's one value as text; `None` when absent, repeated or not text.
@@ -314,6 +408,57 @@ mod tests {
                     assert_eq!(parsed.port_u16(), port, "{input}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn a_committed_answer_is_written_as_the_sdk_writes_it() {
+        use serde_json::json;
+        use warrant_core::decision::{OperationId, Outcome};
+        for (result, replayed, id) in [
+            (
+                json!({"order_id": "ord_1", "total_cents": 1200, "note": "a \"quoted\" line\n"}),
+                false,
+                RequestId::Number(7),
+            ),
+            (json!({}), true, RequestId::String("req-é".into())),
+            (json!([1, 2.5, null, "x"]), false, RequestId::Number(-1)),
+            (json!("plain text"), true, RequestId::Number(0)),
+            (
+                json!({"nested": {"b": [true, false], "a": 1e300}}),
+                false,
+                RequestId::String("".into()),
+            ),
+        ] {
+            let execution = Execution {
+                ledger_id: "led_01JX".into(),
+                operation_id: OperationId::new("op_1"),
+                attempts: 2,
+                replayed,
+                result: Ok(Outcome::Committed(result.clone())),
+                detail: None,
+                exhausted: None,
+                unrecorded: false,
+                followed: None,
+            };
+            let base = json!({
+                "decision": "allow",
+                "ledger_id": execution.ledger_id,
+                "operation_id": execution.operation_id.as_str(),
+                "attempts": execution.attempts,
+                "replayed": execution.replayed,
+                "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
+            });
+            let sdk = answer(
+                id.clone(),
+                crate::mcp::tools::committed(result.clone(), base, replayed),
+            )
+            .unwrap();
+            let direct = committed(&id, &execution, &result, "4bf92f3577b34da6a3ce929d0e0e4736").unwrap();
+            assert_eq!(
+                String::from_utf8(direct).unwrap(),
+                String::from_utf8(sdk).unwrap()
+            );
         }
     }
 

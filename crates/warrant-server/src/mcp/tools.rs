@@ -244,11 +244,70 @@ pub(crate) async fn call(
     meta: &JsonObject,
     native: Native,
 ) -> CallToolResponse {
+    call_for(state, principal, trace, request, raw, meta, native)
+        .await
+        .into_response(state)
+}
+
+/// What a `tools/call` came to: an answer already made, or a dispatched call whose answer is
+/// still to be written ([`Called::into_response`], or by the direct path from its parts).
+pub(crate) enum Called {
+    /// The answer (a workflow, a resumed or held call, a refusal before dispatch).
+    Answered(CallToolResponse),
+    /// A dispatched call of `tool`.
+    Dispatched {
+        tool: String,
+        dispatched: Dispatched,
+        trace: String,
+    },
+}
+
+impl Called {
+    /// A dispatched call that committed: its execution, result and trace id.
+    pub(crate) fn committed(&self) -> Option<(&warrant_runtime::Execution, &Value, &str)> {
+        match self {
+            Called::Dispatched {
+                dispatched: Dispatched::Executed(execution),
+                trace,
+                ..
+            } => match &execution.result {
+                Ok(Outcome::Committed(result)) => Some((execution, result, trace)),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// The tool result as the SDK sends it.
+    pub(crate) fn into_response(self, state: &AppState) -> CallToolResponse {
+        match self {
+            Called::Answered(response) => response,
+            Called::Dispatched {
+                tool,
+                dispatched,
+                trace,
+            } => answer(state, &tool, dispatched, &trace).into(),
+        }
+    }
+}
+
+/// [`call`], up to the dispatched call's answer.
+pub(crate) async fn call_for(
+    state: &Arc<AppState>,
+    principal: Principal,
+    trace: String,
+    request: CallToolRequestParams,
+    raw: &RawCall,
+    meta: &JsonObject,
+    native: Native,
+) -> Called {
     let name = request.name.into_owned();
     if name.starts_with(super::workflows::PREFIX) {
-        return super::workflows::call(state, principal, trace, &name, raw)
-            .await
-            .into();
+        return Called::Answered(
+            super::workflows::call(state, principal, trace, &name, raw)
+                .await
+                .into(),
+        );
     }
     let mut extra = Vec::new();
     let client_key = meta_field(meta, &KEY_FIELDS, "idempotency_key", &mut extra).map(str::to_owned);
@@ -258,14 +317,14 @@ pub(crate) async fn call(
     let needs_key = contract.is_some_and(|c| c.effect().requires_idempotency_key());
     let bytes = raw.proposal(version, &extra);
     if let Some(sealed) = request.request_state.as_deref() {
-        return super::native::resume(state, principal, trace, &name, bytes, sealed).await;
+        return Called::Answered(super::native::resume(state, principal, trace, &name, bytes, sealed).await);
     }
     let key = match client_key {
         Some(key) => Some(key),
         None if needs_key => {
             match derive_key(state, &principal, &name, &bytes, approval_id.as_deref()).await {
                 Ok(key) => key,
-                Err(e) => return internal(&e, &trace).into(),
+                Err(e) => return Called::Answered(internal(&e, &trace).into()),
             }
         }
         None => None,
@@ -289,15 +348,19 @@ pub(crate) async fn call(
     .await
     {
         Ok(dispatched) => dispatched,
-        Err(e) => return internal(&e, &trace).into(),
+        Err(e) => return Called::Answered(internal(&e, &trace).into()),
     };
     let sensitive = contract.is_some_and(|c| c.has_sensitive_fields());
     if let Dispatched::NeedsApproval { needed, .. } = &dispatched
         && let Some(native) = super::native::held(state, native, &held, &name, &call, needed, sensitive).await
     {
-        return native;
+        return Called::Answered(native);
     }
-    answer(state, &name, dispatched, &trace).into()
+    Called::Dispatched {
+        tool: name,
+        dispatched,
+        trace,
+    }
 }
 
 /// A `tools/call` whose raw bytes the transport did not keep (or that do not match the
@@ -397,27 +460,7 @@ pub(crate) fn answer(state: &AppState, tool: &str, dispatched: Dispatched, trace
             });
             match e.result {
                 Err(rejection) => rejected(&rejection, base),
-                Ok(Outcome::Committed(result)) => {
-                    let text = result.to_string();
-                    let structured = match result {
-                        Value::Object(_) => result,
-                        other => json!({"result": other}),
-                    };
-                    let mut answer = CallToolResult::success(vec![ContentBlock::text(text)]);
-                    answer.structured_content = Some(structured);
-                    if let Value::Object(fields) = base {
-                        let mut meta = JsonObject::new();
-                        for (k, v) in fields {
-                            meta.insert(format!("io.warrant/{k}"), v);
-                        }
-                        meta.insert(
-                            "io.warrant/outcome".into(),
-                            json!(if e.replayed { "replayed" } else { "committed" }),
-                        );
-                        answer.meta = Some(MetaObject(meta));
-                    }
-                    answer
-                }
+                Ok(Outcome::Committed(result)) => committed(result, base, e.replayed),
                 Ok(Outcome::Failed(code)) => {
                     let retry = crate::routes::proposals::retryable(code);
                     let message = crate::routes::proposals::failure_message(code, e.detail.as_deref());
@@ -455,6 +498,32 @@ pub(crate) fn answer(state: &AppState, tool: &str, dispatched: Dispatched, trace
             }
         }
     }
+}
+
+/// The tool result of a committed call: the result as text and as structured content (an
+/// object as it is, anything else as `{"result": …}`), and `base` with the outcome as
+/// `io.warrant/…` metadata. The direct path writes the same answer from borrowed parts
+/// (`direct::committed`, held byte-equal to this by its test).
+pub(crate) fn committed(result: Value, base: Value, replayed: bool) -> CallToolResult {
+    let text = result.to_string();
+    let structured = match result {
+        Value::Object(_) => result,
+        other => json!({"result": other}),
+    };
+    let mut answer = CallToolResult::success(vec![ContentBlock::text(text)]);
+    answer.structured_content = Some(structured);
+    if let Value::Object(fields) = base {
+        let mut meta = JsonObject::new();
+        for (k, v) in fields {
+            meta.insert(format!("io.warrant/{k}"), v);
+        }
+        meta.insert(
+            "io.warrant/outcome".into(),
+            json!(if replayed { "replayed" } else { "committed" }),
+        );
+        answer.meta = Some(MetaObject(meta));
+    }
+    answer
 }
 
 fn extend(target: &mut Value, fields: Value) {
