@@ -2,6 +2,7 @@
 //! attenuation, the idempotency-key rule and approval binding.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use serde_json::Value;
 use time::OffsetDateTime;
@@ -13,8 +14,15 @@ use crate::proposal::{ValidatedProposal, is_valid_id};
 pub use crate::records::ApprovalStatus;
 
 /// Who is calling, as established by authentication — never by the proposal.
+///
+/// Shared, not copied: a call hands its principal to the decision, the runtime and the store
+/// (each keeps it for the call's life), so a clone is a reference count, not four
+/// allocations per id and set.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Principal {
+pub struct Principal(Arc<Identity>);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Identity {
     id: String,
     tenant: String,
     grants: BTreeSet<String>,
@@ -51,12 +59,12 @@ impl Principal {
         if let Some(bad) = grants.iter().find(|g| !is_valid_scope(g)) {
             return Err(IdentityError(format!("`{bad}` is not a valid scope")));
         }
-        Ok(Principal {
+        Ok(Principal(Arc::new(Identity {
             id: id.to_owned(),
             tenant: tenant.to_owned(),
             grants,
             roles: BTreeSet::new(),
-        })
+        })))
     }
 
     /// The same principal with `roles` (e.g. `operator`, `supervisor`, `admin`); role names
@@ -69,26 +77,26 @@ impl Principal {
             if !is_valid_id(&role) {
                 return Err(IdentityError(format!("`{role}` is not a valid role name")));
             }
-            self.roles.insert(role);
+            Arc::make_mut(&mut self.0).roles.insert(role);
         }
         Ok(self)
     }
 
     /// The principal id.
     pub fn id(&self) -> &str {
-        &self.id
+        &self.0.id
     }
     /// The tenant the principal belongs to.
     pub fn tenant(&self) -> &str {
-        &self.tenant
+        &self.0.tenant
     }
     /// The scopes granted to the principal.
     pub fn grants(&self) -> &BTreeSet<String> {
-        &self.grants
+        &self.0.grants
     }
     /// The principal's roles in its tenant.
     pub fn roles(&self) -> &BTreeSet<String> {
-        &self.roles
+        &self.0.roles
     }
 }
 
@@ -112,7 +120,7 @@ pub fn attenuate(principal: &Principal, contract: &Contract) -> Result<Delegated
     let missing: Vec<&str> = contract
         .scopes()
         .iter()
-        .filter(|s| !principal.grants.contains(*s))
+        .filter(|s| !principal.0.grants.contains(*s))
         .map(String::as_str)
         .collect();
     if !missing.is_empty() {
