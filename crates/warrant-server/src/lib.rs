@@ -93,6 +93,9 @@ pub fn router(state: Arc<AppState>, limits: HttpLimits) -> Router {
         bytes: limits.body_bytes,
         timeout: limits.body_timeout,
     };
+    // Outside a router the middleware's marker types (the extractors each takes) cannot be
+    // inferred, hence the turbofish; the body limit hands its `Limited` body on as a `Body`,
+    // which `read_body` takes.
     let around = ServiceBuilder::new()
         .layer(axum::middleware::map_response::<_, ()>(json_errors))
         .layer(axum::extract::DefaultBodyLimit::max(limits.body_bytes))
