@@ -305,7 +305,7 @@ async fn call_directly(
     // A direct call is one the SDK would serve on a legacy protocol without capabilities: its
     // held answer is the tool error (`native::Native::default()`).
     let called = if raw.matches(&call.id, &call.params.name) {
-        tools::call_for(
+        tools::call(
             state,
             caller.principal.clone(),
             trace.clone(),
@@ -453,18 +453,17 @@ impl ServerHandler for Gateway {
             .filter(|raw| raw.matches(&context.id, &request.name));
         let native = native::Native::of(&context);
         Ok(match raw {
-            Some(raw) => {
-                tools::call(
-                    &self.state,
-                    principal,
-                    trace,
-                    request,
-                    raw,
-                    &context.meta.0.0,
-                    native,
-                )
-                .await
-            }
+            Some(raw) => tools::call(
+                &self.state,
+                principal,
+                trace,
+                request,
+                raw,
+                &context.meta.0.0,
+                native,
+            )
+            .await
+            .into_response(&self.state),
             None => tools::unframed(&trace).into(),
         })
     }

@@ -230,25 +230,6 @@ fn meta_field<'a>(
     }
 }
 
-/// Runs one `tools/call` through `dispatch` and answers it as a tool result — or, for a call
-/// held for review, as the client can take it (`native`: a task, an input-required result,
-/// else the tool error). The proposal is built from `raw`, the client's own bytes of the call;
-/// `request` (the SDK's decoding of the same message) names the tool and carries the
-/// `requestState` of a retry.
-pub(crate) async fn call(
-    state: &Arc<AppState>,
-    principal: Principal,
-    trace: String,
-    request: CallToolRequestParams,
-    raw: &RawCall,
-    meta: &JsonObject,
-    native: Native,
-) -> CallToolResponse {
-    call_for(state, principal, trace, request, raw, meta, native)
-        .await
-        .into_response(state)
-}
-
 /// What a `tools/call` came to: an answer already made, or a dispatched call whose answer is
 /// still to be written ([`Called::into_response`], or by the direct path from its parts).
 pub(crate) enum Called {
@@ -291,8 +272,12 @@ impl Called {
     }
 }
 
-/// [`call`], up to the dispatched call's answer.
-pub(crate) async fn call_for(
+/// Runs one `tools/call` through `dispatch` up to its answer ([`Called`]): a tool result, or
+/// for a call held for review what the client can take (`native`: a task, an input-required
+/// result, else the tool error). The proposal is built from `raw`, the client's own bytes of
+/// the call; `request` (the SDK's decoding of the same message) names the tool and carries the
+/// `requestState` of a retry.
+pub(crate) async fn call(
     state: &Arc<AppState>,
     principal: Principal,
     trace: String,
