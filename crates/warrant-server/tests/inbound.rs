@@ -293,11 +293,12 @@ async fn inbound_events_are_verified_deduplicated_and_started_once(store: Arc<dy
     let mut missing = good.clone();
     missing.pop();
     type Headers = Vec<(&'static str, String)>;
+    type Signed<'a> = Box<dyn Fn() -> Headers + 'a>;
     // A timestamp outside the tolerance is signed as it is sent, a minute past the tolerance:
     // signed at the test's start, "ahead" would drift back inside it on a slow machine.
     let skewed = |by: i64| standard(&secret, "msg_2", now() + by, body);
     let outside = warrant_core::inbound::TOLERANCE + 60;
-    let cases: Vec<(&str, Box<dyn Fn() -> Headers>, &[u8])> = vec![
+    let cases: Vec<(&str, Signed<'_>, &[u8])> = vec![
         (
             "tampered body",
             Box::new(|| good.clone()),
