@@ -1285,6 +1285,27 @@ async fn reserve_in<E: Exec>(
     Ok(None)
 }
 
+/// [`reserve_in`] as one step: every counter or none. Several counters are taken inside a
+/// savepoint that undoes those taken before the one without room; a single counter either
+/// takes the call or is left as it was, so it needs no savepoint (two statements fewer on
+/// every read that has a budget).
+async fn reserve_all_in<E: Exec>(
+    ex: &mut E,
+    tenant: &str,
+    planned: &[Planned],
+) -> Result<Option<String>, StoreError> {
+    if planned.len() <= 1 {
+        return reserve_in(ex, tenant, planned).await;
+    }
+    ex.execute(CLAIMS, &[]).await?;
+    let refused = reserve_in(ex, tenant, planned).await?;
+    if refused.is_some() {
+        ex.execute(CLAIMS_UNDO, &[]).await?;
+    }
+    ex.execute(CLAIMS_DONE, &[]).await?;
+    Ok(refused)
+}
+
 /// The savepoint that makes a call's claims all or nothing inside its write-ahead commit.
 const CLAIMS: &str = "SAVEPOINT warrant_claims";
 const CLAIMS_UNDO: &str = "ROLLBACK TO SAVEPOINT warrant_claims";
@@ -2133,27 +2154,11 @@ impl Store for SqlStore {
             self,
             [entry = entry.without_arguments(), finish = finish.clone()],
             |ex| {
-                // Several counters are taken all or none (a savepoint undoes the ones taken
-                // before the one without room); one counter either takes the call or is left
-                // as it was, so it needs no savepoint.
-                let several = budget.len() > 1;
-                if !budget.is_empty() {
-                    if several {
-                        ex.execute(CLAIMS, &[]).await?;
-                    }
-                    if let Some(key) = reserve_in(ex, &entry.tenant, &budget).await? {
-                        if several {
-                            ex.execute(CLAIMS_UNDO, &[]).await?;
-                            ex.execute(CLAIMS_DONE, &[]).await?;
-                        }
-                        let row = withheld_row(entry, &key, &finish);
-                        ex.execute(INSERT_LEDGER, &ledger_args(&row, &arguments)?).await?;
-                        notify_in(ex, &Notice::budget(&row.tenant, &key, &row.id, now)).await?;
-                        return Ok(BudgetOutcome::Exhausted { key });
-                    }
-                    if several {
-                        ex.execute(CLAIMS_DONE, &[]).await?;
-                    }
+                if let Some(key) = reserve_all_in(ex, &entry.tenant, &budget).await? {
+                    let row = withheld_row(entry, &key, &finish);
+                    ex.execute(INSERT_LEDGER, &ledger_args(&row, &arguments)?).await?;
+                    notify_in(ex, &Notice::budget(&row.tenant, &key, &row.id, now)).await?;
+                    return Ok(BudgetOutcome::Exhausted { key });
                 }
                 // The row as it ends, in one insert: never `attempting` (a row that passes through
                 // the unresolved indexes costs two more pages in every commit).

@@ -109,24 +109,24 @@ impl RowExt for SqliteRow {
 
 /// The store's SQL (PostgreSQL's `$1` parameters) in SQLite's numbered form (`?1`) into
 /// `out` (cleared first): `$1` is a named parameter to SQLite, numbered by first appearance
-/// rather than by its digits. A connection's thread translates every statement into one
-/// reused buffer ([`NUMBERED`]) instead of a new string per statement.
+/// rather than by its digits.
 fn write_numbered(sql: &str, out: &mut String) {
     out.clear();
     out.extend(sql.chars().map(|c| if c == '$' { '?' } else { c }));
 }
 
-/// [`write_numbered`] into a new string.
-#[cfg(test)]
-fn numbered(sql: &str) -> String {
-    let mut out = String::with_capacity(sql.len());
-    write_numbered(sql, &mut out);
-    out
+thread_local! {
+    /// The buffer [`write_numbered`] translates into on a connection's thread: one reused
+    /// string instead of a new one per statement.
+    static NUMBERED: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
 }
 
-thread_local! {
-    /// The buffer [`write_numbered`] translates into on a connection's thread.
-    static NUMBERED: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+/// The store's statement `sql`, numbered, from the connection's statement cache.
+fn prepare<'c>(conn: &'c Connection, sql: &str) -> rusqlite::Result<CachedStatement<'c>> {
+    NUMBERED.with_borrow_mut(|buffer| {
+        write_numbered(sql, buffer);
+        conn.prepare_cached(buffer)
+    })
 }
 
 /// Prepares (from the connection's cache) and binds a statement. `$N` placeholders become
@@ -136,12 +136,7 @@ fn statement<'c>(
     sql: &str,
     args: &[Arg<'_>],
 ) -> Result<CachedStatement<'c>, StoreError> {
-    let mut stmt = NUMBERED
-        .with_borrow_mut(|buffer| {
-            write_numbered(sql, buffer);
-            conn.prepare_cached(buffer)
-        })
-        .map_err(from_rusqlite)?;
+    let mut stmt = prepare(conn, sql).map_err(from_rusqlite)?;
     let count = stmt.parameter_count();
     for (i, arg) in args.iter().enumerate().take(count) {
         let index = i + 1;
@@ -208,9 +203,7 @@ impl SqliteExec<'_> {
     /// How often the cached statement of `sql` was prepared again since it was first prepared
     /// (SQLite's `SQLITE_STMTSTATUS_REPREPARE`).
     fn reprepares(&self, sql: &str) -> i32 {
-        self.conn
-            .prepare_cached(&numbered(sql))
-            .map_or(-1, |stmt| stmt.get_status(rusqlite::StatementStatus::RePrepare))
+        prepare(self.conn, sql).map_or(-1, |stmt| stmt.get_status(rusqlite::StatementStatus::RePrepare))
     }
 }
 

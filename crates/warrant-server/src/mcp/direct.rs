@@ -137,11 +137,7 @@ pub(crate) fn committed(
                 attempts: execution.attempts,
                 replayed: execution.replayed,
                 trace_id: trace,
-                outcome: if execution.replayed {
-                    "replayed"
-                } else {
-                    "committed"
-                },
+                outcome: crate::routes::proposals::committed_outcome(execution.replayed),
             },
         },
     };
@@ -441,14 +437,7 @@ mod tests {
                 unrecorded: false,
                 followed: None,
             };
-            let base = json!({
-                "decision": "allow",
-                "ledger_id": execution.ledger_id,
-                "operation_id": execution.operation_id.as_str(),
-                "attempts": execution.attempts,
-                "replayed": execution.replayed,
-                "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
-            });
+            let base = crate::mcp::tools::executed_base(&execution, "4bf92f3577b34da6a3ce929d0e0e4736");
             let sdk = answer(
                 id.clone(),
                 crate::mcp::tools::committed(result.clone(), base, replayed),

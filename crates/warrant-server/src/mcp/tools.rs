@@ -435,14 +435,7 @@ pub(crate) fn answer(state: &AppState, tool: &str, dispatched: Dispatched, trace
             error_result(text, structured)
         }
         Dispatched::Executed(e) => {
-            let base = json!({
-                "decision": if e.result.is_err() { "reject" } else { "allow" },
-                "ledger_id": e.ledger_id,
-                "operation_id": e.operation_id.as_str(),
-                "attempts": e.attempts,
-                "replayed": e.replayed,
-                "trace_id": trace,
-            });
+            let base = executed_base(&e, trace);
             match e.result {
                 Err(rejection) => rejected(&rejection, base),
                 Ok(Outcome::Committed(result)) => committed(result, base, e.replayed),
@@ -485,6 +478,19 @@ pub(crate) fn answer(state: &AppState, tool: &str, dispatched: Dispatched, trace
     }
 }
 
+/// What every executed call's answer carries: the decision, the call's identifiers and its
+/// attempts (as structured content, or as `io.warrant/…` metadata when it committed).
+pub(crate) fn executed_base(e: &warrant_runtime::Execution, trace: &str) -> Value {
+    json!({
+        "decision": if e.result.is_err() { "reject" } else { "allow" },
+        "ledger_id": e.ledger_id,
+        "operation_id": e.operation_id.as_str(),
+        "attempts": e.attempts,
+        "replayed": e.replayed,
+        "trace_id": trace,
+    })
+}
+
 /// The tool result of a committed call: the result as text and as structured content (an
 /// object as it is, anything else as `{"result": …}`), and `base` with the outcome as
 /// `io.warrant/…` metadata. The direct path writes the same answer from borrowed parts
@@ -504,7 +510,7 @@ pub(crate) fn committed(result: Value, base: Value, replayed: bool) -> CallToolR
         }
         meta.insert(
             "io.warrant/outcome".into(),
-            json!(if replayed { "replayed" } else { "committed" }),
+            json!(crate::routes::proposals::committed_outcome(replayed)),
         );
         answer.meta = Some(MetaObject(meta));
     }

@@ -171,7 +171,7 @@ fn answer(state: &AppState, dispatched: Dispatched, trace: &str) -> Response {
                     .with("operation_id", json!(e.operation_id.as_str()))
                     .into_response(),
                 Ok(Outcome::Committed(result)) => {
-                    let outcome = if e.replayed { "replayed" } else { "committed" };
+                    let outcome = committed_outcome(e.replayed);
                     (StatusCode::OK, axum::Json(body(outcome, Some(result), None))).into_response()
                 }
                 Ok(Outcome::Unknown(_)) => {
@@ -232,6 +232,12 @@ struct Executed<'a> {
     result: Option<&'a Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<Value>,
+}
+
+/// The outcome a committed call answers: `replayed` when the answer came from the
+/// idempotency record, else `committed` (the same in every lane).
+pub(crate) fn committed_outcome(replayed: bool) -> &'static str {
+    if replayed { "replayed" } else { "committed" }
 }
 
 /// The message of a failed call: what failed and why, in one line.
