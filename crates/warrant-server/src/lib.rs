@@ -27,18 +27,15 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::Router;
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{ConnectInfo, Request};
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::{Extension, Router};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::sync::Semaphore;
-use tower::ServiceBuilder;
 use tower::ServiceExt;
-use tower_http::limit::RequestBodyLimitLayer;
 
 pub use bootstrap::{Gateway, GatewayConfig, HttpLimits, StartError};
 pub use error::ApiError;
@@ -47,19 +44,17 @@ pub use state::{AppState, ContractChanges, ReloadablePolicy, UnusableBinding};
 /// The whole HTTP application.
 ///
 /// Every route but the health probes shares ONE in-flight limit (`limits.concurrency`, one
-/// semaphore: a request that finds no permit is answered 503 at once, see [`in_flight`]).
+/// semaphore: a request that finds no permit is answered 503 at once, see [`trace::observe`]).
 /// Bodies are read whole, within `limits.body_timeout`, before a request takes a slot: a
 /// client that trickles its body holds a connection for at most that long, and never a slot.
 ///
-/// The layers around every request (JSON errors, body limits, the request deadline, panics,
-/// the body read) wrap the routed application once, as one service: `Router::layer` would
-/// wrap each route separately, so every request would clone and box each layer again and
-/// box each layer's future (docs/benchmarks.md, "2026-12-04 (later)"). Only the layers that
-/// need the matched route (the in-flight limit, the trace and metrics of [`trace::observe`])
-/// are per route.
+/// What every request passes through before its route — JSON errors, the body limits, the
+/// request deadline, panics — is one service, [`Edge`], around the routed application; the
+/// trace, metrics and in-flight limit that need the matched route are one route layer,
+/// [`trace::observe`] (docs/benchmarks.md, "2026-12-04 (evening)").
 pub fn router(state: Arc<AppState>, limits: HttpLimits) -> Router {
-    let slots = Arc::new(Semaphore::new(limits.concurrency.max(1)));
-    let limited = Router::new()
+    let slots = trace::Slots::new(limits.concurrency);
+    let api = Router::new()
         .merge(routes::proposals::router())
         .merge(routes::contracts::router())
         .merge(routes::approvals::router())
@@ -72,11 +67,8 @@ pub fn router(state: Arc<AppState>, limits: HttpLimits) -> Router {
         .merge(routes::health::router())
         .merge(mcp::router(&state))
         .merge(console::router())
-        .route_layer(axum::middleware::from_fn_with_state(slots, in_flight));
-    let api = Router::new()
-        .merge(limited)
         .merge(routes::health::probes())
-        .route_layer(axum::middleware::from_fn(trace::observe))
+        .route_layer(axum::middleware::from_fn_with_state(slots, trace::observe))
         .fallback(|| async {
             ApiError::new(StatusCode::NOT_FOUND, "route", "NOT_FOUND", "no such route").into_response()
         })
@@ -89,59 +81,17 @@ pub fn router(state: Arc<AppState>, limits: HttpLimits) -> Router {
             )
             .into_response()
         });
-    let body = BodyLimits {
-        bytes: limits.body_bytes,
-        timeout: limits.body_timeout,
+    let edge = Edge {
+        inner: api.with_state(state),
+        body_limit: axum::extract::DefaultBodyLimit::max(limits.body_bytes),
+        limiter: auth::AuthLimiter::new(limits.auth_failures_per_minute),
+        limits: EdgeLimits {
+            body_bytes: limits.body_bytes,
+            body_timeout: limits.body_timeout,
+            request_timeout: limits.request_timeout,
+        },
     };
-    // Outside a router the middleware's marker types (the extractors each takes) cannot be
-    // inferred, hence the turbofish; the body limit hands its `Limited` body on as a `Body`,
-    // which `read_body` takes.
-    let around = ServiceBuilder::new()
-        .layer(axum::middleware::map_response::<_, ()>(json_errors))
-        .layer(axum::extract::DefaultBodyLimit::max(limits.body_bytes))
-        .layer(Extension(auth::AuthLimiter::new(limits.auth_failures_per_minute)))
-        .layer(axum::error_handling::HandleErrorLayer::<_, ()>::new(
-            |e: tower::BoxError| async move {
-                if e.is::<tower::timeout::error::Elapsed>() {
-                    ApiError::new(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "request",
-                        "TIMEOUT",
-                        "the request took too long",
-                    )
-                } else {
-                    ApiError::internal(&e)
-                }
-            },
-        ))
-        .timeout(limits.request_timeout)
-        .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "INTERNAL",
-                "internal error",
-            )
-            .into_response()
-        }))
-        .layer(RequestBodyLimitLayer::new(limits.body_bytes))
-        .map_request(|request: axum::http::Request<tower_http::body::Limited<Body>>| request.map(Body::new))
-        .layer(axum::middleware::from_fn_with_state::<
-            _,
-            _,
-            (State<BodyLimits>, Request),
-        >(body, read_body))
-        .service(api.with_state(state));
-    Router::new().fallback_service(around)
-}
-
-/// The in-flight limit of the routes it wraps: a request takes a permit of the one semaphore
-/// for as long as its handler runs, or is answered 503 `OVERLOADED` at once (it never queues).
-async fn in_flight(State(slots): State<Arc<Semaphore>>, request: Request, next: Next) -> Response {
-    match slots.try_acquire() {
-        Ok(_permit) => next.run(request).await,
-        Err(_) => overloaded("too many requests in flight"),
-    }
+    Router::new().fallback_service(edge)
 }
 
 /// 503 `OVERLOADED`, with `Retry-After`.
@@ -154,40 +104,144 @@ fn overloaded(message: &str) -> Response {
     response
 }
 
+/// The limits [`Edge`] holds every request to.
 #[derive(Debug, Clone, Copy)]
-struct BodyLimits {
-    bytes: usize,
-    timeout: Duration,
+struct EdgeLimits {
+    body_bytes: usize,
+    body_timeout: Duration,
+    request_timeout: Duration,
 }
 
-/// Reads the request body whole within the body deadline (408 `BODY_TIMEOUT` past it, and the
-/// connection is closed: the rest of the body is never read).
-async fn read_body(State(limits): State<BodyLimits>, request: Request, next: Next) -> Response {
-    let (parts, body) = request.into_parts();
-    match tokio::time::timeout(limits.timeout, axum::body::to_bytes(body, limits.bytes)).await {
-        Ok(Ok(bytes)) => next.run(Request::from_parts(parts, Body::from(bytes))).await,
-        Ok(Err(e)) if is_length_limit(&e) => ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "request",
-            "PAYLOAD_TOO_LARGE",
-            "the request body is too large",
-        )
-        .into_response(),
-        Ok(Err(_)) => ApiError::bad_request("the request body could not be read").into_response(),
-        Err(_) => {
-            let mut response = ApiError::new(
-                StatusCode::REQUEST_TIMEOUT,
-                "request",
-                "BODY_TIMEOUT",
-                "the request body did not arrive in time",
-            )
-            .into_response();
-            response
-                .headers_mut()
-                .insert(header::CONNECTION, HeaderValue::from_static("close"));
-            response
-        }
+/// The edge of every request, in order:
+///
+/// - the auth-failure limiter and the extractors' body limit (the one the edge reads with) go
+///   into the request's extensions;
+/// - the body is read whole, at most `body_bytes` (413 `PAYLOAD_TOO_LARGE`, at once when the
+///   declared length is over), within `body_timeout` (408 `BODY_TIMEOUT`, and the connection
+///   is closed: the rest of the body is never read);
+/// - the routed application answers within `request_timeout`, counted from the request's
+///   arrival (503 `TIMEOUT`);
+/// - a panic anywhere below is answered 500 `INTERNAL`;
+/// - an error answer that is not JSON (an extractor's rejection, say) is rewritten into the one
+///   JSON error shape.
+///
+/// Written as one service rather than a stack of `tower`/`tower-http` layers (a map-response,
+/// an extension, an error handler, a timeout, a panic catcher, a body limit, a body reader):
+/// each layer wrapped the request in its own future, and two of them armed a timer each, for
+/// every request. Here one boxed future does all of it with one timer, reset from the body's
+/// deadline to the request's (the test `the_edge_answers_every_failure_in_json` holds each
+/// answer).
+#[derive(Clone)]
+struct Edge {
+    inner: Router,
+    body_limit: axum::extract::DefaultBodyLimit,
+    limiter: auth::AuthLimiter,
+    limits: EdgeLimits,
+}
+
+impl tower::Service<Request> for Edge {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = std::pin::Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Infallible>> {
+        std::task::Poll::Ready(Ok(()))
     }
+
+    fn call(&mut self, mut request: Request) -> Self::Future {
+        use futures_util::FutureExt as _;
+        request.extensions_mut().insert(self.limiter.clone());
+        self.body_limit.apply(&mut request);
+        let answer = edge(self.inner.clone(), self.limits, request);
+        Box::pin(async move {
+            let response = std::panic::AssertUnwindSafe(answer)
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| {
+                    ApiError::new(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "internal",
+                        "INTERNAL",
+                        "internal error",
+                    )
+                    .into_response()
+                });
+            Ok(json_errors(response))
+        })
+    }
+}
+
+/// [`Edge`]'s body read, deadline and call of the routed application.
+async fn edge(inner: Router, limits: EdgeLimits, request: Request) -> Response {
+    use axum::body::HttpBody as _;
+    let arrived = tokio::time::Instant::now();
+    let answer_by = arrived + limits.request_timeout;
+    let body_by = arrived + limits.body_timeout;
+    let (parts, body) = request.into_parts();
+    if body.size_hint().lower() > u64::try_from(limits.body_bytes).unwrap_or(u64::MAX) {
+        return body_too_large();
+    }
+    // One timer for both deadlines: the body's (or the request's, if sooner), then the
+    // request's.
+    let timer = tokio::time::sleep_until(body_by.min(answer_by));
+    let mut timer = std::pin::pin!(timer);
+    let bytes = tokio::select! {
+        biased;
+        read = axum::body::to_bytes(body, limits.body_bytes) => match read {
+            Ok(bytes) => bytes,
+            Err(e) if is_length_limit(&e) => return body_too_large(),
+            Err(_) => return ApiError::bad_request("the request body could not be read").into_response(),
+        },
+        () = &mut timer => {
+            return if body_by <= answer_by { body_timed_out() } else { request_timed_out() };
+        }
+    };
+    timer.as_mut().reset(answer_by);
+    tokio::select! {
+        biased;
+        answered = inner.oneshot(Request::from_parts(parts, Body::from(bytes))) => match answered {
+            Ok(response) => response,
+            Err(never) => match never {},
+        },
+        () = &mut timer => request_timed_out(),
+    }
+}
+
+/// 413 `PAYLOAD_TOO_LARGE`.
+fn body_too_large() -> Response {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "request",
+        "PAYLOAD_TOO_LARGE",
+        "the request body is too large",
+    )
+    .into_response()
+}
+
+/// 408 `BODY_TIMEOUT`, closing the connection.
+fn body_timed_out() -> Response {
+    let mut response = ApiError::new(
+        StatusCode::REQUEST_TIMEOUT,
+        "request",
+        "BODY_TIMEOUT",
+        "the request body did not arrive in time",
+    )
+    .into_response();
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+/// 503 `TIMEOUT`: the request outlived `request_timeout`.
+fn request_timed_out() -> Response {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "request",
+        "TIMEOUT",
+        "the request took too long",
+    )
+    .into_response()
 }
 
 fn is_length_limit(error: &axum::Error) -> bool {
@@ -203,7 +257,7 @@ fn is_length_limit(error: &axum::Error) -> bool {
 
 /// Answers every error in the one JSON shape, including those produced below the handlers
 /// (body too large, unsupported media type, rejected extractors).
-async fn json_errors(response: axum::response::Response) -> axum::response::Response {
+fn json_errors(response: Response) -> Response {
     let status = response.status();
     let is_json = response
         .headers()
@@ -334,7 +388,7 @@ pub async fn serve_router(
             request.extensions_mut().insert(ConnectInfo(peer));
             let app = app.clone();
             async move {
-                if probes_only && !matches!(request.uri().path(), "/healthz" | "/readyz") {
+                if probes_only && !routes::health::PROBE_PATHS.contains(&request.uri().path()) {
                     return Ok::<_, Infallible>(overloaded("too many connections"));
                 }
                 app.oneshot(request).await
@@ -373,3 +427,130 @@ pub const RECONCILE_EVERY: Duration = Duration::from_secs(15);
 /// How often a gateway looks, by default, for contracts registered or retired by other nodes
 /// on the same store (one contract listing per look; see `GatewayConfig::contract_sync_every`).
 pub const CONTRACT_SYNC_EVERY: Duration = Duration::from_secs(1);
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "tests")]
+
+    use axum::routing::{get, post};
+
+    use super::*;
+
+    fn edge(inner: Router) -> Router {
+        Router::new().fallback_service(Edge {
+            inner,
+            body_limit: axum::extract::DefaultBodyLimit::max(64),
+            limiter: auth::AuthLimiter::new(10),
+            limits: EdgeLimits {
+                body_bytes: 64,
+                body_timeout: Duration::from_millis(100),
+                request_timeout: Duration::from_millis(300),
+            },
+        })
+    }
+
+    async fn answer(app: &Router, request: Request) -> (StatusCode, serde_json::Value, Option<HeaderValue>) {
+        let response = app.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let connection = response.headers().get(header::CONNECTION).cloned();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 16).await.unwrap();
+        let body = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&bytes)));
+        (status, body, connection)
+    }
+
+    fn post_to(path: &str, body: Body) -> Request {
+        Request::post(path)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(body)
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_edge_answers_every_failure_in_json() {
+        let app = edge(
+            Router::new()
+                .route(
+                    "/echo",
+                    post(|axum::Json(v): axum::Json<serde_json::Value>| async move { axum::Json(v) }),
+                )
+                .route(
+                    "/plain",
+                    get(|| async { (StatusCode::BAD_REQUEST, "plain words") }),
+                )
+                .route(
+                    "/panic",
+                    get(|| async {
+                        if true {
+                            panic!("a handler bug");
+                        }
+                        "unreachable"
+                    }),
+                )
+                .route(
+                    "/slow",
+                    get(|| async {
+                        tokio::time::sleep(Duration::from_secs(5)).await;
+                        "late"
+                    }),
+                ),
+        );
+        let code = |body: &serde_json::Value| body["error"]["code"].as_str().unwrap_or_default().to_owned();
+
+        // A body within the limit reaches the route, as the client sent it.
+        let (status, body, _) = answer(&app, post_to("/echo", Body::from(r#"{"a":1}"#))).await;
+        assert_eq!((status, body), (StatusCode::OK, serde_json::json!({"a": 1})));
+
+        // Over the limit: by its declared length (refused before it is read) and as it streams.
+        let (status, body, _) = answer(&app, post_to("/echo", Body::from(vec![b' '; 65]))).await;
+        assert_eq!(
+            (status, code(&body).as_str()),
+            (StatusCode::PAYLOAD_TOO_LARGE, "PAYLOAD_TOO_LARGE")
+        );
+        let chunks = futures_util::stream::iter(
+            (0..5).map(|_| Ok::<_, std::io::Error>(axum::body::Bytes::from(vec![b' '; 20]))),
+        );
+        let (status, body, _) = answer(&app, post_to("/echo", Body::from_stream(chunks))).await;
+        assert_eq!(
+            (status, code(&body).as_str()),
+            (StatusCode::PAYLOAD_TOO_LARGE, "PAYLOAD_TOO_LARGE")
+        );
+
+        // A body that never ends: 408, and the connection is to be closed.
+        let never = futures_util::stream::pending::<Result<axum::body::Bytes, std::io::Error>>();
+        let (status, body, connection) = answer(&app, post_to("/echo", Body::from_stream(never))).await;
+        assert_eq!(
+            (status, code(&body).as_str()),
+            (StatusCode::REQUEST_TIMEOUT, "BODY_TIMEOUT")
+        );
+        assert_eq!(connection, Some(HeaderValue::from_static("close")));
+
+        // A route that outlives the request deadline: 503 TIMEOUT.
+        let (status, body, _) = answer(&app, Request::get("/slow").body(Body::empty()).unwrap()).await;
+        assert_eq!(
+            (status, code(&body).as_str()),
+            (StatusCode::SERVICE_UNAVAILABLE, "TIMEOUT")
+        );
+
+        // A panic: 500 INTERNAL, and the service goes on answering.
+        let (status, body, _) = answer(&app, Request::get("/panic").body(Body::empty()).unwrap()).await;
+        assert_eq!(
+            (status, code(&body).as_str()),
+            (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL")
+        );
+
+        // Errors that are not JSON — a route's plain text, an extractor's rejection — are.
+        let (status, body, _) = answer(&app, Request::get("/plain").body(Body::empty()).unwrap()).await;
+        assert_eq!(
+            (status, code(&body).as_str()),
+            (StatusCode::BAD_REQUEST, "BAD_REQUEST")
+        );
+        let (status, body, _) = answer(&app, post_to("/echo", Body::from("{"))).await;
+        assert_eq!(
+            (status, code(&body).as_str()),
+            (StatusCode::BAD_REQUEST, "BAD_REQUEST")
+        );
+        let (status, body, _) = answer(&app, post_to("/echo", Body::from(r#"{"a":1}"#))).await;
+        assert_eq!((status, body), (StatusCode::OK, serde_json::json!({"a": 1})));
+    }
+}

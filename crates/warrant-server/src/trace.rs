@@ -2,31 +2,61 @@
 //! valid one, otherwise fresh.
 
 use std::collections::HashMap;
-use std::sync::{LazyLock, PoisonError, RwLock};
+use std::sync::{Arc, LazyLock, PoisonError, RwLock};
 use std::time::Instant;
 
-use axum::extract::{MatchedPath, Request};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
 use metrics::{Counter, Histogram};
+use tokio::sync::Semaphore;
 use tracing::Instrument;
 
 /// The trace id of the request being served (set by [`observe`]).
 #[derive(Debug, Clone)]
 pub struct TraceId(pub String);
 
-/// Per request: one trace id (from `traceparent` or fresh) in the request's extensions and on
-/// its tracing span, and the request counter and latency histogram by route.
-pub async fn observe(mut request: Request, next: Next) -> Response {
+/// The in-flight limit every route but the health probes shares: one semaphore, whose permit
+/// a request holds while its handler runs.
+#[derive(Debug, Clone)]
+pub struct Slots(Arc<Semaphore>);
+
+impl Slots {
+    /// At most `concurrency` requests in flight (at least one).
+    pub fn new(concurrency: usize) -> Self {
+        Self(Arc::new(Semaphore::new(concurrency.max(1))))
+    }
+}
+
+/// Per request on a matched route: one trace id (from `traceparent` or fresh) in the request's
+/// extensions and on its tracing span; the in-flight limit (a request that finds no permit is
+/// answered 503 `OVERLOADED` with `Retry-After` at once: it never queues), except for the
+/// health probes (`routes::health::PROBE_PATHS`), so an orchestrator still gets an answer
+/// from a busy gateway; and the request counter and latency histogram by route. One route
+/// layer for the three: each layer of its own wrapped every request in another future.
+pub async fn observe(State(slots): State<Slots>, mut request: Request, next: Next) -> Response {
     let route = request.extensions().get::<MatchedPath>().cloned();
     let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
     let method = request.method().clone();
     let trace = trace_id(request.headers());
     request.extensions_mut().insert(TraceId(trace.clone()));
-    let span = tracing::info_span!("request", method = method.as_str(), route, trace_id = trace);
     let start = Instant::now();
+    let permit = if crate::routes::health::PROBE_PATHS.contains(&route) {
+        None
+    } else {
+        match slots.0.try_acquire() {
+            Ok(permit) => Some(permit),
+            Err(_) => {
+                let response = crate::overloaded("too many requests in flight");
+                record(route, &method, response.status(), start.elapsed().as_secs_f64());
+                return response;
+            }
+        }
+    };
+    let span = tracing::info_span!("request", method = method.as_str(), route, trace_id = trace);
     let response = next.run(request).instrument(span).await;
+    drop(permit);
     record(route, &method, response.status(), start.elapsed().as_secs_f64());
     response
 }

@@ -16,11 +16,15 @@ use crate::state::AppState;
 /// on the connections kept for them past the connection cap, so an orchestrator still gets
 /// an answer from a busy gateway.
 pub fn probes() -> Router<Arc<AppState>> {
-    Router::new().route("/healthz", get(healthz)).route(
-        "/readyz",
+    let [health, ready_path] = PROBE_PATHS;
+    Router::new().route(health, get(healthz)).route(
+        ready_path,
         get(ready).layer(Extension(Arc::new(Readiness::default()))),
     )
 }
+
+/// The paths of the probes ([`probes`]).
+pub const PROBE_PATHS: [&str; 2] = ["/healthz", "/readyz"];
 
 /// The other unauthenticated routes: metrics and the OpenAPI document.
 pub fn router() -> Router<Arc<AppState>> {
