@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Instructions per request of a `warrant` binary under the load bench, counted by callgrind.
+#
+# On a shared VM the load bench's CPU per call moves ±5–10% from run to run, which hides any
+# change smaller than that. Callgrind counts the instructions the server executes (every
+# thread, user space only; no kernel time, no waiting), which repeats to about 1–2% for the
+# same binary and load. This runs the load bench's case against the server under callgrind,
+# zeroes the counts once the measured run is under way, dumps them 12 s later, and divides by
+# the requests the server counted in between (`warrant_http_requests_total` on /metrics).
+#
+# Usage: crates/warrant-server/benches/instructions.sh CASE CONNECTIONS BINARY...
+#   e.g. crates/warrant-server/benches/instructions.sh mcp_read 4 /tmp/before /tmp/after
+# Needs valgrind and curl. Under callgrind a server does ~100 calls/s, so group commit batches
+# differ from a native run: compare binaries at the same CONNECTIONS, not with native figures.
+set -euo pipefail
+case_name=$1 connections=$2
+shift 2
+cd "$(dirname "$0")/../../.."
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+secs=20
+for bin in "$@"; do
+  name=$(basename "$bin")
+  out="$work/$name.callgrind"
+  wrapper="$work/$name"
+  printf '#!/bin/sh\nexec valgrind --tool=callgrind --callgrind-out-file=%s %s "$@"\n' "$out" "$(realpath "$bin")" >"$wrapper"
+  chmod +x "$wrapper"
+  log="$work/$name.log"
+  WARRANT_BIN=$wrapper WARRANT_LOAD_LEDGER_ROWS=0 WARRANT_LOAD_ROUNDS=1 WARRANT_LOAD_SECS=$secs \
+    WARRANT_LOAD_CASES=$case_name WARRANT_LOAD_CONNECTIONS=$connections \
+    cargo bench -q -p warrant-server --bench load >"$log" 2>&1 &
+  bench=$!
+  # The second run of that length is the case itself (the first is the upstream alone).
+  until [ "$(grep -c ", $secs s" "$log" || true)" -ge 2 ]; do
+    kill -0 "$bench" 2>/dev/null || { cat "$log"; exit 1; }
+    sleep 1
+  done
+  sleep 3
+  pid=$(grep -m1 "server pid" "$log" | sed 's/.*server pid \([0-9]*\) .*/\1/')
+  addr=$(grep -m1 "server pid" "$log" | sed 's/.* on \([^ ]*\) .*/\1/')
+  requests() { curl -s "http://$addr/metrics" | awk '/^warrant_http_requests_total/ {s += $2} END {print s}'; }
+  before=$(requests)
+  callgrind_control -z "$pid" >/dev/null
+  sleep 12
+  callgrind_control -d "$pid" >/dev/null
+  after=$(requests)
+  wait "$bench"
+  total=$(awk '/^(summary|totals):/ {print $2; exit}' "$out.1")
+  awk -v t="$total" -v n="$((after - before))" -v b="$bin" \
+    'BEGIN {printf "%s: %d requests counted, %.0f instructions per request\n", b, n, t / n}'
+done
