@@ -157,15 +157,7 @@ impl tower::Service<Request> for Edge {
             let response = std::panic::AssertUnwindSafe(answer)
                 .catch_unwind()
                 .await
-                .unwrap_or_else(|_| {
-                    ApiError::new(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "internal",
-                        "INTERNAL",
-                        "internal error",
-                    )
-                    .into_response()
-                });
+                .unwrap_or_else(|_| ApiError::internal(&"a request handler panicked").into_response());
             Ok(json_errors(response))
         })
     }

@@ -569,12 +569,11 @@ fn write_loop(mut conn: Connection, queue: &Receiver<WriteMsg>) {
                 run_in_savepoint(&mut conn, job.as_mut())
             };
             match ran {
-                Ok(true) => {}
                 Ok(false) if next == 0 => {
                     discarded = true;
                     break;
                 }
-                Ok(false) => {}
+                Ok(_) => {}
                 Err(e) => {
                     // The savepoint machinery itself failed: the batch cannot be trusted.
                     broken = Some(e);
