@@ -1267,17 +1267,18 @@ async fn reserve_in<E: Exec>(
     tenant: &str,
     planned: &[Planned],
 ) -> Result<Option<String>, StoreError> {
-    // Inserts the counter or adds to it, but only while the sum stays within the limit;
-    // no returned row means the counter had no room.
+    // Inserts the counter or adds to it, but only while the sum stays within the limit; no
+    // row changed means the counter had no room. Counted, not `RETURNING`: SQLite answers a
+    // `RETURNING` through a temporary table it opens and closes for every statement.
     let sql = "INSERT INTO budget_counters (tenant, key, used, expires_at) VALUES ($1, $2, $3, $4) \
                ON CONFLICT (tenant, key) DO UPDATE SET used = budget_counters.used + excluded.used \
-               WHERE budget_counters.used + excluded.used <= $5 RETURNING used";
+               WHERE budget_counters.used + excluded.used <= $5";
     for (key, amount, expires, limit, within) in planned {
         let fits = *within
             && ex
-                .fetch_optional(sql, &args![tenant, key, *amount, *expires, *limit])
+                .execute(sql, &args![tenant, key, *amount, *expires, *limit])
                 .await?
-                .is_some();
+                == 1;
         if !fits {
             return Ok(Some(key.clone()));
         }

@@ -33,10 +33,10 @@ use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 use std::pin::pin;
-use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError, TrySendError};
+use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::types::Value;
 use rusqlite::{CachedStatement, Connection, OpenFlags};
@@ -108,48 +108,33 @@ impl RowExt for SqliteRow {
     }
 }
 
-/// The store's SQL (PostgreSQL's `$1` parameters) in SQLite's numbered form (`?1`) into
-/// `out` (cleared first): `$1` is a named parameter to SQLite, numbered by first appearance
-/// rather than by its digits.
-fn write_numbered(sql: &str, out: &mut String) {
-    // Copied a run at a time between the `$`s (found by `memchr`), not char by char: that
-    // pushed and re-encoded every character of every statement, 8,000 instructions each.
-    out.clear();
-    let mut runs = sql.split('$');
-    if let Some(first) = runs.next() {
-        out.push_str(first);
-    }
-    for run in runs {
-        out.push('?');
-        out.push_str(run);
-    }
-}
-
-thread_local! {
-    /// The buffer [`write_numbered`] translates into on a connection's thread: one reused
-    /// string instead of a new one per statement.
-    static NUMBERED: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
-}
-
-/// The store's statement `sql`, numbered, from the connection's statement cache.
+/// The store's statement `sql` from the connection's statement cache, as written: SQLite reads
+/// PostgreSQL's `$1` as a *named* parameter, `"$1"` (see [`bind`]). Translating every
+/// statement to `?1` first cost a copy of its text per call.
 fn prepare<'c>(conn: &'c Connection, sql: &str) -> rusqlite::Result<CachedStatement<'c>> {
-    NUMBERED.with_borrow_mut(|buffer| {
-        write_numbered(sql, buffer);
-        conn.prepare_cached(buffer)
-    })
+    conn.prepare_cached(sql)
 }
 
-/// Prepares (from the connection's cache) and binds a statement. `$N` placeholders become
-/// SQLite's `?N`, whose index is exactly `N`.
-fn statement<'c>(
-    conn: &'c Connection,
-    sql: &str,
-    args: &[Arg<'_>],
-) -> Result<CachedStatement<'c>, StoreError> {
-    let mut stmt = prepare(conn, sql).map_err(from_rusqlite)?;
-    let count = stmt.parameter_count();
-    for (i, arg) in args.iter().enumerate().take(count) {
-        let index = i + 1;
+/// The number `N` of a placeholder named `$N`.
+fn placeholder(name: &str) -> Option<usize> {
+    let digits = name.strip_prefix('$')?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Binds `args` to a statement's `$N` placeholders: `$N` takes `args[N - 1]`. SQLite numbers
+/// named parameters by first appearance, not by their digits (`$2 … $1` has `$2` first), so
+/// each parameter is bound by its name; a placeholder past the end of `args` stays NULL.
+fn bind(stmt: &mut rusqlite::Statement<'_>, args: &[Arg<'_>]) -> Result<(), StoreError> {
+    for index in 1..=stmt.parameter_count() {
+        let name = stmt.parameter_name(index).unwrap_or_default();
+        let number = placeholder(name)
+            .ok_or_else(|| StoreError::Database(format!("the SQL parameter `{name}` is not `$N`")))?;
+        let Some(arg) = number.checked_sub(1).and_then(|at| args.get(at)) else {
+            continue;
+        };
         match *arg {
             Arg::Int(v) => stmt.raw_bind_parameter(index, v),
             Arg::Text(v) => stmt.raw_bind_parameter(index, v),
@@ -157,6 +142,17 @@ fn statement<'c>(
         }
         .map_err(from_rusqlite)?;
     }
+    Ok(())
+}
+
+/// Prepares (from the connection's cache) and binds a statement.
+fn statement<'c>(
+    conn: &'c Connection,
+    sql: &str,
+    args: &[Arg<'_>],
+) -> Result<CachedStatement<'c>, StoreError> {
+    let mut stmt = prepare(conn, sql).map_err(from_rusqlite)?;
+    bind(&mut stmt, args)?;
     Ok(stmt)
 }
 
@@ -331,12 +327,20 @@ enum ReadMsg {
     Stop(oneshot::Sender<()>),
 }
 
+/// What the checkpointer is told.
+enum CheckpointMsg {
+    /// The writer committed: there is something to copy back.
+    Committed,
+    /// Checkpoint once more and stop.
+    Stop(oneshot::Sender<()>),
+}
+
 /// The SQLite backend's connections and threads.
 pub(crate) struct Sqlite {
     writer: SyncSender<WriteMsg>,
     readers: SyncSender<ReadMsg>,
     reader_count: usize,
-    checkpointer: Sender<oneshot::Sender<()>>,
+    checkpointer: SyncSender<CheckpointMsg>,
 }
 
 /// How often the checkpointer copies the WAL back into the database file.
@@ -402,7 +406,12 @@ impl Sqlite {
             .map(|_| connect(path, true))
             .collect::<Result<Vec<_>, _>>()?;
         let (writer, write_rx) = mpsc::sync_channel(capacity);
-        spawn("warrant-sqlite-w", move || write_loop(writer_conn, &write_rx))?;
+        // One pending nudge is enough: it stands for every commit until the next checkpoint.
+        let (checkpointer, nudges) = mpsc::sync_channel(1);
+        let committed = checkpointer.clone();
+        spawn("warrant-sqlite-w", move || {
+            write_loop(writer_conn, &write_rx, &committed)
+        })?;
         let (reader_tx, read_rx) = mpsc::sync_channel(capacity);
         let read_rx = Arc::new(Mutex::new(read_rx));
         let reader_count = reader_conns.len();
@@ -410,9 +419,8 @@ impl Sqlite {
             let rx = Arc::clone(&read_rx);
             spawn("warrant-sqlite-r", move || read_loop(conn, &rx))?;
         }
-        let (checkpointer, stop) = mpsc::channel();
         spawn("warrant-sqlite-c", move || {
-            checkpoint_loop(&checkpoint_conn, &stop)
+            checkpoint_loop(&checkpoint_conn, &nudges)
         })?;
         Ok(Sqlite {
             writer,
@@ -470,7 +478,7 @@ impl Sqlite {
             }
         }
         let (ack, done) = oneshot::channel();
-        if self.checkpointer.send(ack).is_ok() {
+        if stop(&self.checkpointer, CheckpointMsg::Stop(ack)).await {
             acks.push(done);
         }
         for done in acks {
@@ -507,24 +515,39 @@ async fn stop<M>(queue: &SyncSender<M>, mut msg: M) -> bool {
     }
 }
 
-/// The checkpointer thread: a passive checkpoint every [`CHECKPOINT_EVERY`] (it copies what
-/// it can without waiting for readers or blocking the writer), and one more when stopped.
-fn checkpoint_loop(conn: &Connection, stop: &Receiver<oneshot::Sender<()>>) {
+/// The checkpointer thread: after a commit, a passive checkpoint once [`CHECKPOINT_EVERY`] has
+/// passed (it copies what it can without waiting for readers or blocking the writer; the
+/// commits of that interval share it), and one more when stopped. Without commits it sleeps:
+/// an idle gateway's store wakes no thread (it used to check every 250 ms, each time
+/// preparing the checkpoint statement again).
+fn checkpoint_loop(conn: &Connection, nudges: &Receiver<CheckpointMsg>) {
     let checkpoint = || {
-        // A failed checkpoint is retried on the next tick; the writer's own autocheckpoint is
-        // the backstop.
-        let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+        // A failed checkpoint is retried after the next commit; the writer's own
+        // autocheckpoint is the backstop.
+        let _ = conn
+            .prepare_cached("PRAGMA wal_checkpoint(PASSIVE)")
+            .and_then(|mut stmt| stmt.query_row([], |_| Ok(())));
+    };
+    let stopped = |ack: oneshot::Sender<()>| {
+        checkpoint();
+        let _ = ack.send(());
     };
     loop {
-        match stop.recv_timeout(CHECKPOINT_EVERY) {
-            Err(mpsc::RecvTimeoutError::Timeout) => checkpoint(),
-            Ok(ack) => {
-                checkpoint();
-                let _ = ack.send(());
-                return;
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        match nudges.recv() {
+            Ok(CheckpointMsg::Committed) => {}
+            Ok(CheckpointMsg::Stop(ack)) => return stopped(ack),
+            Err(_) => return,
         }
+        let due = Instant::now() + CHECKPOINT_EVERY;
+        loop {
+            match nudges.recv_timeout(due.saturating_duration_since(Instant::now())) {
+                Ok(CheckpointMsg::Committed) => {}
+                Ok(CheckpointMsg::Stop(ack)) => return stopped(ack),
+                Err(mpsc::RecvTimeoutError::Timeout) => break,
+                Err(mpsc::RecvTimeoutError::Disconnected) => return checkpoint(),
+            }
+        }
+        checkpoint();
     }
 }
 
@@ -537,7 +560,7 @@ fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> Result<(), StoreEr
 }
 
 /// The writer thread: batches, savepoints, one commit per batch.
-fn write_loop(mut conn: Connection, queue: &Receiver<WriteMsg>) {
+fn write_loop(mut conn: Connection, queue: &Receiver<WriteMsg>, committed: &SyncSender<CheckpointMsg>) {
     let mut batch: Vec<Box<dyn WriteJob>> = Vec::new();
     let mut stop = None;
     while stop.is_none() {
@@ -599,6 +622,10 @@ fn write_loop(mut conn: Connection, queue: &Receiver<WriteMsg>) {
         }
         for job in batch.drain(..) {
             job.reply(commit.clone());
+        }
+        if commit.is_ok() && !discarded {
+            // Full: a nudge is already waiting for the checkpointer.
+            let _ = committed.try_send(CheckpointMsg::Committed);
         }
     }
     drop(conn);
@@ -671,20 +698,31 @@ mod tests {
     use crate::exec::args;
 
     #[test]
-    fn numbered_parameters_replace_every_dollar_and_nothing_else() {
-        let mut out = String::from("left over");
-        for (sql, numbered) in [
-            ("", ""),
-            ("SELECT 1", "SELECT 1"),
-            ("$1", "?1"),
-            (
-                "a = $1 AND b = $12 AND c = 'é$'",
-                "a = ?1 AND b = ?12 AND c = 'é?'",
-            ),
-            ("$$x$", "??x?"),
-        ] {
-            write_numbered(sql, &mut out);
-            assert_eq!(out, numbered);
+    fn each_dollar_placeholder_takes_the_argument_of_its_number() {
+        let conn = Connection::open_in_memory().unwrap();
+        // `$2` appears first, `$2` twice, `'$1'` is text, `$3` has no argument.
+        let sql = "SELECT $2 AS a, $1 AS b, $2 AS c, '$1' AS d, $3 AS e";
+        let runs: [(&str, i64, &[Arg<'_>], Option<&str>); 2] = [
+            ("one", 2, &[Arg::Text("three")], Some("three")),
+            // The same statement again, from the cache: it keeps no earlier binding.
+            ("uno", 20, &[], None),
+        ];
+        for (one, two, more, three) in runs {
+            let args: Vec<Arg<'_>> = [Arg::Text(one), Arg::Int(two)]
+                .into_iter()
+                .chain(more.iter().copied())
+                .collect();
+            let rows = query(&conn, sql, &args, usize::MAX).unwrap();
+            let row = rows.first().unwrap();
+            assert_eq!(row.opt_int("a").unwrap(), Some(two));
+            assert_eq!(row.opt_text("b").unwrap().as_deref(), Some(one));
+            assert_eq!(row.opt_int("c").unwrap(), Some(two));
+            assert_eq!(row.opt_text("d").unwrap().as_deref(), Some("$1"));
+            assert_eq!(row.opt_text("e").unwrap().as_deref(), three);
+        }
+        // A placeholder that is not `$N` is the store's own mistake, refused.
+        for sql in ["SELECT ?", "SELECT :name", "SELECT $x"] {
+            assert!(query(&conn, sql, &[Arg::Int(1)], 1).is_err(), "{sql}");
         }
     }
 
@@ -718,6 +756,34 @@ mod tests {
     /// The webhook subscriber probe runs in every call's commit: it is prepared once per
     /// connection and never again, and it matches whole event types only. (As a `LIKE` with a
     /// bound pattern it was prepared again on every binding: a parse per call.)
+    /// The rows of `t` in the database file alone, as a copy without the WAL sees them.
+    fn rows_in_the_database_file(dir: &Path) -> i64 {
+        let copy = dir.join("copy.db");
+        std::fs::copy(dir.join("t.db"), &copy).unwrap();
+        let conn = Connection::open(&copy).unwrap();
+        let rows = conn
+            .query_row("SELECT count(*) FROM t", [], |row| row.get(0))
+            .unwrap_or(-1);
+        drop(conn);
+        std::fs::remove_file(&copy).unwrap();
+        rows
+    }
+
+    #[tokio::test]
+    async fn a_commit_reaches_the_database_file_by_the_next_checkpoint() {
+        let (dir, sqlite) = store().await;
+        tokio::time::sleep(CHECKPOINT_EVERY * 2).await;
+        assert_eq!(rows_in_the_database_file(dir.path()), 0, "the table, checkpointed");
+        sqlite.write(insert("a".into(), 1)).await.unwrap();
+        // No later commit nudges it: the checkpointer copies this one by itself.
+        tokio::time::sleep(CHECKPOINT_EVERY * 4).await;
+        assert_eq!(rows_in_the_database_file(dir.path()), 1);
+        // Stopping checkpoints what came since the last checkpoint.
+        sqlite.write(insert("b".into(), 2)).await.unwrap();
+        sqlite.close().await;
+        assert_eq!(rows_in_the_database_file(dir.path()), 2);
+    }
+
     #[tokio::test]
     async fn the_per_call_subscriber_probe_is_prepared_once() {
         let (_dir, sqlite) = store().await;

@@ -129,13 +129,14 @@ pub(crate) fn committed(
     out.extend_from_slice(br#","result":{"content":[{"type":"text","text":"#);
     serde_json::to_writer(&mut out, &text)?;
     out.extend_from_slice(br#"}],"structuredContent":"#);
-    match result {
-        Value::Object(_) => serde_json::to_writer(&mut out, result)?,
-        other => {
-            out.extend_from_slice(br#"{"result":"#);
-            serde_json::to_writer(&mut out, other)?;
-            out.push(b'}');
-        }
+    // `text` is the result as `serde_json` writes it (compact): the structured content is
+    // the same bytes, copied rather than serialised a second time.
+    if result.is_object() {
+        out.extend_from_slice(text.as_bytes());
+    } else {
+        out.extend_from_slice(br#"{"result":"#);
+        out.extend_from_slice(text.as_bytes());
+        out.push(b'}');
     }
     out.extend_from_slice(
         br#","isError":false,"_meta":{"io.warrant/decision":"allow","io.warrant/ledger_id":"#,
@@ -144,7 +145,7 @@ pub(crate) fn committed(
     out.extend_from_slice(br#","io.warrant/operation_id":"#);
     serde_json::to_writer(&mut out, execution.operation_id.as_str())?;
     out.extend_from_slice(br#","io.warrant/attempts":"#);
-    out.extend_from_slice(execution.attempts.to_string().as_bytes());
+    serde_json::to_writer(&mut out, &execution.attempts)?;
     out.extend_from_slice(if execution.replayed {
         br#","io.warrant/replayed":true,"io.warrant/trace_id":"#
     } else {
