@@ -773,7 +773,11 @@ mod tests {
     async fn a_commit_reaches_the_database_file_by_the_next_checkpoint() {
         let (dir, sqlite) = store().await;
         tokio::time::sleep(CHECKPOINT_EVERY * 2).await;
-        assert_eq!(rows_in_the_database_file(dir.path()), 0, "the table, checkpointed");
+        assert_eq!(
+            rows_in_the_database_file(dir.path()),
+            0,
+            "the table, checkpointed"
+        );
         sqlite.write(insert("a".into(), 1)).await.unwrap();
         // No later commit nudges it: the checkpointer copies this one by itself.
         tokio::time::sleep(CHECKPOINT_EVERY * 4).await;
