@@ -55,6 +55,16 @@ impl ApiError {
         )
     }
 
+    /// 413 for a request body over the limit (the edge's and the MCP lane's).
+    pub fn payload_too_large() -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request",
+            "PAYLOAD_TOO_LARGE",
+            "the request body is too large",
+        )
+    }
+
     /// 400 for a malformed request outside the proposal pipeline.
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "request", "BAD_REQUEST", message)

@@ -171,7 +171,7 @@ async fn edge(inner: Router, limits: EdgeLimits, request: Request) -> Response {
     let body_by = arrived + limits.body_timeout;
     let (parts, body) = request.into_parts();
     if body.size_hint().lower() > u64::try_from(limits.body_bytes).unwrap_or(u64::MAX) {
-        return body_too_large();
+        return ApiError::payload_too_large().into_response();
     }
     // One timer for both deadlines: the body's (or the request's, if sooner), then the
     // request's.
@@ -181,7 +181,7 @@ async fn edge(inner: Router, limits: EdgeLimits, request: Request) -> Response {
         biased;
         read = axum::body::to_bytes(body, limits.body_bytes) => match read {
             Ok(bytes) => bytes,
-            Err(e) if is_length_limit(&e) => return body_too_large(),
+            Err(e) if is_length_limit(&e) => return ApiError::payload_too_large().into_response(),
             Err(_) => return ApiError::bad_request("the request body could not be read").into_response(),
         },
         () = &mut timer => {
@@ -197,17 +197,6 @@ async fn edge(inner: Router, limits: EdgeLimits, request: Request) -> Response {
         },
         () = &mut timer => request_timed_out(),
     }
-}
-
-/// 413 `PAYLOAD_TOO_LARGE`.
-fn body_too_large() -> Response {
-    ApiError::new(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "request",
-        "PAYLOAD_TOO_LARGE",
-        "the request body is too large",
-    )
-    .into_response()
 }
 
 /// 408 `BODY_TIMEOUT`, closing the connection.

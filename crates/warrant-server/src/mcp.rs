@@ -239,17 +239,7 @@ async fn guard_request(guard: &Guard, request: Request) -> Guarded {
     }
     let bytes = match axum::body::to_bytes(body, guard.max_body_bytes).await {
         Ok(bytes) => bytes,
-        Err(_) => {
-            return Guarded::Answered(
-                ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "request",
-                    "PAYLOAD_TOO_LARGE",
-                    "the request body is too large",
-                )
-                .into_response(),
-            );
-        }
+        Err(_) => return Guarded::Answered(ApiError::payload_too_large().into_response()),
     };
     let limits = Limits {
         max_bytes: guard.max_body_bytes,

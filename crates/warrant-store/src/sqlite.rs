@@ -108,13 +108,6 @@ impl RowExt for SqliteRow {
     }
 }
 
-/// The store's statement `sql` from the connection's statement cache, as written: SQLite reads
-/// PostgreSQL's `$1` as a *named* parameter, `"$1"` (see [`bind`]). Translating every
-/// statement to `?1` first cost a copy of its text per call.
-fn prepare<'c>(conn: &'c Connection, sql: &str) -> rusqlite::Result<CachedStatement<'c>> {
-    conn.prepare_cached(sql)
-}
-
 /// The number `N` of a placeholder named `$N`.
 fn placeholder(name: &str) -> Option<usize> {
     let digits = name.strip_prefix('$')?;
@@ -145,13 +138,15 @@ fn bind(stmt: &mut rusqlite::Statement<'_>, args: &[Arg<'_>]) -> Result<(), Stor
     Ok(())
 }
 
-/// Prepares (from the connection's cache) and binds a statement.
+/// Prepares (from the connection's cache) and binds a statement. It is prepared as written:
+/// SQLite reads PostgreSQL's `$1` as a *named* parameter, `"$1"` (see [`bind`]); translating
+/// every statement to `?1` first cost a copy of its text per call.
 fn statement<'c>(
     conn: &'c Connection,
     sql: &str,
     args: &[Arg<'_>],
 ) -> Result<CachedStatement<'c>, StoreError> {
-    let mut stmt = prepare(conn, sql).map_err(from_rusqlite)?;
+    let mut stmt = conn.prepare_cached(sql).map_err(from_rusqlite)?;
     bind(&mut stmt, args)?;
     Ok(stmt)
 }
@@ -209,7 +204,9 @@ impl SqliteExec<'_> {
     /// How often the cached statement of `sql` was prepared again since it was first prepared
     /// (SQLite's `SQLITE_STMTSTATUS_REPREPARE`).
     fn reprepares(&self, sql: &str) -> i32 {
-        prepare(self.conn, sql).map_or(-1, |stmt| stmt.get_status(rusqlite::StatementStatus::RePrepare))
+        self.conn
+            .prepare_cached(sql)
+            .map_or(-1, |stmt| stmt.get_status(rusqlite::StatementStatus::RePrepare))
     }
 }
 
