@@ -13,9 +13,12 @@
 //! (`--symbol-ordering-file`): the functions a serving gateway runs, most-run first, together at
 //! the start of the text segment. The kernel maps the 64 KiB around each faulted page of code,
 //! and those functions are otherwise scattered over the whole segment, so nearly all of it
-//! ends up resident; laid out together, about a third is (docs/benchmarks.md, "Code layout").
-//! Names the linker does not find are skipped (`--no-warn-symbol-ordering`): a stale file
-//! costs memory, never correctness. `crates/warrant-server/benches/layout.sh` writes the file;
+//! ends up resident; laid out together, only about the quarter that runs is
+//! (docs/benchmarks.md, "code layout"). Names the linker does not find are skipped
+//! (`--no-warn-symbol-ordering`): a stale file costs memory, never correctness. The names carry
+//! hashes of the compiler and of the release profile's settings, so the file is remade when
+//! either changes; the file's first line names the compiler it was made with, and a build by
+//! another one warns. `crates/warrant-server/benches/layout.sh` writes the file;
 //! `WARRANT_LINK_ORDER=0` builds without it (e.g. when linking with another linker).
 
 use std::process::Command;
@@ -33,14 +36,26 @@ fn main() {
     {
         println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
     }
-    if var("PROFILE") == "release" && var("WARRANT_LINK_ORDER") != "0" && links_with_lld() {
+    let rustc = rustc_version();
+    if var("PROFILE") == "release" && var("WARRANT_LINK_ORDER") != "0" && links_with_lld(&rustc) {
         let order = std::path::Path::new(&var("CARGO_MANIFEST_DIR")).join(ORDER);
-        if order.is_file() {
+        let Ok(text) = std::fs::read_to_string(&order) else {
+            return;
+        };
+        println!(
+            "cargo:rustc-link-arg-bins=-Wl,--symbol-ordering-file={}",
+            order.display()
+        );
+        println!("cargo:rustc-link-arg-bins=-Wl,--no-warn-symbol-ordering");
+        // Symbol names carry hashes of the compiler and the build's settings; the file's
+        // first line names the compiler it was made with (lld reads `#` as a comment).
+        let made_with = text.lines().next().unwrap_or_default().trim_start_matches("# ");
+        if made_with != rustc {
             println!(
-                "cargo:rustc-link-arg-bins=-Wl,--symbol-ordering-file={}",
-                order.display()
+                "cargo:warning={ORDER} was made with `{made_with}`, this build uses `{rustc}`: \
+                 most functions keep their usual place and more of the binary stays resident; \
+                 run crates/warrant-server/benches/layout.sh to remake it"
             );
-            println!("cargo:rustc-link-arg-bins=-Wl,--no-warn-symbol-ordering");
         }
     }
 }
@@ -48,22 +63,25 @@ fn main() {
 /// The function order of the release binary, relative to the package root.
 const ORDER: &str = "link/symbol-order.txt";
 
+/// `rustc -V` of the compiler building this ("rustc 1.95.0 (59807616e 2026-04-14)"); empty
+/// when it cannot be run.
+fn rustc_version() -> String {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_owned());
+    Command::new(rustc)
+        .arg("-V")
+        .output()
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
 /// Whether the binary is linked by LLD: Rust's default for `x86_64-unknown-linux-gnu` from
 /// 1.90, unless the build names another linker (or linker flavour) itself.
-fn links_with_lld() -> bool {
+fn links_with_lld(rustc: &str) -> bool {
     let var = |name: &str| std::env::var(name).unwrap_or_default();
-    if var("TARGET") != "x86_64-unknown-linux-gnu"
-        || std::env::var("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER").is_ok()
-        || var("CARGO_ENCODED_RUSTFLAGS").contains("link")
-    {
-        return false;
-    }
-    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_owned());
-    let Ok(out) = Command::new(rustc).arg("-V").output() else {
-        return false;
-    };
-    // "rustc 1.95.0 (59807616e 2026-04-14)"
-    second_word_at_least(&out.stdout, 1, 90)
+    var("TARGET") == "x86_64-unknown-linux-gnu"
+        && std::env::var("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER").is_err()
+        && !var("CARGO_ENCODED_RUSTFLAGS").contains("link")
+        && second_word_at_least(rustc.as_bytes(), 1, 90)
 }
 
 /// Whether `getconf GNU_LIBC_VERSION` reports at least `major.minor`.

@@ -70,5 +70,9 @@ awk -v bin="$bin" '
   END { for (f in cost) if (cost[f] > 0) printf "%d %s\n", cost[f], f }
 ' "$dump" | sort -k1,1nr -k2 | awk '{print $2}' >"$work/order"
 mkdir -p link
-cp "$work/order" link/symbol-order.txt
+{
+  # The hashes in the names are the compiler's: build.rs warns when another compiler builds.
+  echo "# $(rustc -V)"
+  cat "$work/order"
+} >link/symbol-order.txt
 echo "link/symbol-order.txt: $(wc -l <link/symbol-order.txt) functions"
