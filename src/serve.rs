@@ -501,8 +501,13 @@ pub(crate) fn default_log_filter(own: &str) -> String {
 pub(crate) fn init_logging(json: bool, own: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("WARRANT_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_log_filter(own)));
+    // Colours only on a terminal (and not with `NO_COLOR`): a log file or collector gets plain
+    // text, and no request pays for styling its span's fields.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     if json {
         let _ = builder.json().try_init();

@@ -458,7 +458,8 @@ fn the_banner_says_what_was_loaded_and_what_is_missing() {
 }
 
 /// A server with the default log filter writes no line per MCP call from the SDK (rmcp logs
-/// three `info` lines per call); `WARRANT_LOG` still brings them back.
+/// three `info` lines per call); `WARRANT_LOG` still brings them back; neither has colour codes
+/// when stderr is not a terminal.
 #[test]
 fn mcp_calls_are_not_logged_per_call_by_default() {
     let dir = tempfile::tempdir().unwrap();
@@ -506,4 +507,9 @@ fn mcp_calls_are_not_logged_per_call_by_default() {
         loud.contains("rmcp"),
         "WARRANT_LOG=info shows the SDK's lines: {loud}"
     );
+    // Logs that are not a terminal are plain text: no colour codes in a file or collector
+    // (nor the cost of styling every request span's fields).
+    for log in [&quiet, &loud] {
+        assert!(!log.contains('\x1b'), "{log:?}");
+    }
 }

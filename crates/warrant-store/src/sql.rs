@@ -257,6 +257,11 @@ impl SqlStore {
 /// transaction ([`Exec`]); the `[name = value]` list makes the owned copies the body uses
 /// (SQLite runs it on the writer thread, which cannot borrow from the caller). The
 /// transaction commits when the body answers `Ok` (unless it called `rollback`).
+///
+/// The PostgreSQL branch is boxed: sqlx's futures are large, and an operation's future is as
+/// large as its largest branch, so unboxed every SQLite operation's future was too — about
+/// 15 KB that `async_trait` copied into its box on every call (docs/benchmarks.md, "future
+/// sizes").
 macro_rules! write_op {
     ($self:ident, [$($owned:ident = $value:expr),* $(,)?], |$ex:ident| $body:expr) => {
         match &$self.backend {
@@ -268,12 +273,15 @@ macro_rules! write_op {
             }
             Backend::Postgres(pool) => {
                 $(let $owned = $value;)*
-                let mut tx = PgTx::begin(pool).await?;
-                let result = {
-                    let $ex = &mut tx;
-                    async move { $body }.await
-                };
-                tx.finish(result).await
+                Box::pin(async move {
+                    let mut tx = PgTx::begin(pool).await?;
+                    let result = {
+                        let $ex = &mut tx;
+                        async move { $body }.await
+                    };
+                    tx.finish(result).await
+                })
+                .await
             }
         }
     };
@@ -293,7 +301,8 @@ macro_rules! read_op {
                 $(let $owned = $value;)*
                 let mut read = PgRead(pool);
                 let $ex = &mut read;
-                async move { $body }.await
+                // Boxed, as in `write_op!`.
+                Box::pin(async move { $body }).await
             }
         }
     };
