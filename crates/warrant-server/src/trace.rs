@@ -54,7 +54,14 @@ pub async fn observe(State(slots): State<Slots>, mut request: Request, next: Nex
             }
         }
     };
-    let span = tracing::info_span!("request", method = method.as_str(), route, trace_id = trace);
+    // Displayed, not debug-formatted: the formatter writes a span's fields when it opens,
+    // and a `Debug` string is quoted and escaped character by character on every request.
+    let span = tracing::info_span!(
+        "request",
+        method = %method.as_str(),
+        route = %route,
+        trace_id = %trace
+    );
     let response = next.run(request).instrument(span).await;
     drop(permit);
     record(route, &method, response.status(), start.elapsed().as_secs_f64());
