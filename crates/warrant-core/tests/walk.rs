@@ -301,6 +301,20 @@ fn walked(contract: &Contract, input: &Value, value: &Value) -> BTreeSet<(String
 
 #[test]
 fn the_walk_reports_exactly_the_annotations_jsonschema_collects() {
+    // Proptest builds the value trees of this recursive strategy (nested unions, tuples and
+    // options) on the stack, and a debug build's frames for them are large: about one run in
+    // twenty drew a document deep enough to overflow a test thread's 2 MiB while generating it,
+    // before any Warrant code ran (the backtrace is all `new_tree`). The property runs on a
+    // thread with room for that.
+    std::thread::Builder::new()
+        .stack_size(64 << 20)
+        .spawn(walk_property)
+        .unwrap()
+        .join()
+        .unwrap();
+}
+
+fn walk_property() {
     let compared = AtomicUsize::new(0);
     let pairs = AtomicUsize::new(0);
     let mut runner = TestRunner::new(Config {
