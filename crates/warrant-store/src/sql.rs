@@ -260,8 +260,8 @@ impl SqlStore {
 ///
 /// The PostgreSQL branch is boxed: sqlx's futures are large, and an operation's future is as
 /// large as its largest branch, so unboxed every SQLite operation's future was too — about
-/// 15 KB that `async_trait` copied into its box on every call (docs/benchmarks.md, "future
-/// sizes").
+/// 15 KB that `async_trait` copied into its box on every call (docs/benchmarks.md, "2026-12-04
+/// (night)", "Two more copies and formats per call").
 macro_rules! write_op {
     ($self:ident, [$($owned:ident = $value:expr),* $(,)?], |$ex:ident| $body:expr) => {
         match &$self.backend {
