@@ -158,9 +158,40 @@ pub fn push_pointer_segment(out: &mut String, segment: &str) {
 pub fn parse(input: &[u8], limits: Limits) -> Result<Value, JsonError> {
     let text = check_input(input, limits)?;
     let mut parser = Parser::new(text, limits);
-    let value = parser.value(0)?;
+    let value = parser.value::<Tree>(0)?;
     parser.finish()?;
     Ok(value)
+}
+
+/// What kind of value a document checked by [`check`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// An object.
+    Object,
+    /// An array.
+    Array,
+    /// A string, number, boolean or null.
+    Scalar,
+}
+
+/// Checks `input` as [`parse`] does — exactly the same documents are refused, with the same
+/// errors — without building the value: for callers that only need to know the document is
+/// strict JSON (the MCP lane's framing of a message it hands on). Only escaped strings and
+/// objects of many members allocate.
+///
+/// # Errors
+/// As [`parse`].
+pub fn check(input: &[u8], limits: Limits) -> Result<Shape, JsonError> {
+    let text = check_input(input, limits)?;
+    let mut parser = Parser::new(text, limits);
+    let shape = match parser.peek() {
+        Some(b'{') => Shape::Object,
+        Some(b'[') => Shape::Array,
+        _ => Shape::Scalar,
+    };
+    parser.value::<Check>(0)?;
+    parser.finish()?;
+    Ok(shape)
 }
 
 /// A document read by [`parse_top_level`].
@@ -183,9 +214,9 @@ pub fn parse_top_level(input: &[u8], limits: Limits) -> Result<TopLevel<'_>, Jso
     let text = check_input(input, limits)?;
     let mut parser = Parser::new(text, limits);
     let top = if parser.peek() == Some(b'{') {
-        TopLevel::Object(parser.members(1)?.into_list())
+        TopLevel::Object(parser.members::<Tree>(1)?.into_list())
     } else {
-        TopLevel::Other(parser.value(0)?)
+        TopLevel::Other(parser.value::<Tree>(0)?)
     };
     parser.finish()?;
     Ok(top)
@@ -271,6 +302,142 @@ fn owned(list: Vec<(Cow<'_, str>, Value)>) -> Map<String, Value> {
     list.into_iter().map(|(k, v)| (k.into_owned(), v)).collect()
 }
 
+/// What the parser makes of what it reads. One parser, two builders: [`Tree`] builds the
+/// [`Value`], [`Check`] builds nothing; every check and every error is the parser's, so the two
+/// refuse exactly the same documents (the property `check_refuses_what_parse_refuses`).
+trait Build<'a> {
+    /// A value read.
+    type Value;
+    /// An object being read.
+    type Object;
+    /// An array being read.
+    type Array;
+    fn string(text: Cow<'a, str>) -> Self::Value;
+    fn number(number: Number) -> Self::Value;
+    fn boolean(value: bool) -> Self::Value;
+    fn null() -> Self::Value;
+    /// An object with no member yet (`members` says whether any follow).
+    fn object(members: bool) -> Self::Object;
+    /// Adds a member; gives the key back when the object already has it.
+    fn add(object: &mut Self::Object, key: Cow<'a, str>, value: Self::Value) -> Result<(), String>;
+    fn end_object(object: Self::Object) -> Self::Value;
+    fn array() -> Self::Array;
+    fn push(array: &mut Self::Array, value: Self::Value);
+    /// Items so far (for the error's pointer).
+    fn len(array: &Self::Array) -> usize;
+    fn end_array(array: Self::Array) -> Self::Value;
+}
+
+/// Builds the [`Value`].
+enum Tree {}
+
+impl<'a> Build<'a> for Tree {
+    type Value = Value;
+    type Object = Members<'a>;
+    type Array = Vec<Value>;
+    fn string(text: Cow<'a, str>) -> Value {
+        Value::String(text.into_owned())
+    }
+    fn number(number: Number) -> Value {
+        Value::Number(number)
+    }
+    fn boolean(value: bool) -> Value {
+        Value::Bool(value)
+    }
+    fn null() -> Value {
+        Value::Null
+    }
+    fn object(members: bool) -> Members<'a> {
+        Members::Few(if members {
+            Vec::with_capacity(4)
+        } else {
+            Vec::new()
+        })
+    }
+    fn add(object: &mut Members<'a>, key: Cow<'a, str>, value: Value) -> Result<(), String> {
+        object.add(key, value)
+    }
+    fn end_object(object: Members<'a>) -> Value {
+        Value::Object(object.into_map())
+    }
+    fn array() -> Vec<Value> {
+        Vec::new()
+    }
+    fn push(array: &mut Vec<Value>, value: Value) {
+        array.push(value);
+    }
+    fn len(array: &Vec<Value>) -> usize {
+        array.len()
+    }
+    fn end_array(array: Vec<Value>) -> Value {
+        Value::Array(array)
+    }
+}
+
+/// Builds nothing: keeps only an object's keys, for the duplicate check.
+enum Check {}
+
+/// The keys of an object being checked (as [`Members`]: a list up to [`FEW_MEMBERS`], then a
+/// set).
+enum Keys<'a> {
+    Few(Vec<Cow<'a, str>>),
+    Many(std::collections::HashSet<String>),
+}
+
+impl<'a> Build<'a> for Check {
+    type Value = ();
+    type Object = Keys<'a>;
+    type Array = usize;
+    fn string(_: Cow<'a, str>) {}
+    fn number(_: Number) {}
+    fn boolean(_: bool) {}
+    fn null() {}
+    fn object(members: bool) -> Keys<'a> {
+        Keys::Few(if members {
+            Vec::with_capacity(4)
+        } else {
+            Vec::new()
+        })
+    }
+    fn add(object: &mut Keys<'a>, key: Cow<'a, str>, (): ()) -> Result<(), String> {
+        match object {
+            Keys::Few(list) => {
+                if list.contains(&key) {
+                    return Err(key.into_owned());
+                }
+                if list.len() < FEW_MEMBERS {
+                    list.push(key);
+                } else {
+                    let mut set: std::collections::HashSet<String> =
+                        list.drain(..).map(Cow::into_owned).collect();
+                    set.insert(key.into_owned());
+                    *object = Keys::Many(set);
+                }
+                Ok(())
+            }
+            Keys::Many(set) => {
+                if set.contains(key.as_ref()) {
+                    Err(key.into_owned())
+                } else {
+                    set.insert(key.into_owned());
+                    Ok(())
+                }
+            }
+        }
+    }
+    fn end_object(_: Keys<'a>) {}
+    fn array() -> usize {
+        0
+    }
+    fn push(array: &mut usize, (): ()) {
+        *array += 1;
+    }
+    fn len(array: &usize) -> usize {
+        *array
+    }
+    fn end_array(_: usize) {}
+}
+
 struct Parser<'a> {
     /// The document, valid UTF-8 (checked before parsing starts), so any slice between
     /// ASCII delimiters is valid UTF-8 as well: slicing checks char boundaries only.
@@ -320,21 +487,21 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn value(&mut self, depth: usize) -> Result<Value, JsonError> {
+    fn value<B: Build<'a>>(&mut self, depth: usize) -> Result<B::Value, JsonError> {
         match self.peek() {
-            Some(b'{') => self.object(depth + 1),
-            Some(b'[') => self.array(depth + 1),
-            Some(b'"') => Ok(Value::String(self.string()?)),
-            Some(b't') => self.literal("true", Value::Bool(true)),
-            Some(b'f') => self.literal("false", Value::Bool(false)),
-            Some(b'n') => self.literal("null", Value::Null),
-            Some(b'-' | b'0'..=b'9') => self.number(),
+            Some(b'{') => Ok(B::end_object(self.members::<B>(depth + 1)?)),
+            Some(b'[') => self.array::<B>(depth + 1),
+            Some(b'"') => Ok(B::string(self.text()?)),
+            Some(b't') => self.literal("true", B::boolean(true)),
+            Some(b'f') => self.literal("false", B::boolean(false)),
+            Some(b'n') => self.literal("null", B::null()),
+            Some(b'-' | b'0'..=b'9') => self.number().map(B::number),
             Some(_) => Err(self.syntax("expected a JSON value")),
             None => Err(self.syntax("unexpected end of document")),
         }
     }
 
-    fn literal(&mut self, word: &str, value: Value) -> Result<Value, JsonError> {
+    fn literal<V>(&mut self, word: &str, value: V) -> Result<V, JsonError> {
         let end = self.pos + word.len();
         if self.bytes.get(self.pos..end) == Some(word.as_bytes()) {
             self.pos = end;
@@ -356,20 +523,16 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn object(&mut self, depth: usize) -> Result<Value, JsonError> {
-        Ok(Value::Object(self.members(depth)?.into_map()))
-    }
-
     /// Reads an object (the parser is at its `{`).
-    fn members(&mut self, depth: usize) -> Result<Members<'a>, JsonError> {
+    fn members<B: Build<'a>>(&mut self, depth: usize) -> Result<B::Object, JsonError> {
         self.enter(depth)?;
         self.pos += 1; // '{'
         self.skip_ws();
         if self.peek() == Some(b'}') {
             self.pos += 1;
-            return Ok(Members::Few(Vec::new()));
+            return Ok(B::object(false));
         }
-        let mut members = Members::Few(Vec::with_capacity(4));
+        let mut members = B::object(true);
         loop {
             self.skip_ws();
             if self.peek() != Some(b'"') {
@@ -385,11 +548,11 @@ impl<'a> Parser<'a> {
             }
             self.pos += 1;
             self.skip_ws();
-            let value = match self.value(depth) {
+            let value = match self.value::<B>(depth) {
                 Ok(value) => value,
                 Err(e) => return Err(e.within(key.into_owned())),
             };
-            if let Err(key) = members.add(key, value) {
+            if let Err(key) = B::add(&mut members, key, value) {
                 return Err(
                     JsonError::new(JsonErrorKind::DuplicateKey, key_offset, "duplicate object key")
                         .within(key),
@@ -407,35 +570,31 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn array(&mut self, depth: usize) -> Result<Value, JsonError> {
+    fn array<B: Build<'a>>(&mut self, depth: usize) -> Result<B::Value, JsonError> {
         self.enter(depth)?;
         self.pos += 1; // '['
-        let mut items = Vec::new();
+        let mut items = B::array();
         self.skip_ws();
         if self.peek() == Some(b']') {
             self.pos += 1;
-            return Ok(Value::Array(items));
+            return Ok(B::end_array(items));
         }
         loop {
             self.skip_ws();
-            match self.value(depth) {
-                Ok(value) => items.push(value),
-                Err(e) => return Err(e.within(items.len().to_string())),
+            match self.value::<B>(depth) {
+                Ok(value) => B::push(&mut items, value),
+                Err(e) => return Err(e.within(B::len(&items).to_string())),
             }
             self.skip_ws();
             match self.peek() {
                 Some(b',') => self.pos += 1,
                 Some(b']') => {
                     self.pos += 1;
-                    return Ok(Value::Array(items));
+                    return Ok(B::end_array(items));
                 }
                 _ => return Err(self.syntax("expected ',' or ']' in an array")),
             }
         }
-    }
-
-    fn string(&mut self) -> Result<String, JsonError> {
-        self.text().map(Cow::into_owned)
     }
 
     /// A string's text: a slice of the input when it has no escapes.
@@ -572,7 +731,7 @@ impl<'a> Parser<'a> {
         self.pos - start
     }
 
-    fn number(&mut self) -> Result<Value, JsonError> {
+    fn number(&mut self) -> Result<Number, JsonError> {
         let start = self.pos;
         if self.peek() == Some(b'-') {
             self.pos += 1;
@@ -621,7 +780,7 @@ impl<'a> Parser<'a> {
             if let Ok(n) = text.parse::<i64>()
                 && (-MAX_SAFE_INTEGER..=MAX_SAFE_INTEGER).contains(&n)
             {
-                return Ok(Value::Number(Number::from(n)));
+                return Ok(Number::from(n));
             }
             // Beyond ±(2^53 - 1) an integer literal is only accepted when it is exactly the
             // shortest (RFC 8785 / ECMAScript) spelling of a 64-bit float, so nothing is lost
@@ -633,7 +792,7 @@ impl<'a> Parser<'a> {
                 .filter(|f| f.is_finite())
                 .and_then(Number::from_f64)
                 .filter(|n| crate::canon::canonical_string(&Value::Number(n.clone())) == text);
-            return exact.map(Value::Number).ok_or_else(|| {
+            return exact.ok_or_else(|| {
                 JsonError::new(
                     JsonErrorKind::NumberOutOfRange,
                     start,
@@ -659,7 +818,6 @@ impl<'a> Parser<'a> {
             ));
         }
         Number::from_f64(value)
-            .map(Value::Number)
             .ok_or_else(|| JsonError::new(JsonErrorKind::NumberOutOfRange, start, "not finite"))
     }
 }

@@ -595,11 +595,7 @@ impl Notice {
     /// A ledger row's new outcome: `invocation.completed` (committed, failed, unknown) or
     /// `invocation.reconciled` (what reconciliation found); one per row and outcome.
     pub fn invocation(tenant: &str, ledger_id: &str, outcome: Outcome, at: OffsetDateTime) -> Option<Self> {
-        let kind = match outcome {
-            Outcome::Committed | Outcome::Failed | Outcome::Unknown => "invocation.completed",
-            Outcome::ReconciledCommitted | Outcome::ReconciledNotCommitted => "invocation.reconciled",
-            Outcome::Attempting | Outcome::Replayed => return None,
-        };
+        let kind = Self::invocation_kind(outcome)?;
         Some(Self::new(
             tenant,
             format!("evt_{}_{ledger_id}", outcome.as_str()),
@@ -607,6 +603,16 @@ impl Notice {
             serde_json::json!({"ledger_id": ledger_id}),
             at,
         ))
+    }
+
+    /// The event type [`Notice::invocation`] gives for `outcome` (`None`: no notice), known
+    /// before the notice is built, so a store can look for a subscriber first.
+    pub fn invocation_kind(outcome: Outcome) -> Option<&'static str> {
+        match outcome {
+            Outcome::Committed | Outcome::Failed | Outcome::Unknown => Some("invocation.completed"),
+            Outcome::ReconciledCommitted | Outcome::ReconciledNotCommitted => Some("invocation.reconciled"),
+            Outcome::Attempting | Outcome::Replayed => None,
+        }
     }
 
     /// A late outcome that corrected a reconciled row to committed (`invocation.reconciled`).

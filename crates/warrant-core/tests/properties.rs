@@ -110,6 +110,45 @@ proptest! {
         prop_assert_eq!(digest(&parsed), digest(&v));
     }
 
+    /// `json::check` is `json::parse` without the value: the same documents refused with the
+    /// same error (kind, offset, pointer), on random bytes and on valid documents with one
+    /// byte changed, removed or added (duplicate keys among many members included).
+    #[test]
+    fn check_refuses_what_parse_refuses(
+        v in value(),
+        bytes in prop::collection::vec(any::<u8>(), 0..256),
+        at in any::<prop::sample::Index>(),
+        byte in prop_oneof![Just(b'"'), Just(b'\\'), Just(b','), Just(b'{'), Just(b'}'), Just(b'['),
+            Just(b']'), Just(b':'), Just(b'e'), Just(b'0'), Just(b'-'), Just(b'.'), Just(0xff), any::<u8>()],
+        edit in 0u8..3,
+        width in 0usize..40,
+    ) {
+        let agree = |input: &[u8]| -> Result<(), TestCaseError> {
+            let parsed = json::parse(input, Limits::PROPOSAL);
+            let checked = json::check(input, Limits::PROPOSAL);
+            let shape = parsed.as_ref().map(|v| match v {
+                Value::Object(_) => json::Shape::Object,
+                Value::Array(_) => json::Shape::Array,
+                _ => json::Shape::Scalar,
+            });
+            prop_assert_eq!(checked, shape.map_err(Clone::clone));
+            Ok(())
+        };
+        agree(&bytes)?;
+        let mut text = serde_json::to_string(&v).unwrap().into_bytes();
+        agree(&text)?;
+        let i = at.index(text.len() + 1);
+        match edit {
+            0 if i < text.len() => text[i] = byte,
+            1 if i < text.len() => { text.remove(i); }
+            _ => text.insert(i, byte),
+        }
+        agree(&text)?;
+        // Many members, one repeated: past the list into the set.
+        let members: Vec<String> = (0..width).map(|n| format!("\"k{}\":{n}", n % (width / 2 + 1))).collect();
+        agree(format!("[{{{}}}]", members.join(",")).as_bytes())?;
+    }
+
     #[test]
     fn duplicate_keys_are_always_refused(
         key in any::<String>(),

@@ -996,17 +996,47 @@ pub(crate) const SUBSCRIBER_PROBE: &str = "SELECT 1 AS one FROM webhook_endpoint
 /// tenant subscribes to its type (one indexed probe of `webhook_endpoints` otherwise), at most
 /// once per id.
 async fn notify_in<E: Exec>(ex: &mut E, n: &Notice) -> Result<(), StoreError> {
-    // A read first: far cheaper than an `INSERT … SELECT` that finds no subscriber (which
-    // opens the jobs table and its indexes for writing on every call).
-    let j = &n.job;
-    let needle = Notice::subscription_needle(n.kind);
-    if ex
-        .fetch_optional(SUBSCRIBER_PROBE, &args![&j.tenant, &needle])
-        .await?
-        .is_none()
-    {
-        return Ok(());
+    if subscribed(ex, &n.job.tenant, n.kind).await? {
+        enqueue_notice_in(ex, n).await?;
     }
+    Ok(())
+}
+
+/// [`notify_in`] for a ledger row's new outcome ([`Notice::invocation`]), looking for a
+/// subscriber before the notice is built: most tenants have none, and the notice (its id,
+/// payload and envelope) was built on every call's commit for nothing.
+async fn notify_invocation_in<E: Exec>(
+    ex: &mut E,
+    tenant: &str,
+    ledger_id: &str,
+    outcome: Outcome,
+    at: OffsetDateTime,
+) -> Result<(), StoreError> {
+    let Some(kind) = Notice::invocation_kind(outcome) else {
+        return Ok(());
+    };
+    if subscribed(ex, tenant, kind).await?
+        && let Some(notice) = Notice::invocation(tenant, ledger_id, outcome, at)
+    {
+        enqueue_notice_in(ex, &notice).await?;
+    }
+    Ok(())
+}
+
+/// Whether an enabled endpoint of `tenant` subscribes to the event type `kind`. A read first:
+/// far cheaper than an `INSERT … SELECT` that finds no subscriber (which opens the jobs table
+/// and its indexes for writing on every call).
+async fn subscribed<E: Exec>(ex: &mut E, tenant: &str, kind: &str) -> Result<bool, StoreError> {
+    let needle = Notice::subscription_needle(kind);
+    Ok(ex
+        .fetch_optional(SUBSCRIBER_PROBE, &args![tenant, &needle])
+        .await?
+        .is_some())
+}
+
+/// Enqueues a notice's job, at most once per id.
+async fn enqueue_notice_in<E: Exec>(ex: &mut E, n: &Notice) -> Result<(), StoreError> {
+    let j = &n.job;
     let sql = "INSERT INTO jobs (id, tenant, kind, payload, status, attempts, max_attempts, run_at, created_at, \
                updated_at) VALUES ($1, $2, $3, $4, 'pending', 0, $5, $6, $6, $6) ON CONFLICT (id) DO NOTHING";
     let payload = json_text(&j.payload);
@@ -1178,9 +1208,7 @@ async fn finish_in<E: Exec>(
             "ledger row {ledger_id} is not awaiting an outcome"
         )));
     }
-    if let Some(notice) = Notice::invocation(tenant, ledger_id, f.outcome, from_ms(f.now)?) {
-        notify_in(ex, &notice).await?;
-    }
+    notify_invocation_in(ex, tenant, ledger_id, f.outcome, from_ms(f.now)?).await?;
     charge_in(ex, tenant, &f.charges).await?;
     if let Some(scope) = scope {
         match f.status {
@@ -2174,9 +2202,7 @@ impl Store for SqlStore {
                 // the unresolved indexes costs two more pages in every commit).
                 let row = finished_row(entry, &finish, now)?;
                 ex.execute(INSERT_LEDGER, &ledger_args(&row, &arguments)?).await?;
-                if let Some(notice) = Notice::invocation(&row.tenant, &row.id, finish.outcome, now) {
-                    notify_in(ex, &notice).await?;
-                }
+                notify_invocation_in(ex, &row.tenant, &row.id, finish.outcome, now).await?;
                 charge_in(ex, &row.tenant, &finishing.charges).await?;
                 Ok(BudgetOutcome::Granted)
             }

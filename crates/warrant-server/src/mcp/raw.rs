@@ -32,7 +32,7 @@ use serde::Deserialize;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::Value;
 use serde_json::value::RawValue;
-use warrant_core::json::{self, JsonError, Limits};
+use warrant_core::json::{self, JsonError, Limits, Shape};
 
 /// The raw parts of one `tools/call`, kept for the handler (in the request's extensions).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -165,15 +165,16 @@ pub(crate) fn frame(message: &[u8], limits: Limits) -> Result<Framed<'_>, Refuse
         }) => (Cow::Borrowed(message), Some(call)),
         None => (Cow::Borrowed(message), None),
     };
-    match json::parse(&sdk, limits) {
+    // Checked, not built: the SDK decodes the message itself.
+    match json::check(&sdk, limits) {
         Err(e) => Err(Refused::parse(id(), &e)),
-        Ok(Value::Object(_)) => Ok(Framed { message: sdk, call }),
-        Ok(Value::Array(_)) => Err(Refused {
+        Ok(Shape::Object) => Ok(Framed { message: sdk, call }),
+        Ok(Shape::Array) => Err(Refused {
             id: None,
             code: -32600,
             message: "invalid request: batches are not accepted; send one message at a time".into(),
         }),
-        Ok(_) => Err(Refused {
+        Ok(Shape::Scalar) => Err(Refused {
             id: None,
             code: -32600,
             message: "invalid request: a message is a JSON object".into(),
