@@ -29,10 +29,13 @@
 //! Written by hand because no crate does group commit over rusqlite; the operations themselves
 //! are the shared ones of `sql.rs`, run through [`SqliteExec`].
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 use std::pin::pin;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError};
 use std::sync::{Arc, Mutex};
@@ -120,12 +123,10 @@ fn placeholder(name: &str) -> Option<usize> {
 
 /// Binds `args` to a statement's `$N` placeholders: `$N` takes `args[N - 1]`. SQLite numbers
 /// named parameters by first appearance, not by their digits (`$2 … $1` has `$2` first), so
-/// each parameter is bound by its name; a placeholder past the end of `args` stays NULL.
-fn bind(stmt: &mut rusqlite::Statement<'_>, args: &[Arg<'_>]) -> Result<(), StoreError> {
-    for index in 1..=stmt.parameter_count() {
-        let name = stmt.parameter_name(index).unwrap_or_default();
-        let number = placeholder(name)
-            .ok_or_else(|| StoreError::Database(format!("the SQL parameter `{name}` is not `$N`")))?;
+/// each parameter is bound by its name's number (`numbers`, from [`parameter_numbers`]); a
+/// placeholder past the end of `args` stays NULL.
+fn bind(stmt: &mut rusqlite::Statement<'_>, numbers: &[usize], args: &[Arg<'_>]) -> Result<(), StoreError> {
+    for (index, number) in (1..).zip(numbers) {
         let Some(arg) = number.checked_sub(1).and_then(|at| args.get(at)) else {
             continue;
         };
@@ -147,9 +148,87 @@ fn statement<'c>(
     sql: &str,
     args: &[Arg<'_>],
 ) -> Result<CachedStatement<'c>, StoreError> {
-    let mut stmt = conn.prepare_cached(sql).map_err(from_rusqlite)?;
-    bind(&mut stmt, args)?;
+    let known = PREPARED.with_borrow(|known| {
+        known
+            .get(&(sql.as_ptr().addr(), sql.len()))
+            .filter(|kept| *kept.text == *sql)
+            .map(|kept| (Rc::clone(&kept.sqlite), Rc::clone(&kept.numbers)))
+    });
+    let (mut stmt, numbers) = match known {
+        Some((text, numbers)) => (conn.prepare_cached(&text).map_err(from_rusqlite)?, numbers),
+        None => {
+            let text: Rc<str> = sqlite_text(sql).into();
+            let stmt = conn.prepare_cached(&text).map_err(from_rusqlite)?;
+            let numbers = parameter_numbers(&stmt)?;
+            keep(sql, text, Rc::clone(&numbers));
+            (stmt, numbers)
+        }
+    };
+    bind(&mut stmt, &numbers, args)?;
     Ok(stmt)
+}
+
+/// A statement's text as SQLite is given it: `LIMIT $N` becomes `LIMIT +$N`. SQLite reads a
+/// bound `LIMIT` to plan with its value, and then prepares the statement again every time
+/// that parameter is bound anew — every run: the job and reconciliation claims, the ledger
+/// and run listings were each parsed again on every execution (about 290,000 instructions
+/// each time, several times a second on an idle gateway). A unary plus is the same value, and
+/// SQLite plans without looking at it. The test
+/// `a_bound_limit_does_not_prepare_the_statement_again` holds it.
+fn sqlite_text(sql: &str) -> String {
+    sql.replace("LIMIT $", "LIMIT +$")
+}
+
+/// Distinct statements whose parameter numbers a store thread keeps (the store has about
+/// forty; past this the map starts again, so statements built at run time cannot grow it).
+const PARAMETER_ORDERS: usize = 256;
+
+/// What a store thread keeps of a statement it has run (see [`PREPARED`]).
+struct Kept {
+    /// The statement as the store wrote it, to confirm a hit.
+    text: Box<str>,
+    /// The statement as SQLite is given it ([`sqlite_text`]).
+    sqlite: Rc<str>,
+    /// The `$N` of each parameter, in SQLite's order ([`parameter_numbers`]).
+    numbers: Rc<[usize]>,
+}
+
+thread_local! {
+    /// The statements this thread has run, by the text's address and length (the texts are
+    /// mostly constants), with the text to confirm a hit. Each connection lives on one thread,
+    /// and all that is kept follows from a statement's text alone.
+    static PREPARED: RefCell<HashMap<(usize, usize), Kept>> = RefCell::new(HashMap::new());
+}
+
+/// Keeps what follows from a statement's text (see [`PREPARED`]).
+fn keep(sql: &str, sqlite: Rc<str>, numbers: Rc<[usize]>) {
+    PREPARED.with_borrow_mut(|known| {
+        if known.len() >= PARAMETER_ORDERS {
+            known.clear();
+        }
+        known.insert(
+            (sql.as_ptr().addr(), sql.len()),
+            Kept {
+                text: sql.into(),
+                sqlite,
+                numbers,
+            },
+        );
+    });
+}
+
+/// The `$N` of each of the statement's parameters, in SQLite's order (see [`bind`]): read from
+/// the statement the first time this thread runs its text, then kept. Reading them for every
+/// bind cost about 5,000 instructions per gateway call (thirty parameter names fetched,
+/// measured and parsed).
+fn parameter_numbers(stmt: &rusqlite::Statement<'_>) -> Result<Rc<[usize]>, StoreError> {
+    (1..=stmt.parameter_count())
+        .map(|index| {
+            let name = stmt.parameter_name(index).unwrap_or_default();
+            placeholder(name)
+                .ok_or_else(|| StoreError::Database(format!("the SQL parameter `{name}` is not `$N`")))
+        })
+        .collect()
 }
 
 /// Runs a query to its end, keeping at most `keep` rows.
@@ -763,6 +842,51 @@ mod tests {
         for sql in ["SELECT ?", "SELECT :name", "SELECT $x"] {
             assert!(query(&conn, sql, &[Arg::Int(1)], 1).is_err(), "{sql}");
         }
+    }
+
+    #[test]
+    fn kept_parameter_numbers_follow_the_text_not_its_address() {
+        let conn = Connection::open_in_memory().unwrap();
+        // Texts built at run time, of one length, each dropped before the next is built: the
+        // allocator hands out the same address again, and the kept numbers must not be reused
+        // for another text found there.
+        for round in 0..20 {
+            let sql = if round % 2 == 0 {
+                String::from("SELECT $1 AS a, $2 AS b")
+            } else {
+                String::from("SELECT $2 AS a, $1 AS b")
+            };
+            let rows = query(&conn, &sql, &[Arg::Int(1), Arg::Int(2)], 1).unwrap();
+            let row = rows.first().unwrap();
+            let (a, b) = if round % 2 == 0 { (1, 2) } else { (2, 1) };
+            assert_eq!(row.opt_int("a").unwrap(), Some(a), "{sql}");
+            assert_eq!(row.opt_int("b").unwrap(), Some(b), "{sql}");
+        }
+        // Statements built at run time cannot grow the map without bound.
+        for n in 0..(PARAMETER_ORDERS * 2) {
+            let sql = format!("SELECT $1 AS a, {n} AS n");
+            query(&conn, &sql, &[Arg::Int(1)], 1).unwrap();
+        }
+        assert!(PREPARED.with_borrow(HashMap::len) <= PARAMETER_ORDERS);
+    }
+
+    #[test]
+    fn a_bound_limit_does_not_prepare_the_statement_again() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch("CREATE TABLE t (k INTEGER); INSERT INTO t VALUES (1), (2), (3);")
+            .unwrap();
+        let sql = "SELECT k FROM t ORDER BY k LIMIT $1";
+        for limit in [1, 2, 3, 1, 2] {
+            assert_eq!(
+                query(&conn, sql, &[Arg::Int(limit)], usize::MAX).unwrap().len(),
+                usize::try_from(limit).unwrap()
+            );
+        }
+        let reprepares = conn
+            .prepare_cached(&sqlite_text(sql))
+            .map(|stmt| stmt.get_status(rusqlite::StatementStatus::RePrepare))
+            .unwrap();
+        assert_eq!(reprepares, 0, "the statement was prepared again");
     }
 
     async fn store() -> (tempfile::TempDir, Arc<Sqlite>) {
