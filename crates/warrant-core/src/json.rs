@@ -176,8 +176,8 @@ pub enum Shape {
 
 /// Checks `input` as [`parse`] does — exactly the same documents are refused, with the same
 /// errors — without building the value: for callers that only need to know the document is
-/// strict JSON (the MCP lane's framing of a message it hands on). Only escaped strings and
-/// objects of many members allocate.
+/// strict JSON (the MCP lane's framing of a message it hands on). It allocates only each
+/// object's list of keys and the text of a string with escapes.
 ///
 /// # Errors
 /// As [`parse`].

@@ -172,16 +172,16 @@ fn statement<'c>(
 /// bound `LIMIT` to plan with its value, and then prepares the statement again every time
 /// that parameter is bound anew — every run: the job and reconciliation claims, the ledger
 /// and run listings were each parsed again on every execution (about 290,000 instructions
-/// each time, several times a second on an idle gateway). A unary plus is the same value, and
+/// each time; the job claim is polled about four times a second, busy or idle). A unary plus is the same value, and
 /// SQLite plans without looking at it. The test
 /// `a_bound_limit_does_not_prepare_the_statement_again` holds it.
 fn sqlite_text(sql: &str) -> String {
     sql.replace("LIMIT $", "LIMIT +$")
 }
 
-/// Distinct statements whose parameter numbers a store thread keeps (the store has about
-/// forty; past this the map starts again, so statements built at run time cannot grow it).
-const PARAMETER_ORDERS: usize = 256;
+/// Distinct statements a store thread keeps ([`PREPARED`]; the store has about forty; past
+/// this the map starts again, so statements built at run time cannot grow it).
+const KEPT_STATEMENTS: usize = 256;
 
 /// What a store thread keeps of a statement it has run (see [`PREPARED`]).
 struct Kept {
@@ -203,7 +203,7 @@ thread_local! {
 /// Keeps what follows from a statement's text (see [`PREPARED`]).
 fn keep(sql: &str, sqlite: Rc<str>, numbers: Rc<[usize]>) {
     PREPARED.with_borrow_mut(|known| {
-        if known.len() >= PARAMETER_ORDERS {
+        if known.len() >= KEPT_STATEMENTS {
             known.clear();
         }
         known.insert(
@@ -285,7 +285,7 @@ impl SqliteExec<'_> {
     /// (SQLite's `SQLITE_STMTSTATUS_REPREPARE`).
     fn reprepares(&self, sql: &str) -> i32 {
         self.conn
-            .prepare_cached(sql)
+            .prepare_cached(&sqlite_text(sql))
             .map_or(-1, |stmt| stmt.get_status(rusqlite::StatementStatus::RePrepare))
     }
 }
@@ -863,16 +863,16 @@ mod tests {
             assert_eq!(row.opt_int("b").unwrap(), Some(b), "{sql}");
         }
         // Statements built at run time cannot grow the map without bound.
-        for n in 0..(PARAMETER_ORDERS * 2) {
+        for n in 0..(KEPT_STATEMENTS * 2) {
             let sql = format!("SELECT $1 AS a, {n} AS n");
             query(&conn, &sql, &[Arg::Int(1)], 1).unwrap();
         }
-        assert!(PREPARED.with_borrow(HashMap::len) <= PARAMETER_ORDERS);
+        assert!(PREPARED.with_borrow(HashMap::len) <= KEPT_STATEMENTS);
     }
 
     #[test]
     fn a_bound_limit_does_not_prepare_the_statement_again() {
-        let conn = Connection::open_in_memory().unwrap();
+        let mut conn = Connection::open_in_memory().unwrap();
         conn.execute_batch("CREATE TABLE t (k INTEGER); INSERT INTO t VALUES (1), (2), (3);")
             .unwrap();
         let sql = "SELECT k FROM t ORDER BY k LIMIT $1";
@@ -882,11 +882,11 @@ mod tests {
                 usize::try_from(limit).unwrap()
             );
         }
-        let reprepares = conn
-            .prepare_cached(&sqlite_text(sql))
-            .map(|stmt| stmt.get_status(rusqlite::StatementStatus::RePrepare))
-            .unwrap();
-        assert_eq!(reprepares, 0, "the statement was prepared again");
+        let ex = SqliteExec {
+            conn: &mut conn,
+            rollback: false,
+        };
+        assert_eq!(ex.reprepares(sql), 0, "the statement was prepared again");
     }
 
     async fn store() -> (tempfile::TempDir, Arc<Sqlite>) {
