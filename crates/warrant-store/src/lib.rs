@@ -35,7 +35,16 @@ impl warrant_core::env::Env for SystemEnv {
     }
 
     fn new_id(&self, prefix: &str) -> String {
-        format!("{prefix}_{}", ulid::Ulid::new().to_string().to_lowercase())
+        // Encoded into a buffer and lowered in place: one allocation per id, not four (every
+        // call makes one or two).
+        let mut buffer = [0u8; ulid::ULID_LEN];
+        let ulid = ulid::Ulid::new().array_to_str(&mut buffer);
+        ulid.make_ascii_lowercase();
+        let mut id = String::with_capacity(prefix.len() + 1 + ulid::ULID_LEN);
+        id.push_str(prefix);
+        id.push('_');
+        id.push_str(ulid);
+        id
     }
 }
 
@@ -69,6 +78,39 @@ pub async fn sweep_once<S: Store + ?Sized>(store: &S) -> Option<PurgeCounts> {
             metrics::counter!(SWEEP_ERRORS_METRIC).increment(1);
             tracing::warn!(error = %e, "sweep of expired records failed; retried on the next tick");
             None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
+
+    use warrant_core::env::Env;
+
+    use super::SystemEnv;
+
+    #[test]
+    fn ids_are_the_prefix_and_a_lower_case_ulid() {
+        let a = SystemEnv.new_id("led");
+        let b = SystemEnv.new_id("led");
+        assert_ne!(a, b);
+        for id in [&a, &b] {
+            let (prefix, ulid) = id.split_once('_').unwrap();
+            assert_eq!(prefix, "led");
+            assert_eq!(ulid.len(), 26);
+            assert!(
+                ulid.bytes().all(|c| c.is_ascii_digit() || c.is_ascii_lowercase()),
+                "{id}"
+            );
+            assert_eq!(
+                ulid.to_uppercase()
+                    .parse::<ulid::Ulid>()
+                    .unwrap()
+                    .to_string()
+                    .to_lowercase(),
+                ulid
+            );
         }
     }
 }
