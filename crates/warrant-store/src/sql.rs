@@ -964,11 +964,25 @@ async fn claim_new_in<E: Exec>(
     })
 }
 
+/// The insert of a new job, `$tail` after its values.
+macro_rules! insert_job {
+    ($tail:literal) => {
+        concat!(
+            "INSERT INTO jobs (id, tenant, kind, payload, status, attempts, max_attempts, run_at, created_at, ",
+            "updated_at) VALUES ($1, $2, $3, $4, 'pending', 0, $5, $6, $6, $6)",
+            $tail
+        )
+    };
+}
+
 /// Enqueues a job in the caller's transaction (the outbox: the job commits with the record
 /// that causes it).
 async fn enqueue_in<E: Exec>(ex: &mut E, j: &NewJob) -> Result<(), StoreError> {
-    let sql = "INSERT INTO jobs (id, tenant, kind, payload, status, attempts, max_attempts, run_at, created_at, \
-               updated_at) VALUES ($1, $2, $3, $4, 'pending', 0, $5, $6, $6, $6)";
+    insert_job_in(ex, j, insert_job!("")).await
+}
+
+/// Runs `sql` (an [`insert_job!`]) for `j`.
+async fn insert_job_in<E: Exec>(ex: &mut E, j: &NewJob, sql: &str) -> Result<(), StoreError> {
     let payload = json_text(&j.payload);
     let params = args![
         &j.id,
@@ -1036,20 +1050,7 @@ async fn subscribed<E: Exec>(ex: &mut E, tenant: &str, kind: &str) -> Result<boo
 
 /// Enqueues a notice's job, at most once per id.
 async fn enqueue_notice_in<E: Exec>(ex: &mut E, n: &Notice) -> Result<(), StoreError> {
-    let j = &n.job;
-    let sql = "INSERT INTO jobs (id, tenant, kind, payload, status, attempts, max_attempts, run_at, created_at, \
-               updated_at) VALUES ($1, $2, $3, $4, 'pending', 0, $5, $6, $6, $6) ON CONFLICT (id) DO NOTHING";
-    let payload = json_text(&j.payload);
-    let params = args![
-        &j.id,
-        &j.tenant,
-        &j.kind,
-        &payload,
-        i64::from(j.max_attempts.max(1)),
-        ms(j.run_at),
-    ];
-    ex.execute(sql, &params).await?;
-    Ok(())
+    insert_job_in(ex, &n.job, insert_job!(" ON CONFLICT (id) DO NOTHING")).await
 }
 
 /// Adds committed spend to its counters, in the caller's transaction.

@@ -417,8 +417,7 @@ pub(crate) struct Sqlite {
     writer: SyncSender<WriteMsg>,
     readers: SyncSender<ReadMsg>,
     reader_count: usize,
-    checkpointer: SyncSender<CheckpointMsg>,
-    #[cfg_attr(not(test), expect(dead_code, reason = "the tests count the messages"))]
+    /// The checkpointer's queue, and what the writer tells it.
     nudge: Arc<Nudge>,
 }
 
@@ -426,8 +425,9 @@ pub(crate) struct Sqlite {
 /// first commit after a checkpoint, and for the commits after it only a flag. A message for
 /// every commit woke the checkpointer thread at every commit (about 2,500 context switches a
 /// second at 7,000 calls/s), only for it to go back to waiting for its interval.
-#[derive(Default)]
 struct Nudge {
+    /// The checkpointer's queue.
+    checkpointer: SyncSender<CheckpointMsg>,
     /// A commit is waiting for the next checkpoint, and the checkpointer knows.
     pending: AtomicBool,
     /// Messages sent (for tests).
@@ -435,14 +435,22 @@ struct Nudge {
 }
 
 impl Nudge {
+    fn new(checkpointer: SyncSender<CheckpointMsg>) -> Self {
+        Nudge {
+            checkpointer,
+            pending: AtomicBool::new(false),
+            sent: AtomicU64::new(0),
+        }
+    }
+
     /// After a commit: tells the checkpointer unless it already knows of an earlier one.
-    fn committed(&self, checkpointer: &SyncSender<CheckpointMsg>) {
+    fn committed(&self) {
         if self.pending.load(Ordering::Acquire) || self.pending.swap(true, Ordering::AcqRel) {
             return;
         }
         self.sent.fetch_add(1, Ordering::Relaxed);
         // Full: a nudge is already waiting for the checkpointer.
-        let _ = checkpointer.try_send(CheckpointMsg::Committed);
+        let _ = self.checkpointer.try_send(CheckpointMsg::Committed);
     }
 
     /// Before a checkpoint: a commit from now on needs a new message (the checkpoint about to
@@ -517,11 +525,10 @@ impl Sqlite {
         let (writer, write_rx) = mpsc::sync_channel(capacity);
         // One pending nudge is enough: it stands for every commit until the next checkpoint.
         let (checkpointer, nudges) = mpsc::sync_channel(1);
-        let committed = checkpointer.clone();
-        let nudge = Arc::new(Nudge::default());
+        let nudge = Arc::new(Nudge::new(checkpointer));
         let writer_nudge = Arc::clone(&nudge);
         spawn("warrant-sqlite-w", move || {
-            write_loop(writer_conn, &write_rx, &committed, &writer_nudge)
+            write_loop(writer_conn, &write_rx, &writer_nudge)
         })?;
         let (reader_tx, read_rx) = mpsc::sync_channel(capacity);
         let read_rx = Arc::new(Mutex::new(read_rx));
@@ -538,7 +545,6 @@ impl Sqlite {
             writer,
             readers: reader_tx,
             reader_count,
-            checkpointer,
             nudge,
         })
     }
@@ -591,7 +597,7 @@ impl Sqlite {
             }
         }
         let (ack, done) = oneshot::channel();
-        if stop(&self.checkpointer, CheckpointMsg::Stop(ack)).await {
+        if stop(&self.nudge.checkpointer, CheckpointMsg::Stop(ack)).await {
             acks.push(done);
         }
         for done in acks {
@@ -674,12 +680,7 @@ fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> Result<(), StoreEr
 }
 
 /// The writer thread: batches, savepoints, one commit per batch.
-fn write_loop(
-    mut conn: Connection,
-    queue: &Receiver<WriteMsg>,
-    committed: &SyncSender<CheckpointMsg>,
-    nudge: &Nudge,
-) {
+fn write_loop(mut conn: Connection, queue: &Receiver<WriteMsg>, nudge: &Nudge) {
     let mut batch: Vec<Box<dyn WriteJob>> = Vec::new();
     let mut stop = None;
     while stop.is_none() {
@@ -743,7 +744,7 @@ fn write_loop(
             job.reply(commit.clone());
         }
         if commit.is_ok() && !discarded {
-            nudge.committed(committed);
+            nudge.committed();
         }
     }
     drop(conn);

@@ -124,13 +124,12 @@ pub(crate) fn committed(
 ) -> Result<Vec<u8>, serde_json::Error> {
     // Written by `serde_json`'s serializer, not through `Display` (which formats the same
     // bytes through `fmt::Write`, about twice the instructions).
-    let text = serde_json::to_vec(result)?;
-    let text = std::str::from_utf8(&text).map_err(serde::ser::Error::custom)?;
+    let text = serde_json::to_string(result)?;
     let mut out = Vec::with_capacity(320 + 2 * text.len() + execution.ledger_id.len());
     out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
     serde_json::to_writer(&mut out, id)?;
     out.extend_from_slice(br#","result":{"content":[{"type":"text","text":"#);
-    serde_json::to_writer(&mut out, text)?;
+    serde_json::to_writer(&mut out, &text)?;
     out.extend_from_slice(br#"}],"structuredContent":"#);
     // `text` is the result as `serde_json` writes it (compact): the structured content is
     // the same bytes, copied rather than serialised a second time.
