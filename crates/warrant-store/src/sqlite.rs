@@ -917,9 +917,6 @@ mod tests {
         }
     }
 
-    /// The webhook subscriber probe runs in every call's commit: it is prepared once per
-    /// connection and never again, and it matches whole event types only. (As a `LIKE` with a
-    /// bound pattern it was prepared again on every binding: a parse per call.)
     /// The rows of `t` in the database file alone, as a copy without the WAL sees them.
     fn rows_in_the_database_file(dir: &Path) -> i64 {
         let copy = dir.join("copy.db");
@@ -973,6 +970,9 @@ mod tests {
         assert_eq!(rows_in_the_database_file(dir.path()), 40);
     }
 
+    /// The webhook subscriber probe runs in every call's commit: it is prepared once per
+    /// connection and never again, and it matches whole event types only. (As a `LIKE` with a
+    /// bound pattern it was prepared again on every binding: a parse per call.)
     #[tokio::test]
     async fn the_per_call_subscriber_probe_is_prepared_once() {
         let (_dir, sqlite) = store().await;

@@ -99,3 +99,50 @@ async fn postgres_version_3_with_rows_migrates() {
     store.close().await;
     db.drop_schema().await;
 }
+
+/// Ledger rows arrive in time order, so each listing index must take them at its right edge:
+/// one leaf written per row and leaves left full. With a descending key (before migration 15)
+/// every row went to the left edge, where a full leaf is split by sharing it with its
+/// siblings: about two pages written per row and index, and leaves left half empty, which is
+/// what this reads (SQLite's `dbstat`).
+#[tokio::test]
+async fn ledger_rows_in_time_order_append_to_the_listing_indexes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("warrant.db");
+    let store = SqlStore::open(&DatabaseUrl::Sqlite(db.clone()), &StoreOptions::default())
+        .await
+        .unwrap();
+    let start = OffsetDateTime::now_utc();
+    for n in 0..1_500_i64 {
+        let at = start + time::Duration::milliseconds(n);
+        let mut entry = LedgerEntry::new(
+            format!("led_{n:08}"),
+            "acme",
+            "agent-7",
+            &format!("trace-{n}"),
+            "lookup_order",
+            at,
+        );
+        entry.contract_id = Some("lookup_order@sha256:aa".into());
+        entry.decision = LedgerDecision::Allow;
+        entry.outcome = Some(Outcome::Committed);
+        entry.arguments = Some(serde_json::json!({"order_id": format!("ord_{n}")}));
+        store.insert_ledger(&entry).await.unwrap();
+    }
+    store.close().await;
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    for index in ["ledger_tenant_created", "ledger_tenant_tool"] {
+        let (leaves, unused, size): (i64, i64, i64) = conn
+            .query_row(
+                "SELECT count(*), sum(unused), sum(pgsize) FROM dbstat WHERE name = ?1 AND pagetype = 'leaf'",
+                [index],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+            )
+            .unwrap();
+        assert!(leaves > 2, "{index}: {leaves} leaves");
+        assert!(
+            unused * 5 < size,
+            "{index}: {unused} of {size} bytes of its {leaves} leaves unused"
+        );
+    }
+}
