@@ -28,6 +28,12 @@ const INSERT: &str = "INSERT INTO ledger (id, tenant, principal, trace_id, tool,
                       ('led_old_2', 'acme', 'agent-7', 't2', 'credit', 'credit@sha256:aa', 'allow', 0, 'attempting', 2000, 2000, 0), \
                       ('led_old_3', 'acme', 'agent-7', 't3', 'credit', 'credit@sha256:aa', 'allow', 1, 'committed', 500, 500, 0)";
 
+/// An idempotency record of a finished call, which every later migration must keep.
+const INSERT_IDEMPOTENCY: &str = "INSERT INTO idempotency (tenant, principal, contract_id, key, payload_digest, \
+                                  status, result, error_code, ledger_id, created_at, updated_at, expires_at) VALUES \
+                                  ('acme', 'agent-7', 'credit@sha256:aa', 'k-1', 'sha256:p1', 'committed', \
+                                  '{\"credit_id\":\"cr_1\"}', NULL, 'led_old_3', 500, 600, 4102444800000)";
+
 async fn the_old_rows_are_claimable(store: &SqlStore) {
     let now = OffsetDateTime::now_utc();
     let rows = store
@@ -42,6 +48,16 @@ async fn the_old_rows_are_claimable(store: &SqlStore) {
     );
     let old = store.get_ledger("acme", "led_old_3").await.unwrap().unwrap();
     assert_eq!(old.outcome, Some(Outcome::Committed));
+    let scope = IdempotencyScope {
+        tenant: "acme".into(),
+        principal: "agent-7".into(),
+        contract_id: "credit@sha256:aa".into(),
+        key: "k-1".into(),
+    };
+    let kept = store.get_idempotency(&scope).await.unwrap().unwrap();
+    assert_eq!(kept.status, IdempotencyStatus::Committed);
+    assert_eq!(kept.result, Some(serde_json::json!({"credit_id": "cr_1"})));
+    assert_eq!(kept.ledger_id, "led_old_3");
 }
 
 #[tokio::test]
@@ -61,6 +77,7 @@ async fn sqlite_version_3_with_rows_migrates() {
             .await
             .unwrap();
         sqlx::query(INSERT).execute(&mut conn).await.unwrap();
+        sqlx::query(INSERT_IDEMPOTENCY).execute(&mut conn).await.unwrap();
         conn.close().await.unwrap();
     }
     let store = SqlStore::open(&DatabaseUrl::Sqlite(db), &StoreOptions::default())
@@ -92,6 +109,7 @@ async fn postgres_version_3_with_rows_migrates() {
             .await
             .unwrap();
         sqlx::query(INSERT).execute(&mut conn).await.unwrap();
+        sqlx::query(INSERT_IDEMPOTENCY).execute(&mut conn).await.unwrap();
         conn.close().await.unwrap();
     }
     let store = db.open().await.unwrap();
@@ -100,13 +118,16 @@ async fn postgres_version_3_with_rows_migrates() {
     db.drop_schema().await;
 }
 
+/// The pages a call's ledger row is written to: its listing indexes and its index of
+/// unresolved rows.
+///
 /// Ledger rows arrive in time order, so each listing index must take them at its right edge:
 /// one leaf written per row and leaves left full. With a descending key (before migration 15)
 /// every row went to the left edge, where a full leaf is split by sharing it with its
 /// siblings: about two pages written per row and index, and leaves left half empty, which is
 /// what this reads (SQLite's `dbstat`).
 #[tokio::test]
-async fn ledger_rows_append_to_the_listing_indexes_and_unresolved_rows_are_indexed_once() {
+async fn a_ledger_row_is_written_to_as_few_pages_as_its_queries_need() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("warrant.db");
     let store = SqlStore::open(&DatabaseUrl::Sqlite(db.clone()), &StoreOptions::default())
