@@ -50,13 +50,14 @@ for bin in "$@"; do
   after=$(requests)
   wait "$bench"
   n=$((after - before))
-  # One dump per thread: the request threads (tokio's workers), the SQLite writer, and the
+  # One dump per thread: the request threads (tokio's workers, or the thread of a
+  # current-thread runtime), the SQLite writer, and the
   # rest (the checkpointer, readers, timers), whose work per request depends on how many
   # requests the window held rather than on the request itself.
   request=0 writer=0 other=0
   for dump in "$out".1-*; do
     instructions=$(awk '/^(summary|totals):/ {print $2; exit}' "$dump")
-    if grep -q "multi_thread::worker::run" "$dump"; then
+    if grep -qE "multi_thread::worker::run|current_thread::Context::run_task" "$dump"; then
       request=$((request + instructions))
     elif grep -q "WriteJob>::run" "$dump"; then
       writer=$((writer + instructions))
