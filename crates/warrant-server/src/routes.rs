@@ -22,7 +22,7 @@ pub(crate) fn document_format(
     what: &str,
 ) -> Result<warrant_core::contract::DocumentFormat, crate::error::ApiError> {
     use warrant_core::contract::DocumentFormat;
-    match proposals::header_text(headers, axum::http::header::CONTENT_TYPE.as_str())
+    match proposals::header_text(headers, &axum::http::header::CONTENT_TYPE)
         .and_then(|ct| ct.split(';').next())
         .map(str::trim)
     {

@@ -130,11 +130,14 @@ fn record(route: &str, method: &Method, status: StatusCode, seconds: f64) {
     }
 }
 
+/// The W3C `traceparent` header (named once, not parsed again on every request).
+const TRACEPARENT: axum::http::HeaderName = axum::http::HeaderName::from_static("traceparent");
+
 /// The trace id of a request: the `trace-id` field of a valid `traceparent`
 /// (`00-<32 hex>-<16 hex>-<2 hex>`, not all zeros), or 32 fresh random hex digits.
 pub fn trace_id(headers: &HeaderMap) -> String {
     headers
-        .get("traceparent")
+        .get(&TRACEPARENT)
         .and_then(|v| v.to_str().ok())
         .and_then(parse_traceparent)
         .unwrap_or_else(|| hex::encode(rand::random::<[u8; 16]>()))

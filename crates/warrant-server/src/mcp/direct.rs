@@ -18,7 +18,7 @@
 //! `the_direct_path_answers_as_the_sdk_does` holds the two to the same answers.
 
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, JsonObject, JsonRpcMessage, JsonRpcVersion2_0, RequestId,
     ServerJsonRpcMessage, ServerResult,
@@ -29,6 +29,12 @@ use warrant_runtime::Execution;
 /// Protocol versions whose requests the SDK serves through its one-shot stateless path (the
 /// versions before per-request negotiation), as the `MCP-Protocol-Version` header names them.
 const ONE_SHOT_VERSIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+
+/// The headers of per-request negotiation: a request with them goes to the SDK. Named once:
+/// a lookup by `&str` parses and lower-cases the name again on every request.
+const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
+const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
 
 /// The `_meta` keys reserved by the protocol (`io.modelcontextprotocol/…`): a request that
 /// carries any goes to the SDK, which reads them.
@@ -42,9 +48,9 @@ pub(crate) fn headers_allow(parts: &Parts, allowed_hosts: &AllowedHosts) -> bool
         && !headers.contains_key(header::ORIGIN)
         && accepts_json_and_sse(headers)
         && is_json(headers)
-        && one_value(headers, "mcp-protocol-version").is_none_or(|v| ONE_SHOT_VERSIONS.contains(&v))
-        && !headers.contains_key("mcp-method")
-        && !headers.contains_key("mcp-name")
+        && one_value(headers, &MCP_PROTOCOL_VERSION).is_none_or(|v| ONE_SHOT_VERSIONS.contains(&v))
+        && !headers.contains_key(&MCP_METHOD)
+        && !headers.contains_key(&MCP_NAME)
 }
 
 /// A `tools/call` decoded as the SDK decodes it: its id, parameters and `_meta`.
@@ -164,7 +170,7 @@ pub(crate) fn committed(
 }
 
 /// The header's one value as text; `None` when absent, repeated or not text.
-fn one_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+fn one_value<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a str> {
     let mut values = headers.get_all(name).iter();
     let first = values.next()?;
     if values.next().is_some() {
@@ -199,7 +205,7 @@ impl AllowedHosts {
 /// and only in its plain forms (`name`, `name:port`, `[v6]`, `[v6]:port`, the name of letters,
 /// digits, `.` and `-`): anything else is left to the SDK, which parses it as an authority.
 fn host_is_allowed(headers: &HeaderMap, allowed: &AllowedHosts) -> bool {
-    let Some((name, port)) = one_value(headers, header::HOST.as_str()).and_then(plain_host) else {
+    let Some((name, port)) = one_value(headers, &header::HOST).and_then(plain_host) else {
         return false;
     };
     allowed
@@ -247,7 +253,7 @@ fn plain_host(value: &str) -> Option<(&str, Option<u16>)> {
 /// `Accept` lists both `application/json` and `text/event-stream`, each plainly (no
 /// parameters, so no weight that could exclude it), in one header value.
 fn accepts_json_and_sse(headers: &HeaderMap) -> bool {
-    let Some(accept) = one_value(headers, header::ACCEPT.as_str()) else {
+    let Some(accept) = one_value(headers, &header::ACCEPT) else {
         return false;
     };
     if accept.contains(['"', ';']) {

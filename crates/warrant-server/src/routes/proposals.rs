@@ -16,7 +16,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::{Value, json};
@@ -32,8 +32,14 @@ pub fn router() -> Router<Arc<AppState>> {
     Router::new().route("/v1/proposals", post(propose))
 }
 
+/// The `Idempotency-Key` request header (named once: a lookup by `&str` parses the name again
+/// on every request).
+const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+/// The `Warrant-Approval` request header: the approved request a call redeems.
+const WARRANT_APPROVAL: HeaderName = HeaderName::from_static("warrant-approval");
+
 /// A header's text, if present and visible ASCII.
-pub(crate) fn header_text<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+pub(crate) fn header_text<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
@@ -71,7 +77,7 @@ pub(crate) async fn propose(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let json = header_text(&headers, header::CONTENT_TYPE.as_str())
+    let json = header_text(&headers, &header::CONTENT_TYPE)
         .and_then(|ct| ct.split(';').next())
         .is_some_and(|ct| ct.trim().eq_ignore_ascii_case("application/json"));
     if !json {
@@ -86,8 +92,8 @@ pub(crate) async fn propose(
     // is dropped (a client disconnect, the timeout layer): see `warrant_runtime::submit`.
     let call = OwnedCall {
         bytes: body,
-        idempotency_key: header_text(&headers, "idempotency-key").map(str::to_owned),
-        approval_id: header_text(&headers, "warrant-approval").map(str::to_owned),
+        idempotency_key: header_text(&headers, &IDEMPOTENCY_KEY).map(str::to_owned),
+        approval_id: header_text(&headers, &WARRANT_APPROVAL).map(str::to_owned),
         trace_id: trace.clone(),
         ..OwnedCall::default()
     };
