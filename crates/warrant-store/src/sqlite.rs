@@ -172,8 +172,8 @@ fn statement<'c>(
 /// bound `LIMIT` to plan with its value, and then prepares the statement again every time
 /// that parameter is bound anew — every run: the job and reconciliation claims, the ledger
 /// and run listings were each parsed again on every execution (about 290,000 instructions
-/// each time; the job claim is polled about four times a second, busy or idle). A unary plus is the same value, and
-/// SQLite plans without looking at it. The test
+/// each time; the job claim is polled about four times a second, busy or idle). A unary plus
+/// is the same value, and SQLite plans without looking at it. The test
 /// `a_bound_limit_does_not_prepare_the_statement_again` holds it.
 fn sqlite_text(sql: &str) -> String {
     sql.replace("LIMIT $", "LIMIT +$")
