@@ -22,6 +22,10 @@ use std::borrow::Cow;
 
 use serde_json::{Map, Number, Value};
 
+mod frame;
+
+pub use frame::{Framing, Spans, check_framed, check_hole};
+
 /// Largest integer every JSON implementation represents exactly (2^53 − 1).
 pub const MAX_SAFE_INTEGER: i64 = 9_007_199_254_740_991;
 
@@ -328,6 +332,11 @@ trait Build<'a> {
     fn end_array(array: Self::Array) -> Self::Value;
 }
 
+/// The error for a key an object already has.
+fn duplicate_key(key_offset: usize, key: String) -> JsonError {
+    JsonError::new(JsonErrorKind::DuplicateKey, key_offset, "duplicate object key").within(key)
+}
+
 /// Builds the [`Value`].
 enum Tree {}
 
@@ -525,14 +534,32 @@ impl<'a> Parser<'a> {
 
     /// Reads an object (the parser is at its `{`).
     fn members<B: Build<'a>>(&mut self, depth: usize) -> Result<B::Object, JsonError> {
+        self.object_with(depth, B::object, |parser, members, key, key_offset| {
+            let value = match parser.value::<B>(depth) {
+                Ok(value) => value,
+                Err(e) => return Err(e.within(key.into_owned())),
+            };
+            B::add(members, key, value).map_err(|key| duplicate_key(key_offset, key))
+        })
+    }
+
+    /// Reads an object (the parser is at its `{`) member by member: `empty(any)` makes the
+    /// object (`any`: whether members follow), and `member` reads the value of each (the
+    /// parser is at it) and adds it under its key (at `key_offset`).
+    fn object_with<O>(
+        &mut self,
+        depth: usize,
+        empty: impl FnOnce(bool) -> O,
+        mut member: impl FnMut(&mut Self, &mut O, Cow<'a, str>, usize) -> Result<(), JsonError>,
+    ) -> Result<O, JsonError> {
         self.enter(depth)?;
         self.pos += 1; // '{'
         self.skip_ws();
         if self.peek() == Some(b'}') {
             self.pos += 1;
-            return Ok(B::object(false));
+            return Ok(empty(false));
         }
-        let mut members = B::object(true);
+        let mut object = empty(true);
         loop {
             self.skip_ws();
             if self.peek() != Some(b'"') {
@@ -548,22 +575,13 @@ impl<'a> Parser<'a> {
             }
             self.pos += 1;
             self.skip_ws();
-            let value = match self.value::<B>(depth) {
-                Ok(value) => value,
-                Err(e) => return Err(e.within(key.into_owned())),
-            };
-            if let Err(key) = B::add(&mut members, key, value) {
-                return Err(
-                    JsonError::new(JsonErrorKind::DuplicateKey, key_offset, "duplicate object key")
-                        .within(key),
-                );
-            }
+            member(self, &mut object, key, key_offset)?;
             self.skip_ws();
             match self.peek() {
                 Some(b',') => self.pos += 1,
                 Some(b'}') => {
                     self.pos += 1;
-                    return Ok(members);
+                    return Ok(object);
                 }
                 _ => return Err(self.syntax("expected ',' or '}' in an object")),
             }
@@ -731,7 +749,9 @@ impl<'a> Parser<'a> {
         self.pos - start
     }
 
-    fn number(&mut self) -> Result<Number, JsonError> {
+    /// Moves past a number, checking its grammar only (RFC 8259 §6): where it starts, whether
+    /// it has a fraction or an exponent, and whether its mantissa has a non-zero digit.
+    fn number_grammar(&mut self) -> Result<(usize, bool, bool), JsonError> {
         let start = self.pos;
         if self.peek() == Some(b'-') {
             self.pos += 1;
@@ -775,6 +795,11 @@ impl<'a> Parser<'a> {
                 return Err(self.syntax("expected digits in the exponent"));
             }
         }
+        Ok((start, is_float, nonzero_mantissa))
+    }
+
+    fn number(&mut self) -> Result<Number, JsonError> {
+        let (start, is_float, nonzero_mantissa) = self.number_grammar()?;
         let text = self.slice_str(start, self.pos)?;
         if !is_float {
             if let Ok(n) = text.parse::<i64>()

@@ -772,7 +772,7 @@ pub fn operation_id(entry: &LedgerEntry, scope: Option<&IdempotencyScope>) -> Op
             let digest = h.finalize();
             OperationId::new(format!(
                 "op_{}",
-                hex::encode(digest.get(..16).unwrap_or_default())
+                warrant_core::canon::hex_lower(digest.get(..16).unwrap_or_default())
             ))
         }
         None => OperationId::new(entry.id.clone()),

@@ -261,19 +261,19 @@ async fn guard_request(guard: &Guard, request: Request) -> Guarded {
     // A plain `tools/call`: answered here, as the SDK would answer it (`direct`).
     if let (Some(raw), Some(hosts)) = (&framed.call, &guard.direct)
         && direct::headers_allow(&parts, hosts)
-        && let Some(call) = direct::call_of(&framed.message)
+        && let Some(call) = direct::call_of(&framed)
     {
         return Guarded::Answered(call_directly(&guard.state, &parts, raw, call).await);
     }
     // The SDK hands the request's parts to the handler: the raw parts of a `tools/call` go
     // with them.
+    let body = match framed.message() {
+        std::borrow::Cow::Borrowed(_) => bytes.clone(),
+        std::borrow::Cow::Owned(message) => axum::body::Bytes::from(message),
+    };
     if let Some(call) = framed.call {
         parts.extensions.insert(call);
     }
-    let body = match framed.message {
-        std::borrow::Cow::Borrowed(_) => bytes,
-        std::borrow::Cow::Owned(message) => axum::body::Bytes::from(message),
-    };
     parts
         .headers
         .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));

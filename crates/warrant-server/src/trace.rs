@@ -140,7 +140,7 @@ pub fn trace_id(headers: &HeaderMap) -> String {
         .get(&TRACEPARENT)
         .and_then(|v| v.to_str().ok())
         .and_then(parse_traceparent)
-        .unwrap_or_else(|| hex::encode(rand::random::<[u8; 16]>()))
+        .unwrap_or_else(|| warrant_core::canon::hex_lower(&rand::random::<[u8; 16]>()))
 }
 
 /// The trace id of a valid W3C `traceparent` value.

@@ -44,7 +44,7 @@ pub fn hash_presented(presented: &str) -> Option<String> {
 }
 
 fn hash(key: &str) -> String {
-    hex::encode(Sha256::digest(key.as_bytes()))
+    warrant_core::canon::hex_lower(&Sha256::digest(key.as_bytes()))
 }
 
 #[cfg(test)]

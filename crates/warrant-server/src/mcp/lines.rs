@@ -170,7 +170,8 @@ where
                     continue;
                 }
             };
-            match serde_json::from_slice::<ClientJsonRpcMessage>(&framed.message) {
+            let sdk = framed.message();
+            match serde_json::from_slice::<ClientJsonRpcMessage>(&sdk) {
                 Ok(mut message) => {
                     // The raw parts travel with the request to its handler.
                     if let (ClientJsonRpcMessage::Request(request), Some(call)) = (&mut message, framed.call)
@@ -180,7 +181,7 @@ where
                     return Some(message);
                 }
                 Err(e) => {
-                    let id = serde_json::from_slice::<Value>(&framed.message)
+                    let id = serde_json::from_slice::<Value>(&sdk)
                         .ok()
                         .and_then(|v| v.get("id").cloned());
                     if let Some(id) = id {

@@ -25,13 +25,10 @@
 //! without a [`RawCall`] and is refused by the handler, never answered from the SDK's value.
 
 use std::borrow::Cow;
-use std::fmt;
+use std::ops::Range;
 
 use rmcp::model::RequestId;
-use serde::Deserialize;
-use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::Value;
-use serde_json::value::RawValue;
 use warrant_core::json::{self, JsonError, Limits, Shape};
 
 /// The raw parts of one `tools/call`, kept for the handler (in the request's extensions).
@@ -53,6 +50,16 @@ impl RawCall {
     /// Whether these parts belong to the request `id` calling `name`.
     pub(crate) fn matches(&self, id: &RequestId, name: &str) -> bool {
         self.id == *id && self.name == name
+    }
+
+    /// The JSON-RPC id of the message.
+    pub(crate) fn id(&self) -> &RequestId {
+        &self.id
+    }
+
+    /// `params.name` as decoded.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
     }
 
     /// `params.arguments` as written (`{}` when absent).
@@ -85,10 +92,46 @@ impl RawCall {
 /// A message ready for the SDK, and the raw parts of its `tools/call`.
 #[derive(Debug)]
 pub(crate) struct Framed<'a> {
-    /// What the SDK decodes: the message, with `params.arguments` replaced by `{}`.
-    pub(crate) message: Cow<'a, [u8]>,
+    /// The client's message.
+    original: &'a [u8],
+    /// Where `params.arguments` lie, when they were set aside for the proposal.
+    set_aside: Option<Range<usize>>,
     /// The raw parts, when the message is a `tools/call` they could be located in.
     pub(crate) call: Option<RawCall>,
+    /// Set when the `tools/call` is plain (see [`Plain`]).
+    pub(crate) plain: Option<Plain>,
+}
+
+impl<'a> Framed<'a> {
+    /// What the SDK decodes: the message, with `params.arguments` replaced by `{}`.
+    pub(crate) fn message(&self) -> Cow<'a, [u8]> {
+        let Some(range) = &self.set_aside else {
+            return Cow::Borrowed(self.original);
+        };
+        let (before, after) = (
+            self.original.get(..range.start).unwrap_or_default(),
+            self.original.get(range.end..).unwrap_or_default(),
+        );
+        let mut sdk = Vec::with_capacity(before.len() + 2 + after.len());
+        sdk.extend_from_slice(before);
+        sdk.extend_from_slice(b"{}");
+        sdk.extend_from_slice(after);
+        Cow::Owned(sdk)
+    }
+
+    /// The client's message as it came.
+    pub(crate) fn original(&self) -> &'a [u8] {
+        self.original
+    }
+}
+
+/// A `tools/call` with nothing but `jsonrpc` (written `"2.0"`), `id`, `method` and `params`,
+/// whose `params` hold nothing but `name`, `arguments` and `_meta`: the message the SDK's
+/// types decode to a call and nothing else, which the direct path may answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Plain {
+    /// Where `params._meta` lies in the message.
+    pub(crate) meta: Option<Range<usize>>,
 }
 
 /// A message refused before the SDK: a JSON-RPC error, answered when the message has an id.
@@ -122,16 +165,16 @@ impl Refused {
     }
 }
 
-/// Frames one message (see the module documentation); `limits` bound the message as the SDK
-/// will see it (the arguments are bounded by the proposal limits in `decide`).
+/// Frames one message (see the module documentation) in one strict pass
+/// ([`json::check_framed`]); `limits` bound the message as the SDK will see it (the arguments
+/// are bounded by the proposal limits in `decide`).
 ///
 /// # Errors
 /// The message is not strict JSON outside the arguments, or is not one JSON object.
 pub(crate) fn frame(message: &[u8], limits: Limits) -> Result<Framed<'_>, Refused> {
     let view = utf8_view(message);
-    let text = std::str::from_utf8(&view).unwrap_or_default();
     let id = || {
-        serde_json::from_str::<Value>(text)
+        serde_json::from_slice::<Value>(&view)
             .ok()
             .and_then(|v| v.get("id").cloned())
     };
@@ -145,41 +188,76 @@ pub(crate) fn frame(message: &[u8], limits: Limits) -> Result<Framed<'_>, Refuse
             ),
         });
     }
-    let located = locate(text);
-    let (sdk, call) = match located {
-        Some(Located {
-            mut call,
-            arguments: Some((start, end)),
-        }) => {
-            // The client's bytes, not the view's: invalid UTF-8 in them is for `decide` to refuse.
-            call.arguments = Some(message.get(start..end).unwrap_or_default().to_vec());
-            let mut sdk = Vec::with_capacity(message.len() + 2 - (end - start));
-            sdk.extend_from_slice(message.get(..start).unwrap_or_default());
-            sdk.extend_from_slice(b"{}");
-            sdk.extend_from_slice(message.get(end..).unwrap_or_default());
-            (Cow::Owned(sdk), Some(call))
-        }
-        Some(Located {
-            call,
-            arguments: None,
-        }) => (Cow::Borrowed(message), Some(call)),
-        None => (Cow::Borrowed(message), None),
+    let (shape, framing) = match json::check_framed(&view, limits, "params", "arguments") {
+        Ok(checked) => checked,
+        Err(e) => return Err(Refused::parse(id(), &e)),
     };
-    // Checked, not built: the SDK decodes the message itself.
-    match json::check(&sdk, limits) {
-        Err(e) => Err(Refused::parse(id(), &e)),
-        Ok(Shape::Object) => Ok(Framed { message: sdk, call }),
-        Ok(Shape::Array) => Err(Refused {
-            id: None,
-            code: -32600,
-            message: "invalid request: batches are not accepted; send one message at a time".into(),
-        }),
-        Ok(Shape::Scalar) => Err(Refused {
-            id: None,
-            code: -32600,
-            message: "invalid request: a message is a JSON object".into(),
-        }),
+    match shape {
+        Shape::Object => {}
+        Shape::Array => {
+            return Err(Refused {
+                id: None,
+                code: -32600,
+                message: "invalid request: batches are not accepted; send one message at a time".into(),
+            });
+        }
+        Shape::Scalar => {
+            return Err(Refused {
+                id: None,
+                code: -32600,
+                message: "invalid request: a message is a JSON object".into(),
+            });
+        }
     }
+    let located = locate(&view, &framing);
+    let set_aside = match (&located, &framing.hole) {
+        (Some(_), Some(hole)) if view.get(hole.clone()) != Some(b"null".as_slice()) => Some(hole.clone()),
+        // Not set aside: the arguments are the message's, and as strict as the rest of it.
+        (_, Some(hole)) => {
+            json::check_hole(&view, hole.clone(), limits).map_err(|e| Refused::parse(id(), &e))?;
+            None
+        }
+        (_, None) => None,
+    };
+    // Invalid UTF-8 (read as `?` so far) is the proposal's problem inside the arguments set
+    // aside, and the message's anywhere else.
+    if let Cow::Owned(_) = view {
+        let outside = match &set_aside {
+            Some(range) => [
+                message.get(..range.start).unwrap_or_default(),
+                message.get(range.end..).unwrap_or_default(),
+            ],
+            None => [message, &[]],
+        };
+        for (part, base) in outside.iter().zip([0, set_aside.as_ref().map_or(0, |r| r.end)]) {
+            if let Err(e) = std::str::from_utf8(part) {
+                return Err(Refused {
+                    id: id(),
+                    code: -32700,
+                    message: format!(
+                        "parse error: document is not valid UTF-8 at byte {}",
+                        base + e.valid_up_to()
+                    ),
+                });
+            }
+        }
+    }
+    let (call, plain) = match located {
+        Some(Located { mut call, plain }) => {
+            // The client's bytes, not the view's: invalid UTF-8 in them is for `decide` to refuse.
+            call.arguments = set_aside
+                .as_ref()
+                .map(|range| message.get(range.clone()).unwrap_or_default().to_vec());
+            (Some(call), plain)
+        }
+        None => (None, None),
+    };
+    Ok(Framed {
+        original: message,
+        set_aside,
+        call,
+        plain,
+    })
 }
 
 /// `bytes` with every byte of an invalid UTF-8 sequence replaced by `?`.
@@ -195,98 +273,64 @@ fn utf8_view(bytes: &[u8]) -> Cow<'_, [u8]> {
     Cow::Owned(out)
 }
 
-/// A located `tools/call`: its parts, and where its arguments are (byte offsets).
+/// A located `tools/call`: its parts, and whether it is [`Plain`].
 struct Located {
     call: RawCall,
-    arguments: Option<(usize, usize)>,
+    plain: Option<Plain>,
 }
 
-/// The members of an object in document order, values as written (keys decoded).
-struct Members<'a>(Vec<(String, &'a RawValue)>);
-
-impl<'de> Deserialize<'de> for Members<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct InOrder;
-        impl<'de> Visitor<'de> for InOrder {
-            type Value = Members<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut members = Vec::new();
-                while let Some(member) = map.next_entry::<String, &'de RawValue>()? {
-                    members.push(member);
-                }
-                Ok(Members(members))
-            }
-        }
-        deserializer.deserialize_map(InOrder)
-    }
+/// The one member named `key`, as its text (`members` come from the strict pass, so a key
+/// appears at most once).
+fn member<'v>(view: &'v [u8], members: &json::Spans<'_>, key: &str) -> Option<&'v [u8]> {
+    let (_, range) = members.iter().find(|(k, _)| k == key)?;
+    view.get(range.clone())
 }
 
-impl<'a> Members<'a> {
-    /// The one member named `key`; `Err` when it appears more than once.
-    fn one(&self, key: &str) -> Result<Option<&'a RawValue>, ()> {
-        let mut found = self.0.iter().filter(|(k, _)| k == key).map(|(_, v)| *v);
-        match (found.next(), found.next()) {
-            (first, None) => Ok(first),
-            (Some(_), Some(_)) | (None, Some(_)) => Err(()),
-        }
-    }
-}
-
-/// The parts of a `tools/call` in `text`; `None` for any other message, or one whose parts are
-/// ambiguous (a repeated member), which the strict check then refuses.
-fn locate(text: &str) -> Option<Located> {
-    if !text.trim_start().starts_with('{') {
+/// The parts of a `tools/call` in the message, from where the strict pass found its members;
+/// `None` for any other message.
+fn locate(view: &[u8], framing: &json::Framing<'_>) -> Option<Located> {
+    let top = &framing.members;
+    let method = member(view, top, "method")?;
+    if method != b"\"tools/call\"" && serde_json::from_slice::<String>(method).ok()? != "tools/call" {
         return None;
     }
-    let top: Members<'_> = serde_json::from_str(text).ok()?;
-    let method: String = serde_json::from_str(top.one("method").ok()??.get()).ok()?;
-    if method != "tools/call" {
-        return None;
-    }
-    let id: RequestId = serde_json::from_str(top.one("id").ok()??.get()).ok()?;
-    let params: Members<'_> = serde_json::from_str(top.one("params").ok()??.get()).ok()?;
-    let name_value = params.one("name").ok()??;
-    let name: String = serde_json::from_str(name_value.get()).ok()?;
-    let arguments = params.one("arguments").ok()?;
-    let span = match arguments {
-        Some(raw) if raw.get() != "null" => Some(span_of(text, raw.get())?),
-        _ => None,
-    };
+    let id: RequestId = serde_json::from_slice(member(view, top, "id")?).ok()?;
+    let params = &framing.inner;
+    let name_value = member(view, params, "name")?;
+    let name: String = serde_json::from_slice(name_value).ok()?;
     let mut members = Vec::new();
-    for (key, value) in &params.0 {
+    let mut plain = true;
+    for (key, range) in params {
         // A retry's `requestState` and `inputResponses` (MRTR) are the lane's, not the
         // proposal's: the SDK decodes them for the handler.
-        if matches!(
-            key.as_str(),
-            "name" | "arguments" | "_meta" | "requestState" | "inputResponses"
-        ) {
-            continue;
+        match key.as_ref() {
+            "name" | "arguments" | "_meta" => continue,
+            "requestState" | "inputResponses" => {}
+            _ => {
+                members.extend_from_slice(serde_json::to_string(key).ok()?.as_bytes());
+                members.push(b':');
+                members.extend_from_slice(view.get(range.clone())?);
+                members.push(b',');
+            }
         }
-        members.extend_from_slice(serde_json::to_string(key).ok()?.as_bytes());
-        members.push(b':');
-        members.extend_from_slice(value.get().as_bytes());
-        members.push(b',');
+        plain = false;
     }
+    plain = plain
+        && top.len() == 4
+        && member(view, top, "jsonrpc") == Some(b"\"2.0\"".as_slice())
+        && member(view, top, "params").is_some();
     Some(Located {
         call: RawCall {
             id,
             name,
-            name_text: name_value.get().to_owned(),
+            name_text: String::from_utf8(name_value.to_vec()).ok()?,
             members,
             arguments: None,
         },
-        arguments: span,
+        plain: plain.then(|| Plain {
+            meta: params.iter().find(|(k, _)| k == "_meta").map(|(_, r)| r.clone()),
+        }),
     })
-}
-
-/// Where `part` (a slice of `text`) lies in `text`.
-fn span_of(text: &str, part: &str) -> Option<(usize, usize)> {
-    let start = part.as_ptr().addr().checked_sub(text.as_ptr().addr())?;
-    let end = start.checked_add(part.len())?;
-    (text.get(start..end)? == part).then_some((start, end))
 }
 
 #[cfg(test)]
@@ -303,7 +347,7 @@ mod tests {
     fn framed(message: &[u8]) -> (String, RawCall) {
         let framed = frame(message, LIMITS).unwrap();
         (
-            String::from_utf8(framed.message.into_owned()).unwrap(),
+            String::from_utf8(framed.message().into_owned()).unwrap(),
             framed.call.unwrap(),
         )
     }
@@ -387,10 +431,29 @@ mod tests {
     }
 
     #[test]
+    fn arguments_not_set_aside_are_as_strict_as_the_rest() {
+        // Another method's arguments are the message's own.
+        let message =
+            br#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"arguments":{"a":1,"a":2}}}"#;
+        let refused = frame(message, LIMITS).unwrap_err();
+        assert_eq!((refused.code, refused.id), (-32700, Some(serde_json::json!(2))));
+        // So are those of a call that cannot be located (no name), and invalid UTF-8 in them.
+        let message = b"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"arguments\":{\"n\":\"\xff\"}}}";
+        let refused = frame(message, LIMITS).unwrap_err();
+        assert!(refused.message.contains("UTF-8"), "{}", refused.message);
+        // `null` arguments stay in the message, as the SDK reads them (absent).
+        let message =
+            br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"pay","arguments":null}}"#;
+        let (sdk, call) = framed(message);
+        assert_eq!(sdk.as_bytes(), message);
+        assert_eq!(call.arguments(), b"{}");
+    }
+
+    #[test]
     fn other_messages_pass_unchanged_without_raw_parts() {
         let message = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"arguments":{"a":1}}}"#;
         let framed = frame(message, LIMITS).unwrap();
-        assert_eq!(&*framed.message, message.as_slice());
+        assert_eq!(&*framed.message(), message.as_slice());
         assert!(framed.call.is_none());
     }
 }

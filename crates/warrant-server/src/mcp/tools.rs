@@ -195,7 +195,7 @@ pub fn derived_idempotency_key(
         hash.update((field.len() as u64).to_be_bytes());
         hash.update(field);
     }
-    format!("mcp-{}", hex::encode(hash.finalize()))
+    format!("mcp-{}", warrant_core::canon::hex_lower(&hash.finalize()))
 }
 
 /// A string `_meta` field: `Ok(None)` when absent, `Err(field)` when present but not a string.

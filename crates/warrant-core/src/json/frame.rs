@@ -1,0 +1,419 @@
+//! One strict pass over a message that carries a value judged elsewhere (the MCP lane's
+//! `tools/call`, whose `params.arguments` are the proposal's, refused by `decide` with a
+//! ledger row rather than by the message's framing).
+//!
+//! [`check_framed`] reads the message once: everything but that one value is checked exactly
+//! as [`check`](super::check) checks it, and the value itself is only *scanned* — its grammar
+//! is read (strings, escapes, numbers, nesting) so its extent is known, but not the limits
+//! the proposal's parser enforces (duplicate keys, number ranges, lone surrogates, depth). The
+//! caller gets where each top-level member and each member of the outer object lies, and
+//! where the value lies. When the caller then decides the message is not one whose value is
+//! judged elsewhere, [`check_hole`] checks that value strictly, as [`check`](super::check)
+//! would have inside the message.
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+use super::{Build, Check, JsonError, JsonErrorKind, Limits, Parser, Shape, check_input, duplicate_key};
+
+/// The members of an object: each key (decoded) and the byte range of its value.
+pub type Spans<'a> = Vec<(Cow<'a, str>, Range<usize>)>;
+
+/// Where the parts of a message checked by [`check_framed`] lie in it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Framing<'a> {
+    /// The top-level object's members, in document order.
+    pub members: Spans<'a>,
+    /// The members of the top-level member `outer`, when it is an object.
+    pub inner: Spans<'a>,
+    /// Where the value of `outer.hole` lies, when there is one: scanned, not checked.
+    pub hole: Option<Range<usize>>,
+}
+
+/// Checks `input` as [`check`](super::check) does, except for the value of the member `hole`
+/// of the top-level member `outer` (both objects), which is only scanned (see the module
+/// documentation). A document that is not an object is checked whole and has no framing.
+///
+/// # Errors
+/// As [`check`](super::check) for everything but that value; for it, only a syntax error
+/// (a value whose extent cannot be read).
+pub fn check_framed<'a>(
+    input: &'a [u8],
+    limits: Limits,
+    outer: &str,
+    hole: &str,
+) -> Result<(Shape, Framing<'a>), JsonError> {
+    let text = check_input(input, limits)?;
+    let mut parser = Parser::new(text, limits);
+    let (shape, framing) = match parser.peek() {
+        Some(b'{') => (Shape::Object, parser.framed(outer, hole)?),
+        Some(b'[') => {
+            parser.value::<Check>(0)?;
+            (Shape::Array, Framing::default())
+        }
+        _ => {
+            parser.value::<Check>(0)?;
+            (Shape::Scalar, Framing::default())
+        }
+    };
+    parser.finish()?;
+    Ok((shape, framing))
+}
+
+/// Checks the value at `range` of a message read by [`check_framed`] strictly, as
+/// [`check`](super::check) checks it at that place in the message (the hole sits two objects
+/// deep); offsets in the error are the message's.
+///
+/// # Errors
+/// As [`check`](super::check).
+pub fn check_hole(input: &[u8], range: Range<usize>, limits: Limits) -> Result<(), JsonError> {
+    let start = range.start;
+    let part = input
+        .get(range)
+        .ok_or_else(|| JsonError::new(JsonErrorKind::Syntax, start, "the value is not in the message"))?;
+    let at = |mut e: JsonError| {
+        e.offset += start;
+        e
+    };
+    let text = check_input(part, limits).map_err(at)?;
+    let mut parser = Parser::new(text, limits);
+    // The value is a member of a member of the top-level object: depth 2, as `framed` reads it.
+    parser.value::<Check>(2).map_err(at)?;
+    parser.finish().map_err(at)
+}
+
+impl<'a> Parser<'a> {
+    /// Reads the top-level object (the parser is at its `{`), recording where each member
+    /// lies; the member `outer`, when an object, is read the same way one level down, and
+    /// its member `hole` is scanned.
+    fn framed(&mut self, outer: &str, hole: &str) -> Result<Framing<'a>, JsonError> {
+        let mut keys = Check::object(true);
+        let mut inner = Spans::new();
+        let mut hole_span = None;
+        let members = self.object_with(
+            1,
+            |_| Spans::new(),
+            |parser, members, key, key_offset| {
+                let start = parser.pos;
+                let read = if key == outer && parser.peek() == Some(b'{') {
+                    parser.framed_inner(hole, &mut inner, &mut hole_span)
+                } else {
+                    parser.value::<Check>(1)
+                };
+                if let Err(e) = read {
+                    return Err(e.within(key.into_owned()));
+                }
+                Check::add(&mut keys, key.clone(), ()).map_err(|key| duplicate_key(key_offset, key))?;
+                members.push((key, start..parser.pos));
+                Ok(())
+            },
+        )?;
+        Ok(Framing {
+            members,
+            inner,
+            hole: hole_span,
+        })
+    }
+
+    /// Reads the object `outer` (the parser is at its `{`) into `spans`, scanning `hole`.
+    fn framed_inner(
+        &mut self,
+        hole: &str,
+        spans: &mut Spans<'a>,
+        hole_span: &mut Option<Range<usize>>,
+    ) -> Result<(), JsonError> {
+        let mut keys = Check::object(true);
+        self.object_with(
+            2,
+            |_| (),
+            |parser, (), key, key_offset| {
+                let start = parser.pos;
+                let read = if key == hole {
+                    parser.scan()
+                } else {
+                    parser.value::<Check>(2)
+                };
+                if let Err(e) = read {
+                    return Err(e.within(key.into_owned()));
+                }
+                Check::add(&mut keys, key.clone(), ()).map_err(|key| duplicate_key(key_offset, key))?;
+                if key == hole {
+                    *hole_span = Some(start..parser.pos);
+                }
+                spans.push((key, start..parser.pos));
+                Ok(())
+            },
+        )
+    }
+
+    /// Moves past one value, reading its grammar only: no duplicate-key, number-range,
+    /// surrogate or depth check. Iterative (a stack of the closers expected), so any nesting
+    /// the input holds is read without recursing.
+    fn scan(&mut self) -> Result<(), JsonError> {
+        let mut open: Vec<u8> = Vec::new();
+        loop {
+            // At a value.
+            self.skip_ws();
+            match self.peek() {
+                Some(b'{') => {
+                    self.pos += 1;
+                    self.skip_ws();
+                    if self.peek() == Some(b'}') {
+                        self.pos += 1;
+                    } else {
+                        open.push(b'}');
+                        self.scan_key()?;
+                        continue;
+                    }
+                }
+                Some(b'[') => {
+                    self.pos += 1;
+                    self.skip_ws();
+                    if self.peek() == Some(b']') {
+                        self.pos += 1;
+                    } else {
+                        open.push(b']');
+                        continue;
+                    }
+                }
+                Some(b'"') => self.scan_string()?,
+                Some(b't') => self.literal("true", ())?,
+                Some(b'f') => self.literal("false", ())?,
+                Some(b'n') => self.literal("null", ())?,
+                Some(b'-' | b'0'..=b'9') => {
+                    self.number_grammar()?;
+                }
+                Some(_) => return Err(self.syntax("expected a JSON value")),
+                None => return Err(self.syntax("unexpected end of document")),
+            }
+            // After a value: close what it ends, up to the next value.
+            loop {
+                let Some(&closer) = open.last() else {
+                    return Ok(());
+                };
+                self.skip_ws();
+                match self.peek() {
+                    Some(b',') => {
+                        self.pos += 1;
+                        if closer == b'}' {
+                            self.skip_ws();
+                            self.scan_key()?;
+                        }
+                        break;
+                    }
+                    Some(c) if c == closer => {
+                        self.pos += 1;
+                        open.pop();
+                    }
+                    _ if closer == b'}' => return Err(self.syntax("expected ',' or '}' in an object")),
+                    _ => return Err(self.syntax("expected ',' or ']' in an array")),
+                }
+            }
+        }
+    }
+
+    /// Moves past an object key and its `:` (the parser is at the key).
+    fn scan_key(&mut self) -> Result<(), JsonError> {
+        if self.peek() != Some(b'"') {
+            return Err(self.syntax("expected a string key"));
+        }
+        self.scan_string()?;
+        self.skip_ws();
+        if self.peek() != Some(b':') {
+            return Err(self.syntax("expected ':' after an object key"));
+        }
+        self.pos += 1;
+        Ok(())
+    }
+
+    /// Moves past a string (the parser is at its opening quote): escapes are read for their
+    /// extent (`\uXXXX` needs four hex digits), not decoded.
+    fn scan_string(&mut self) -> Result<(), JsonError> {
+        self.pos += 1;
+        loop {
+            self.skip_plain();
+            match self.peek() {
+                Some(b'"') => {
+                    self.pos += 1;
+                    return Ok(());
+                }
+                Some(b'\\') => {
+                    self.pos += 1;
+                    match self.peek() {
+                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => self.pos += 1,
+                        Some(b'u') => {
+                            self.pos += 1;
+                            self.hex4()?;
+                        }
+                        _ => return Err(self.syntax("invalid escape sequence")),
+                    }
+                }
+                Some(_) => return Err(self.syntax("control character in a string must be escaped")),
+                None => return Err(self.syntax("unterminated string")),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::json::check;
+
+    const LIMITS: Limits = Limits {
+        max_bytes: 1 << 20,
+        max_depth: 36,
+    };
+
+    fn framed(text: &str) -> Result<(Shape, Framing<'_>), JsonError> {
+        check_framed(text.as_bytes(), LIMITS, "params", "arguments")
+    }
+
+    fn at<'t>(text: &'t str, range: &Range<usize>) -> &'t str {
+        &text[range.clone()]
+    }
+
+    #[test]
+    fn members_and_the_hole_are_located() {
+        let text = r#" {"id":7, "params" : {"name":"pay","arguments": {"a":1,"a":1e400,"s":"\ud800"} ,"_meta":{}},"method":"x"} "#;
+        let (shape, framing) = framed(text).unwrap();
+        assert_eq!(shape, Shape::Object);
+        let keys: Vec<_> = framing.members.iter().map(|(k, _)| k.as_ref()).collect();
+        assert_eq!(keys, ["id", "params", "method"]);
+        assert_eq!(at(text, &framing.members[0].1), "7");
+        assert_eq!(at(text, &framing.members[2].1), r#""x""#);
+        let inner: Vec<_> = framing
+            .inner
+            .iter()
+            .map(|(k, r)| (k.as_ref(), at(text, r)))
+            .collect();
+        assert_eq!(
+            inner,
+            [
+                ("name", r#""pay""#),
+                ("arguments", r#"{"a":1,"a":1e400,"s":"\ud800"}"#),
+                ("_meta", "{}")
+            ]
+        );
+        let hole = framing.hole.unwrap();
+        assert_eq!(at(text, &hole), r#"{"a":1,"a":1e400,"s":"\ud800"}"#);
+        // Strictly, the hole is what `check` refuses.
+        let strict = check_hole(text.as_bytes(), hole.clone(), LIMITS).unwrap_err();
+        assert_eq!(strict.kind(), JsonErrorKind::NumberOutOfRange);
+        assert_eq!(strict.offset(), hole.start + r#"{"a":1,"a":"#.len());
+    }
+
+    #[test]
+    fn everything_outside_the_hole_is_strict() {
+        for (text, kind) in [
+            (r#"{"id":1,"id":2}"#, JsonErrorKind::DuplicateKey),
+            (
+                r#"{"params":{"arguments":{},"arguments":{}}}"#,
+                JsonErrorKind::DuplicateKey,
+            ),
+            (
+                r#"{"params":{"name":"a","name":"b"}}"#,
+                JsonErrorKind::DuplicateKey,
+            ),
+            (
+                r#"{"params":{"_meta":{"k":1,"k":2}}}"#,
+                JsonErrorKind::DuplicateKey,
+            ),
+            (r#"{"id":1e400}"#, JsonErrorKind::NumberOutOfRange),
+            (r#"{"params":{"name":"\ud800"}}"#, JsonErrorKind::LoneSurrogate),
+            (r#"{"params":1,"params":{}}"#, JsonErrorKind::DuplicateKey),
+            (r#"{"params":{"arguments":{}}} x"#, JsonErrorKind::Syntax),
+            (r#"{"params":{"arguments":{"a":}}}"#, JsonErrorKind::Syntax),
+            (r#"{"params":{"arguments":[1,]}}"#, JsonErrorKind::Syntax),
+            (r#"{"params":{"arguments":{"a":1]}}"#, JsonErrorKind::Syntax),
+            (r#"{"params":{"arguments":"\x"}}"#, JsonErrorKind::Syntax),
+            (r#"{"params":{"arguments":01}}"#, JsonErrorKind::Syntax),
+        ] {
+            assert_eq!(framed(text).unwrap_err().kind(), kind, "{text}");
+        }
+        // Depth counts outside the hole; inside it, only `decide` limits nesting.
+        let deep = format!(
+            r#"{{"params":{{"arguments":{}1{}}}}}"#,
+            "[".repeat(300),
+            "]".repeat(300)
+        );
+        assert!(framed(&deep).unwrap().1.hole.is_some());
+        let deep = format!(
+            r#"{{"params":{{"other":{}1{}}}}}"#,
+            "[".repeat(40),
+            "]".repeat(40)
+        );
+        assert_eq!(framed(&deep).unwrap_err().kind(), JsonErrorKind::TooDeep);
+    }
+
+    #[test]
+    fn other_documents_are_checked_whole() {
+        assert_eq!(framed("[1,2]").unwrap().0, Shape::Array);
+        assert_eq!(framed("5").unwrap().0, Shape::Scalar);
+        assert_eq!(
+            framed(r#"[{"a":1,"a":2}]"#).unwrap_err().kind(),
+            JsonErrorKind::DuplicateKey
+        );
+        // `params` that is not an object has no inner members and no hole.
+        let (_, framing) = framed(r#"{"params":[{"arguments":1}]}"#).unwrap();
+        assert!(framing.inner.is_empty() && framing.hole.is_none());
+    }
+
+    /// JSON text whose hole may hold anything a scan reads, and whose other parts may break
+    /// any rule.
+    fn documents() -> impl Strategy<Value = String> {
+        let leaf = prop_oneof![
+            Just("1".to_owned()),
+            Just("-0.5e3".to_owned()),
+            Just("1e400".to_owned()),
+            Just("01".to_owned()),
+            Just(r#""a\u00e9""#.to_owned()),
+            Just(r#""\ud800""#.to_owned()),
+            Just(r#""\q""#.to_owned()),
+            Just("true".to_owned()),
+            Just("nul".to_owned()),
+        ];
+        let value = leaf.prop_recursive(4, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(|v| format!("[{}]", v.join(","))),
+                prop::collection::vec(
+                    (prop_oneof![Just("a"), Just("b"), Just("arguments")], inner),
+                    0..4
+                )
+                .prop_map(|m| {
+                    let members: Vec<String> = m.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+                    format!("{{{}}}", members.join(","))
+                }),
+            ]
+        });
+        (value.clone(), value).prop_map(|(arguments, other)| {
+            format!(r#"{{"id":1,"params":{{"name":"t","arguments":{arguments},"x":{other}}}}}"#)
+        })
+    }
+
+    proptest! {
+        /// Reading the message with its hole scanned, then the hole strictly, refuses exactly
+        /// what `check` refuses; and the hole replaced by `{}` passes `check` exactly when the
+        /// framed reading does.
+        #[test]
+        fn framing_then_the_hole_is_check(text in documents()) {
+            let whole = check(text.as_bytes(), LIMITS);
+            let framed = framed(&text);
+            match &framed {
+                Ok((_, framing)) => {
+                    let hole = framing.hole.clone().unwrap();
+                    let strict = check_hole(text.as_bytes(), hole.clone(), LIMITS);
+                    prop_assert_eq!(strict.is_ok(), whole.is_ok(), "{}", text);
+                    let mut replaced = text.clone();
+                    replaced.replace_range(hole, "{}");
+                    prop_assert!(check(replaced.as_bytes(), LIMITS).is_ok(), "{}", replaced);
+                }
+                Err(_) => prop_assert!(whole.is_err(), "{}", text),
+            }
+        }
+    }
+}
