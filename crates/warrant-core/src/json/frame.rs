@@ -12,9 +12,12 @@
 //! would have inside the message.
 
 use std::borrow::Cow;
+use std::collections::HashSet;
 use std::ops::Range;
 
-use super::{Build, Check, JsonError, JsonErrorKind, Limits, Parser, Shape, check_input, duplicate_key};
+use super::{
+    Check, FEW_MEMBERS, JsonError, JsonErrorKind, Limits, Parser, Shape, check_input, duplicate_key,
+};
 
 /// The members of an object: each key (decoded) and the byte range of its value.
 pub type Spans<'a> = Vec<(Cow<'a, str>, Range<usize>)>;
@@ -82,32 +85,60 @@ pub fn check_hole(input: &[u8], range: Range<usize>, limits: Limits) -> Result<(
     parser.finish().map_err(at)
 }
 
+/// An object's list of members, empty or with room for a few (`any`: members follow).
+fn spans<'a>(any: bool) -> Spans<'a> {
+    if any {
+        Spans::with_capacity(4)
+    } else {
+        Spans::new()
+    }
+}
+
+/// Adds a member to `spans`; gives the key back when the object already has it. While the
+/// object has few members, a new key is compared with each; beyond [`FEW_MEMBERS`] they are
+/// kept in a set as well (`seen`), so hostile objects with many keys stay linear.
+fn add_span<'a>(
+    spans: &mut Spans<'a>,
+    seen: &mut Option<HashSet<Cow<'a, str>>>,
+    key: Cow<'a, str>,
+    range: Range<usize>,
+) -> Result<(), String> {
+    let repeated = match seen {
+        Some(set) => !set.insert(key.clone()),
+        None => spans.iter().any(|(k, _)| *k == key),
+    };
+    if repeated {
+        return Err(key.into_owned());
+    }
+    spans.push((key, range));
+    if seen.is_none() && spans.len() > FEW_MEMBERS {
+        *seen = Some(spans.iter().map(|(k, _)| k.clone()).collect());
+    }
+    Ok(())
+}
+
 impl<'a> Parser<'a> {
     /// Reads the top-level object (the parser is at its `{`), recording where each member
     /// lies; the member `outer`, when an object, is read the same way one level down, and
     /// its member `hole` is scanned.
     fn framed(&mut self, outer: &str, hole: &str) -> Result<Framing<'a>, JsonError> {
-        let mut keys = Check::object(true);
+        let mut seen = None;
         let mut inner = Spans::new();
         let mut hole_span = None;
-        let members = self.object_with(
-            1,
-            |_| Spans::new(),
-            |parser, members, key, key_offset| {
-                let start = parser.pos;
-                let read = if key == outer && parser.peek() == Some(b'{') {
-                    parser.framed_inner(hole, &mut inner, &mut hole_span)
-                } else {
-                    parser.value::<Check>(1)
-                };
-                if let Err(e) = read {
-                    return Err(e.within(key.into_owned()));
-                }
-                Check::add(&mut keys, key.clone(), ()).map_err(|key| duplicate_key(key_offset, key))?;
-                members.push((key, start..parser.pos));
-                Ok(())
-            },
-        )?;
+        let members = self.object_with(1, spans, |parser, members, key, key_offset| {
+            let start = parser.pos;
+            let read = if key == outer && parser.peek() == Some(b'{') {
+                parser
+                    .framed_inner(hole, &mut hole_span)
+                    .map(|spans| inner = spans)
+            } else {
+                parser.value::<Check>(1)
+            };
+            if let Err(e) = read {
+                return Err(e.within(key.into_owned()));
+            }
+            add_span(members, &mut seen, key, start..parser.pos).map_err(|key| duplicate_key(key_offset, key))
+        })?;
         Ok(Framing {
             members,
             inner,
@@ -115,35 +146,28 @@ impl<'a> Parser<'a> {
         })
     }
 
-    /// Reads the object `outer` (the parser is at its `{`) into `spans`, scanning `hole`.
+    /// Reads the object `outer` (the parser is at its `{`), scanning `hole`.
     fn framed_inner(
         &mut self,
         hole: &str,
-        spans: &mut Spans<'a>,
         hole_span: &mut Option<Range<usize>>,
-    ) -> Result<(), JsonError> {
-        let mut keys = Check::object(true);
-        self.object_with(
-            2,
-            |_| (),
-            |parser, (), key, key_offset| {
-                let start = parser.pos;
-                let read = if key == hole {
-                    parser.scan()
-                } else {
-                    parser.value::<Check>(2)
-                };
-                if let Err(e) = read {
-                    return Err(e.within(key.into_owned()));
-                }
-                Check::add(&mut keys, key.clone(), ()).map_err(|key| duplicate_key(key_offset, key))?;
-                if key == hole {
-                    *hole_span = Some(start..parser.pos);
-                }
-                spans.push((key, start..parser.pos));
-                Ok(())
-            },
-        )
+    ) -> Result<Spans<'a>, JsonError> {
+        let mut seen = None;
+        self.object_with(2, spans, |parser, members, key, key_offset| {
+            let start = parser.pos;
+            let read = if key == hole {
+                parser.scan()
+            } else {
+                parser.value::<Check>(2)
+            };
+            if let Err(e) = read {
+                return Err(e.within(key.into_owned()));
+            }
+            if key == hole {
+                *hole_span = Some(start..parser.pos);
+            }
+            add_span(members, &mut seen, key, start..parser.pos).map_err(|key| duplicate_key(key_offset, key))
+        })
     }
 
     /// Moves past one value, reading its grammar only: no duplicate-key, number-range,
@@ -348,6 +372,34 @@ mod tests {
             "]".repeat(40)
         );
         assert_eq!(framed(&deep).unwrap_err().kind(), JsonErrorKind::TooDeep);
+    }
+
+    #[test]
+    fn many_members_are_checked_for_repeats() {
+        let members: Vec<String> = (0..40).map(|i| format!(r#""k{i}":{i}"#)).collect();
+        let text = format!(r#"{{"params":{{{}}},{}}}"#, members.join(","), members.join(","));
+        let (_, framing) = framed(&text).unwrap();
+        assert_eq!((framing.members.len(), framing.inner.len()), (41, 40));
+        for repeat in [r#""k3":0"#, r#""k39":0"#, r#""params":0"#] {
+            let text = format!(
+                r#"{{"params":{{{}}},{},{repeat}}}"#,
+                members.join(","),
+                members.join(",")
+            );
+            assert_eq!(
+                framed(&text).unwrap_err().kind(),
+                JsonErrorKind::DuplicateKey,
+                "{repeat}"
+            );
+        }
+        for repeat in [r#""k3":0"#, r#""k39":0"#] {
+            let text = format!(r#"{{"params":{{{},{repeat}}}}}"#, members.join(","));
+            assert_eq!(
+                framed(&text).unwrap_err().kind(),
+                JsonErrorKind::DuplicateKey,
+                "{repeat}"
+            );
+        }
     }
 
     #[test]

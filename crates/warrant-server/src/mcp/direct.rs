@@ -17,8 +17,8 @@
 //! path can only answer what the SDK would have answered the same way; the test
 //! `the_direct_path_answers_as_the_sdk_does` holds the two to the same answers.
 
+use axum::http::HeaderValue;
 use axum::http::request::Parts;
-use axum::http::{HeaderName, HeaderValue, header};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, JsonObject, JsonRpcMessage, RequestId, RequestMetaObject,
     ServerJsonRpcMessage, ServerResult,
@@ -32,12 +32,6 @@ use super::raw;
 /// versions before per-request negotiation), as the `MCP-Protocol-Version` header names them.
 const ONE_SHOT_VERSIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
 
-/// The headers of per-request negotiation: a request with them goes to the SDK. Named once:
-/// a lookup by `&str` parses and lower-cases the name again on every request.
-const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
-const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
-const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
-
 /// The `_meta` keys reserved by the protocol (`io.modelcontextprotocol/…`): a request that
 /// carries any goes to the SDK, which reads them.
 const PROTOCOL_META_PREFIX: &str = "io.modelcontextprotocol/";
@@ -49,26 +43,27 @@ const PROTOCOL_META_PREFIX: &str = "io.modelcontextprotocol/";
 /// name hashes the name and probes the map each time (about 3,000 instructions for the seven
 /// names, against under 1,000 for the pass).
 pub(crate) fn headers_allow(parts: &Parts, allowed_hosts: &AllowedHosts) -> bool {
-    let (mut host, mut accept, mut version) = (One::Absent, One::Absent, One::Absent);
+    let (mut host, mut accept, mut version) = (Seen::Absent, Seen::Absent, Seen::Absent);
     let mut content_type = None;
     for (name, value) in &parts.headers {
-        if name == header::HOST {
-            host.see(value);
-        } else if name == header::ACCEPT {
-            accept.see(value);
-        } else if name == header::CONTENT_TYPE {
+        // Names are stored in lower case: one match on the text per header. The
+        // `mcp-*` headers are per-request negotiation, which the SDK handles.
+        match name.as_str() {
+            "host" => host.see(value),
+            "accept" => accept.see(value),
             // The SDK reads the first value.
-            content_type.get_or_insert(value);
-        } else if name == MCP_PROTOCOL_VERSION {
-            version.see(value);
-        } else if name == header::ORIGIN || name == MCP_METHOD || name == MCP_NAME {
-            return false;
+            "content-type" => {
+                content_type.get_or_insert(value);
+            }
+            "mcp-protocol-version" => version.see(value),
+            "origin" | "mcp-method" | "mcp-name" => return false,
+            _ => {}
         }
     }
     let version_allows = match version {
-        One::Absent => true,
-        One::One(v) => v.to_str().is_ok_and(|v| ONE_SHOT_VERSIONS.contains(&v)),
-        One::Many => false,
+        Seen::Absent => true,
+        Seen::Once(v) => v.to_str().is_ok_and(|v| ONE_SHOT_VERSIONS.contains(&v)),
+        Seen::Many => false,
     };
     version_allows
         && host.text().is_some_and(|h| host_is_allowed(h, allowed_hosts))
@@ -77,25 +72,25 @@ pub(crate) fn headers_allow(parts: &Parts, allowed_hosts: &AllowedHosts) -> bool
 }
 
 /// A header's values, as far as the SDK's reading of it goes.
-enum One<'a> {
+enum Seen<'a> {
     Absent,
-    One(&'a HeaderValue),
+    Once(&'a HeaderValue),
     Many,
 }
 
-impl<'a> One<'a> {
+impl<'a> Seen<'a> {
     fn see(&mut self, value: &'a HeaderValue) {
         *self = match self {
-            One::Absent => One::One(value),
-            One::One(_) | One::Many => One::Many,
+            Seen::Absent => Seen::Once(value),
+            Seen::Once(_) | Seen::Many => Seen::Many,
         };
     }
 
     /// The one value as text; `None` when absent, repeated or not text.
     fn text(&self) -> Option<&'a str> {
         match self {
-            One::One(value) => value.to_str().ok(),
-            One::Absent | One::Many => None,
+            Seen::Once(value) => value.to_str().ok(),
+            Seen::Absent | Seen::Many => None,
         }
     }
 }
@@ -253,7 +248,7 @@ fn plain_host(value: &str) -> Option<(&str, Option<u16>)> {
             (inside, after)
         }
         None => {
-            let end = value.find(':').unwrap_or(value.len());
+            let end = value.bytes().position(|b| b == b':').unwrap_or(value.len());
             let (name, after) = value.split_at(end);
             let plain = |b: u8| b.is_ascii_alphanumeric() || b == b'.' || b == b'-';
             if name.is_empty() || !name.bytes().all(plain) {
@@ -277,7 +272,7 @@ fn plain_host(value: &str) -> Option<(&str, Option<u16>)> {
 /// `Accept` lists both `application/json` and `text/event-stream`, each plainly (no
 /// parameters, so no weight that could exclude it), in one header value.
 fn accepts_json_and_sse(accept: &str) -> bool {
-    if accept.contains(['"', ';']) {
+    if accept.bytes().any(|b| b == b'"' || b == b';') {
         return false;
     }
     let mut json = false;
