@@ -449,6 +449,67 @@ mod tests {
         assert_eq!(call.arguments(), b"{}");
     }
 
+    /// Messages whose every part may be plain or break a rule: the method, the id, the name,
+    /// the arguments (repeated keys, number spellings, surrogates, broken grammar) and the other
+    /// members.
+    fn messages() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let pick = |options: &'static [&'static str]| proptest::sample::select(options);
+        (
+            pick(&[r#""tools/call""#, r#""tools\/call""#, r#""tools/list""#, "7"]),
+            pick(&["1", r#""a""#, "1e400", "1.5", "null"]),
+            pick(&[r#""name":"pay","#, r#""name":"p\u0061y","#, r#""name":7,"#, "", r#""name":"\ud800","#]),
+            pick(&[
+                r#"{"a":1}"#,
+                r#"{"a":1,"a":2}"#,
+                r#"{"n":7.0,"m":1e400}"#,
+                r#"{"s":"\ud800"}"#,
+                "null",
+                "[1,2]",
+                r#"{"a":}"#,
+                r#"{"a":[1,{"b":"x"}]}"#,
+            ]),
+            pick(&["", r#""_meta":{"k":"v"},"#, r#""_meta":{"k":1,"k":2},"#, r#""tenant":"t","#]),
+            pick(&["", r#","extra":true"#, r#","id":2"#]),
+        )
+            .prop_map(|(method, id, name, arguments, more, tail)| {
+                format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"method":{method},"params":{{{name}{more}"arguments":{arguments}}}{tail}}}"#
+                )
+            })
+    }
+
+    proptest::proptest! {
+        /// Whatever the framing lets through is strict outside the arguments it set aside, and
+        /// those are the client's bytes; whatever it refuses, the strict parser refuses with the
+        /// arguments replaced (or, when they are not set aside, as written).
+        #[test]
+        fn the_framing_is_the_strict_parser_around_the_arguments(message in messages()) {
+            let start = message.find(r#""arguments":"#).unwrap() + r#""arguments":"#.len();
+            match frame(message.as_bytes(), LIMITS) {
+                Ok(framed) => {
+                    let sdk = framed.message();
+                    proptest::prop_assert!(json::check(&sdk, LIMITS).is_ok(), "{}", message);
+                    if let Some(call) = &framed.call
+                        && sdk.as_ref() != message.as_bytes()
+                    {
+                        let arguments = std::str::from_utf8(call.arguments()).unwrap();
+                        proptest::prop_assert!(message[start..].starts_with(arguments), "{}", message);
+                        proptest::prop_assert!(
+                            String::from_utf8(sdk.into_owned()).unwrap().contains(r#""arguments":{}"#),
+                            "{}",
+                            message
+                        );
+                    }
+                }
+                Err(refused) => {
+                    proptest::prop_assert!(json::check(message.as_bytes(), LIMITS).is_err(), "{}", message);
+                    proptest::prop_assert_eq!(refused.code, -32700);
+                }
+            }
+        }
+    }
+
     #[test]
     fn other_messages_pass_unchanged_without_raw_parts() {
         let message = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"arguments":{"a":1}}}"#;
