@@ -79,6 +79,10 @@ pub struct Authority {
     settings: Settings,
     exhausted: ExhaustedBudgets,
     seal: Option<Arc<dyn ArgumentSeal>>,
+    /// `warrant_decisions_total`'s handles for `ALLOW`, `NEEDS_APPROVAL` and `REJECT`, resolved
+    /// on the first decision: `counter!` with a label builds, hashes and looks up its key in
+    /// the recorder on every use (about 600 instructions).
+    decisions: std::sync::OnceLock<[metrics::Counter; 3]>,
 }
 
 impl std::fmt::Debug for Authority {
@@ -249,7 +253,22 @@ impl Authority {
             settings,
             exhausted: ExhaustedBudgets::default(),
             seal: None,
+            decisions: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Counts a decision by its label ([`Decision::as_str`]).
+    fn count_decision(&self, label: &'static str) {
+        let [allow, hold, reject] = self.decisions.get_or_init(|| {
+            ["ALLOW", "NEEDS_APPROVAL", "REJECT"]
+                .map(|label| metrics::counter!(metric::DECISIONS, "decision" => label))
+        });
+        match label {
+            "ALLOW" => allow,
+            "NEEDS_APPROVAL" => hold,
+            _ => reject,
+        }
+        .increment(1);
     }
 
     /// Keeps a sealed copy of the exact arguments of each held call whose contract has a
@@ -328,7 +347,7 @@ impl Authority {
             Ok(decision) => decision,
             Err(rejection) => Decision::Reject(rejection),
         };
-        metrics::counter!(metric::DECISIONS, "decision" => decision.as_str()).increment(1);
+        self.count_decision(decision.as_str());
         match &decision {
             Decision::Reject(rejection) => {
                 count_rejection(rejection);
@@ -634,7 +653,7 @@ impl Authority {
             }
             Err(r) => r,
         };
-        metrics::counter!(metric::DECISIONS, "decision" => "reject").increment(1);
+        self.count_decision("REJECT");
         count_rejection(&rejection);
         p.row.decision = LedgerDecision::Reject;
         p.row.stage = Some(rejection.stage().as_str().to_owned());

@@ -3,11 +3,12 @@
 //! number, a duplicate key has been merged, `1e400` has become a float. So each message is
 //! framed here, below the SDK, on both transports:
 //!
-//! - `params.arguments` of a `tools/call` is located in the raw message (`serde_json`'s
-//!   `RawValue`, which keeps a value's text) and kept aside, byte for byte, as a [`RawCall`];
-//! - the SDK is handed the message with that value replaced by `{}`, after the strict parser
-//!   has checked everything else in it (a message that fails is a JSON-RPC parse error, as it is
-//!   not a proposal);
+//! - one pass of the strict parser ([`json::check_framed`]) checks everything in the message
+//!   but `params.arguments`, which it only scans for its extent, and says where each member
+//!   lies (a message that fails is a JSON-RPC parse error, as it is not a proposal);
+//! - `params.arguments` of a `tools/call` is kept aside, byte for byte, as a [`RawCall`], and
+//!   the SDK is handed the message with that value replaced by `{}`; the arguments of any
+//!   other message are checked as strictly as the rest of it ([`json::check_hole`]);
 //! - the handler builds the proposal from the [`RawCall`] (`{"tool", "version", …,
 //!   "arguments"}`) and gives those bytes to `decide`, whose strict parser refuses what it
 //!   refuses over HTTP — duplicate keys, number spellings, depth, size, surrogates, invalid

@@ -573,7 +573,21 @@ pub async fn health_readiness_and_metrics(h: &Harness) {
     let r = get("/metrics").await.unwrap();
     assert_eq!(r.status().as_u16(), 200);
     let text = r.text().await.unwrap();
-    assert!(text.contains("warrant_decisions_total"), "{text}");
+    // The per-call metrics (their handles are resolved once per pipeline and runtime) count.
+    for series in [
+        r#"warrant_decisions_total{decision="ALLOW"}"#,
+        r#"warrant_attempts_total{adapter="http"}"#,
+        r#"warrant_outcomes_total{outcome="committed"}"#,
+    ] {
+        assert!(
+            text.lines().any(|l| l.starts_with(series)
+                && l.rsplit(' ')
+                    .next()
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .is_some_and(|v| v >= 1.0)),
+            "{series}: {text}"
+        );
+    }
     assert!(
         text.contains("warrant_http_request_duration_seconds_bucket"),
         "{text}"
