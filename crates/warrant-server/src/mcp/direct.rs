@@ -5,16 +5,18 @@
 //! through channels between them: four tasks and their wake-ups for one request and one
 //! answer. For the one message that is most of the traffic — a `tools/call` — this module
 //! takes the request after the lane's own framing ([`super::raw`]) and answers it directly:
-//! the SDK's own parameter type (`CallToolRequestParams`, decoded by `serde_json`), the same
-//! handler code ([`super::tools::call`]), the same answer (the SDK's `ServerJsonRpcMessage`,
-//! serialized as the SDK does).
+//! the SDK's own parameter type (`CallToolRequestParams`, from the id and name the framing
+//! read, with `_meta` decoded as the SDK's `RequestMetaObject`), the same handler code
+//! ([`super::tools::call`]), the same answer (the SDK's `ServerJsonRpcMessage`, serialized as
+//! the SDK does).
 //!
 //! It takes a request only when the SDK would have served it through that same path; every
-//! other request — any other method, a notification, an `Origin` header, a `Host` not plainly
-//! allowed, an `Accept` or `Content-Type` it does not read exactly as the SDK does, a protocol
-//! version that negotiates per request (`2026-07-28` and later, `_meta` protocol fields,
-//! standard headers) — goes to the SDK, which accepts or refuses it as it always has. So this
-//! path can only answer what the SDK would have answered the same way; the test
+//! other request — any other method, a notification, a message with members the SDK's call
+//! type does not have ([`raw::Plain`]), an `Origin` header, a `Host` not plainly allowed, an
+//! `Accept` or `Content-Type` it does not read exactly as the SDK does, a repeated header, a
+//! protocol version that negotiates per request (`2026-07-28` and later, `_meta` protocol
+//! fields, standard headers) — goes to the SDK, which accepts or refuses it as it always has.
+//! So this path can only answer what the SDK would have answered the same way; the test
 //! `the_direct_path_answers_as_the_sdk_does` holds the two to the same answers.
 
 use axum::http::HeaderValue;
