@@ -223,6 +223,7 @@ pub fn digest(value: &Value) -> Sha256Digest {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::json::{Limits, parse};
 
     #[test]
     fn hex_lower_is_hex_encode() {
@@ -230,7 +231,6 @@ mod tests {
             assert_eq!(hex_lower(bytes), hex::encode(bytes));
         }
     }
-    use crate::json::{Limits, parse};
 
     fn canon(text: &str) -> String {
         canonical_string(&parse(text.as_bytes(), Limits::DOCUMENT).unwrap())

@@ -67,6 +67,9 @@ impl Default for Settings {
     }
 }
 
+/// The values of `warrant_decisions_total`'s `decision` label, as [`Decision::as_str`] gives them.
+const DECISION_LABELS: [&str; 3] = ["ALLOW", "NEEDS_APPROVAL", "REJECT"];
+
 /// Everything `decide` needs; built once at start and shared by every lane.
 pub struct Authority {
     store: Arc<dyn Store>,
@@ -257,18 +260,19 @@ impl Authority {
         }
     }
 
-    /// Counts a decision by its label ([`Decision::as_str`]).
+    /// Counts a decision by its label ([`Decision::as_str`], one of [`DECISION_LABELS`]).
     fn count_decision(&self, label: &'static str) {
-        let [allow, hold, reject] = self.decisions.get_or_init(|| {
-            ["ALLOW", "NEEDS_APPROVAL", "REJECT"]
-                .map(|label| metrics::counter!(metric::DECISIONS, "decision" => label))
+        let counters = self.decisions.get_or_init(|| {
+            DECISION_LABELS.map(|label| metrics::counter!(metric::DECISIONS, "decision" => label))
         });
-        match label {
-            "ALLOW" => allow,
-            "NEEDS_APPROVAL" => hold,
-            _ => reject,
+        match DECISION_LABELS
+            .iter()
+            .position(|l| *l == label)
+            .and_then(|i| counters.get(i))
+        {
+            Some(counter) => counter.increment(1),
+            None => metrics::counter!(metric::DECISIONS, "decision" => label).increment(1),
         }
-        .increment(1);
     }
 
     /// Keeps a sealed copy of the exact arguments of each held call whose contract has a

@@ -897,7 +897,7 @@ pub(crate) fn elapsed_ms(since: Instant) -> u64 {
 /// made from an owned string is an allocation and a copy for each of the three metrics of every
 /// attempt.
 fn adapter_label(kind: &str) -> metrics::SharedString {
-    match crate::adapters::BUILT_IN_KINDS.iter().find(|k| **k == kind) {
+    match built_in(kind).and_then(|i| crate::adapters::BUILT_IN_KINDS.get(i)) {
         Some(built_in) => metrics::SharedString::const_str(built_in),
         None => metrics::SharedString::from(kind.to_owned()),
     }
