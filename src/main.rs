@@ -10,6 +10,7 @@ mod check;
 mod client;
 mod contract;
 mod io;
+mod logfmt;
 mod mcp;
 mod reconcile;
 mod serve;

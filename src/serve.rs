@@ -520,8 +520,10 @@ pub(crate) fn init_logging(json: bool, own: &str) {
         .with_writer(std::io::stderr);
     if json {
         let _ = builder.json().try_init();
-    } else {
+    } else if ansi {
         let _ = builder.try_init();
+    } else {
+        let _ = builder.fmt_fields(crate::logfmt::PlainFields).try_init();
     }
 }
 
@@ -820,6 +822,10 @@ pub fn run(args: &ServeArgs) -> Result<Exit> {
 
     let rt = runtime(args.workers.or(loaded.workers))?;
     rt.block_on(async move {
+        if tokio::runtime::Handle::current().runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread {
+            // One request thread: the store's answers reach it with one wake per commit.
+            warrant_store::deliver_answers_here();
+        }
         let listener = tokio::net::TcpListener::bind(&listen)
             .await
             .with_context(|| format!("cannot listen on {listen}"))?;

@@ -347,6 +347,8 @@ trait WriteJob: Send {
     fn run(&mut self, ex: &mut SqliteExec<'_>) -> bool;
     /// Answers the caller: the operation's result if the batch committed, else `error`.
     fn reply(self: Box<Self>, commit: Result<(), StoreError>);
+    /// The inbox of the caller's thread, if it has one ([`deliver_answers_here`]).
+    fn take_inbox(&mut self) -> Option<Arc<Inbox>>;
 }
 
 struct Job<R, F> {
@@ -355,6 +357,8 @@ struct Job<R, F> {
     answer: oneshot::Sender<Result<R, StoreError>>,
     /// The caller's span, entered while the operation runs on the writer thread.
     span: tracing::Span,
+    /// Where the answer goes, if the caller's thread has an inbox.
+    inbox: Option<Arc<Inbox>>,
 }
 
 fn guarded<R>(operation: impl FnOnce() -> Result<R, StoreError>) -> Result<R, StoreError> {
@@ -389,6 +393,152 @@ where
         };
         // The caller may have gone away; the write's fate is in the ledger either way.
         let _ = self.answer.send(answer);
+    }
+
+    fn take_inbox(&mut self) -> Option<Arc<Inbox>> {
+        self.inbox.take()
+    }
+}
+
+/// A write answered, waiting in an [`Inbox`].
+type Answer = (Box<dyn WriteJob>, Result<(), StoreError>);
+
+/// The writer's answers for the tasks of one thread, delivered there by one task
+/// ([`deliver_answers_here`]).
+///
+/// Every answer sent to a task from another thread wakes its runtime: for tokio's
+/// current-thread runtime, a write to its eventfd, one system call per answer, while one
+/// commit answers several calls at once. Through an inbox the writer wakes one task per commit
+/// (and none while that task has answers still to deliver), and that task wakes the callers
+/// from their own thread, which costs no system call.
+pub(crate) struct Inbox {
+    pending: Mutex<Pending>,
+    /// Times the delivering task was woken (for tests).
+    wakes: AtomicU64,
+}
+
+#[derive(Default)]
+struct Pending {
+    answers: Vec<Answer>,
+    /// The delivering task, when it waits with nothing to deliver (taken by the post that
+    /// wakes it: later posts find none and only add their answers, which it delivers before
+    /// it waits again).
+    waiting: Option<Waker>,
+    /// The delivering task is gone (its runtime shut down): answers are sent directly.
+    closed: bool,
+}
+
+thread_local! {
+    /// This thread's inbox, once [`deliver_answers_here`] made it.
+    static INBOX: RefCell<Option<Arc<Inbox>>> = const { RefCell::new(None) };
+}
+
+/// Delivers the SQLite writer's answers to the tasks of this thread through one task of this
+/// thread's runtime, woken once per commit rather than once per answer. Call it once, from
+/// inside a current-thread runtime, on a thread that runs no other runtime while that one
+/// lives (a server's request thread). Without it, each answer wakes its task directly; after
+/// the runtime shuts down, answers go directly again.
+///
+/// # Panics
+/// Outside a tokio runtime (it spawns the delivering task).
+pub fn deliver_answers_here() {
+    let inbox = Arc::new(Inbox {
+        pending: Mutex::new(Pending::default()),
+        wakes: AtomicU64::new(0),
+    });
+    tokio::spawn(deliver(Arc::clone(&inbox)));
+    INBOX.with(|current| *current.borrow_mut() = Some(inbox));
+}
+
+/// The delivering task: answers everything posted, then waits for more.
+async fn deliver(inbox: Arc<Inbox>) {
+    let closing = Closing(inbox);
+    std::future::poll_fn(|cx| {
+        loop {
+            let answers = {
+                let mut pending = closing.0.lock();
+                if pending.answers.is_empty() {
+                    pending.waiting = Some(cx.waker().clone());
+                    return Poll::<()>::Pending;
+                }
+                std::mem::take(&mut pending.answers)
+            };
+            for (job, commit) in answers {
+                job.reply(commit);
+            }
+        }
+    })
+    .await;
+}
+
+/// Closes the inbox when its task is dropped, and answers what was waiting.
+struct Closing(Arc<Inbox>);
+
+impl Drop for Closing {
+    fn drop(&mut self) {
+        let answers = {
+            let mut pending = self.0.lock();
+            pending.closed = true;
+            std::mem::take(&mut pending.answers)
+        };
+        for (job, commit) in answers {
+            job.reply(commit);
+        }
+    }
+}
+
+impl Inbox {
+    /// The current thread's inbox, if any.
+    fn current() -> Option<Arc<Inbox>> {
+        INBOX.with(|current| current.borrow().clone())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Hands a commit's answers to the delivering task, waking it if it waits; answers them
+    /// here if it is gone.
+    fn post(&self, mut answers: Vec<Answer>) {
+        let mut pending = self.lock();
+        if pending.closed {
+            drop(pending);
+            for (job, commit) in answers {
+                job.reply(commit);
+            }
+            return;
+        }
+        if pending.answers.is_empty() {
+            std::mem::swap(&mut pending.answers, &mut answers);
+        } else {
+            pending.answers.append(&mut answers);
+        }
+        let waiting = pending.waiting.take();
+        drop(pending);
+        if let Some(task) = waiting {
+            self.wakes.fetch_add(1, Ordering::Relaxed);
+            task.wake();
+        }
+    }
+}
+
+/// Answers a batch's writes: through their threads' inboxes, one post per inbox, or directly.
+fn answer_batch(batch: &mut Vec<Box<dyn WriteJob>>, commit: &Result<(), StoreError>) {
+    let mut routed: Vec<(Arc<Inbox>, Vec<Answer>)> = Vec::new();
+    for mut job in batch.drain(..) {
+        let Some(inbox) = job.take_inbox() else {
+            job.reply(commit.clone());
+            continue;
+        };
+        match routed.iter_mut().find(|(to, _)| Arc::ptr_eq(to, &inbox)) {
+            Some((_, answers)) => answers.push((job, commit.clone())),
+            None => routed.push((inbox, vec![(job, commit.clone())])),
+        }
+    }
+    for (inbox, answers) in routed {
+        inbox.post(answers);
     }
 }
 
@@ -561,6 +711,7 @@ impl Sqlite {
             result: None,
             answer,
             span: tracing::Span::current(),
+            inbox: Inbox::current(),
         };
         queue(&self.writer, WriteMsg::Job(Box::new(job)), "write")?;
         wait.await.map_err(|_| closed())?
@@ -693,9 +844,7 @@ fn write_loop(mut conn: Connection, queue: &Receiver<WriteMsg>, nudge: &Nudge) {
             continue;
         }
         if let Err(e) = step(&conn, "BEGIN IMMEDIATE") {
-            for job in batch.drain(..) {
-                job.reply(Err(e.clone()));
-            }
+            answer_batch(&mut batch, &Err(e));
             continue;
         }
         let mut broken = None;
@@ -740,9 +889,7 @@ fn write_loop(mut conn: Connection, queue: &Receiver<WriteMsg>, nudge: &Nudge) {
         if commit.is_err() {
             let _ = step(&conn, "ROLLBACK");
         }
-        for job in batch.drain(..) {
-            job.reply(commit.clone());
-        }
+        answer_batch(&mut batch, &commit);
         if commit.is_ok() && !discarded {
             nudge.committed();
         }
@@ -1057,6 +1204,61 @@ mod tests {
         }
         assert_eq!((ok, conflicts), (180, 20));
         assert_eq!(count(&sqlite).await, 180);
+    }
+
+    #[test]
+    fn a_commits_answers_reach_their_thread_with_one_wake() {
+        let runtime = || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+        };
+        runtime().block_on(async {
+            deliver_answers_here();
+            let inbox = Inbox::current().unwrap();
+            let (_dir, sqlite) = store().await;
+            // The writer is held inside one write while twenty more queue behind it; released,
+            // it commits the twenty-one in one batch.
+            let (release, held) = mpsc::channel::<()>();
+            let (started, running) = oneshot::channel();
+            let blocked = tokio::spawn({
+                let sqlite = Arc::clone(&sqlite);
+                async move {
+                    sqlite
+                        .write(move |ex| {
+                            let _ = started.send(());
+                            let _ = held.recv();
+                            now(async { ex.execute("INSERT INTO t (k, v) VALUES ('held', 0)", &[]).await })
+                        })
+                        .await
+                }
+            });
+            running.await.unwrap();
+            let mut queued = Vec::new();
+            for i in 0..20 {
+                let mut w = Box::pin(sqlite.write(insert(format!("q{i}"), i)));
+                assert!(tokio::time::timeout(Duration::ZERO, &mut w).await.is_err());
+                queued.push(w);
+            }
+            let before = inbox.wakes.load(Ordering::Relaxed);
+            release.send(()).unwrap();
+            assert_eq!(blocked.await.unwrap().unwrap(), 1);
+            for w in queued {
+                assert_eq!(w.await.unwrap(), 1);
+            }
+            let wakes = inbox.wakes.load(Ordering::Relaxed) - before;
+            assert_eq!(wakes, 1, "21 answers of one commit woke the thread {wakes} times");
+            assert_eq!(count(&sqlite).await, 21);
+        });
+        // The runtime that delivered is gone: a later runtime on this thread is answered
+        // directly (it would wait forever for a task that no longer runs).
+        runtime().block_on(async {
+            let (_dir, sqlite) = store().await;
+            let answered =
+                tokio::time::timeout(Duration::from_secs(10), sqlite.write(insert("after".into(), 1))).await;
+            assert_eq!(answered.expect("answered").unwrap(), 1);
+        });
     }
 
     #[tokio::test]

@@ -57,6 +57,8 @@ pub struct HttpAdapter {
     url: Url,
     status_url: Option<String>,
     credential: Option<Credential>,
+    /// The credential's `Authorization` header for `url`, made once with the adapter.
+    authorization: Option<HeaderValue>,
     timeout: Duration,
 }
 
@@ -85,11 +87,16 @@ impl HttpAdapter {
             }
         }
         let timeout = b.duration("timeout", Duration::from_secs(10), MAX_TIMEOUT)?;
+        let authorization = match json_headers(credential.as_ref(), &url) {
+            Ok(mut headers) => headers.remove(header::AUTHORIZATION),
+            Err(failure) => return Err(BindingError::invalid("http", failure.detail())),
+        };
         Ok(HttpAdapter {
             client: config.client.clone(),
             url,
             status_url,
             credential,
+            authorization,
             timeout,
         })
     }
@@ -100,7 +107,18 @@ impl HttpAdapter {
         call_scopes: &[String],
         tenant: &str,
     ) -> Result<HeaderMap, Failure> {
-        let mut headers = json_headers(self.credential.as_ref(), url)?;
+        // The endpoint was checked against the credential, and its header made, with the
+        // adapter; another URL (a status URL) is checked now.
+        let mut headers = if *url == self.url {
+            let mut headers = HeaderMap::with_capacity(8);
+            headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+            if let Some(authorization) = &self.authorization {
+                headers.insert(header::AUTHORIZATION, authorization.clone());
+            }
+            headers
+        } else {
+            json_headers(self.credential.as_ref(), url)?
+        };
         if let Ok(v) = HeaderValue::from_str(tenant) {
             headers.insert(TENANT_HEADER, v);
         }
