@@ -20,6 +20,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
 use serde_json::Value;
+use warrant_core::contract::{ContractId, Namespace};
 use warrant_core::{Contract, Sha256Digest};
 
 use crate::adapter::{Adapter, BindingError, Failure, Reconciled};
@@ -63,16 +64,29 @@ pub trait AdapterFactory: Send + Sync {
     ) -> Result<Arc<dyn Adapter>, BindingError>;
 }
 
-/// A built adapter is specific to its contract's namespace too: credentials are granted by
-/// qualified tool name, so the same document and binding in another namespace builds anew.
-type CacheKey = (String, String, Sha256Digest);
+/// An adapter built for a contract (found by the contract's content id). A built adapter is
+/// specific to its contract's namespace and name too: credentials are granted by qualified
+/// tool name, so the same document and binding in another namespace builds anew.
+struct Built {
+    namespace: Namespace,
+    name: String,
+    binding: Sha256Digest,
+    adapter: Arc<dyn Adapter>,
+}
+
+impl Built {
+    fn is_for(&self, contract: &Contract, binding: Sha256Digest) -> bool {
+        self.binding == binding && self.namespace == *contract.namespace() && self.name == contract.name()
+    }
+}
 
 /// The adapter registry: builds each contract's adapter once (per binding digest) and hands
 /// out shared references.
 pub struct Adapters {
     config: AdapterConfig,
     custom: RwLock<HashMap<String, Arc<dyn AdapterFactory>>>,
-    built: RwLock<HashMap<CacheKey, Arc<dyn Adapter>>>,
+    /// By content id: found on every call without building a key (no allocation).
+    built: RwLock<HashMap<ContractId, Vec<Built>>>,
 }
 
 impl std::fmt::Debug for Adapters {
@@ -123,12 +137,14 @@ impl Adapters {
     /// credential.
     pub fn for_contract(&self, contract: &Contract) -> Result<Arc<dyn Adapter>, BindingError> {
         let binding = contract.adapter().ok_or(BindingError::Missing)?;
-        let key = (
-            contract.qualified_name(),
-            contract.id_str().to_owned(),
-            binding.digest(),
-        );
-        if let Some(adapter) = self.built.read().ok().and_then(|b| b.get(&key).cloned()) {
+        let found = self.built.read().ok().and_then(|built| {
+            let found = built
+                .get(&contract.id())?
+                .iter()
+                .find(|b| b.is_for(contract, binding.digest()))?;
+            Some(Arc::clone(&found.adapter))
+        });
+        if let Some(adapter) = found {
             return Ok(adapter);
         }
         let doc = binding.document();
@@ -152,7 +168,14 @@ impl Adapters {
             }
         };
         if let Ok(mut built) = self.built.write() {
-            built.insert(key, Arc::clone(&adapter));
+            let same = built.entry(contract.id()).or_default();
+            same.retain(|b| !b.is_for(contract, binding.digest()));
+            same.push(Built {
+                namespace: contract.namespace().clone(),
+                name: contract.name().to_owned(),
+                binding: binding.digest(),
+                adapter: Arc::clone(&adapter),
+            });
         }
         Ok(adapter)
     }
