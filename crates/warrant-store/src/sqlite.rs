@@ -1220,6 +1220,30 @@ mod tests {
         assert_eq!(count(&sqlite).await, 180);
     }
 
+    /// Holds the writer thread inside one write (inserting `held`) until the sender is used;
+    /// the receiver answers once it is held.
+    fn hold_writer(
+        sqlite: &Arc<Sqlite>,
+    ) -> (
+        mpsc::Sender<()>,
+        oneshot::Receiver<()>,
+        tokio::task::JoinHandle<Result<u64, StoreError>>,
+    ) {
+        let (release, held) = mpsc::channel::<()>();
+        let (started, running) = oneshot::channel();
+        let sqlite = Arc::clone(sqlite);
+        let blocked = tokio::spawn(async move {
+            sqlite
+                .write(move |ex| {
+                    let _ = started.send(());
+                    let _ = held.recv();
+                    now(async { ex.execute("INSERT INTO t (k, v) VALUES ('held', 0)", &[]).await })
+                })
+                .await
+        });
+        (release, running, blocked)
+    }
+
     #[test]
     fn a_commits_answers_reach_their_thread_with_one_wake() {
         let runtime = || {
@@ -1234,20 +1258,7 @@ mod tests {
             let (_dir, sqlite) = store().await;
             // The writer is held inside one write while twenty more queue behind it; released,
             // it commits the twenty-one in one batch.
-            let (release, held) = mpsc::channel::<()>();
-            let (started, running) = oneshot::channel();
-            let blocked = tokio::spawn({
-                let sqlite = Arc::clone(&sqlite);
-                async move {
-                    sqlite
-                        .write(move |ex| {
-                            let _ = started.send(());
-                            let _ = held.recv();
-                            now(async { ex.execute("INSERT INTO t (k, v) VALUES ('held', 0)", &[]).await })
-                        })
-                        .await
-                }
-            });
+            let (release, running, blocked) = hold_writer(&sqlite);
             running.await.unwrap();
             let mut queued = Vec::new();
             for i in 0..20 {
@@ -1411,22 +1422,9 @@ mod tests {
             .await
             .unwrap();
         // The writer thread is held inside one write; the reader inside one read.
-        let (release_w, held_w) = mpsc::channel::<()>();
+        let (release_w, running_w, blocked_write) = hold_writer(&sqlite);
         let (release_r, held_r) = mpsc::channel::<()>();
-        let (started_w, running_w) = oneshot::channel();
         let (started_r, running_r) = oneshot::channel();
-        let blocked_write = tokio::spawn({
-            let sqlite = Arc::clone(&sqlite);
-            async move {
-                sqlite
-                    .write(move |ex| {
-                        let _ = started_w.send(());
-                        let _ = held_w.recv();
-                        now(async { ex.execute("INSERT INTO t (k, v) VALUES ('held', 0)", &[]).await })
-                    })
-                    .await
-            }
-        });
         let blocked_read = tokio::spawn({
             let sqlite = Arc::clone(&sqlite);
             async move {
