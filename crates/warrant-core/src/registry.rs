@@ -29,13 +29,13 @@ use crate::proposal::{Envelope, check_selector};
 use crate::records::{Registration, StoredContract};
 use crate::store::{Store, StoreError};
 
-type Names = HashMap<String, BTreeMap<u32, Entry>>;
+type Names = foldhash::HashMap<String, BTreeMap<u32, Entry>>;
 
 /// The cached contracts by namespace: the platform's, and each tenant's.
 #[derive(Default)]
 struct Spaces {
     platform: Names,
-    tenants: HashMap<String, Names>,
+    tenants: foldhash::HashMap<String, Names>,
 }
 
 impl Spaces {
@@ -56,7 +56,7 @@ impl Spaces {
     fn entries_mut(&mut self) -> impl Iterator<Item = &mut Entry> {
         self.platform
             .values_mut()
-            .chain(self.tenants.values_mut().flat_map(HashMap::values_mut))
+            .chain(self.tenants.values_mut().flat_map(foldhash::HashMap::values_mut))
             .flat_map(BTreeMap::values_mut)
     }
 }

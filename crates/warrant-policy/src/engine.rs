@@ -126,6 +126,8 @@ struct Inner {
     /// Keyed by a hash of [`EntitiesKey`]; entries keep their key and are compared on a hit,
     /// so a lookup allocates nothing and a hash collision can never return another's store.
     entities: RwLock<HashMap<u64, Bucket, BuildHasherDefault<Prehashed>>>,
+    /// The hasher of [`EntitiesKey`]s (seeded per engine).
+    entities_hasher: foldhash::fast::RandomState,
 }
 
 /// The hasher of a map whose keys are already hashes: hashing them again only costs time.
@@ -179,9 +181,14 @@ impl EntitiesKey {
     }
 }
 
-fn entities_hash(contract: ContractId, action: PolicyAction, p: &warrant_core::authority::Principal) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
+fn entities_hash(
+    hasher: &foldhash::fast::RandomState,
+    contract: ContractId,
+    action: PolicyAction,
+    p: &warrant_core::authority::Principal,
+) -> u64 {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let mut h = hasher.build_hasher();
     contract.hash(&mut h);
     action.hash(&mut h);
     p.tenant().hash(&mut h);
@@ -360,6 +367,7 @@ impl CedarEngine {
                 tools: by_name,
                 policy_ids: policies.iter().map(|p| p.id().to_string()).collect(),
                 entities: RwLock::default(),
+                entities_hasher: foldhash::fast::RandomState::default(),
             }),
         })
     }
@@ -579,7 +587,7 @@ impl Inner {
         request: &PolicyRequest<'_>,
     ) -> Result<Arc<Prepared>, String> {
         let p = request.principal;
-        let hash = entities_hash(tool.id, request.action, p);
+        let hash = entities_hash(&self.entities_hasher, tool.id, request.action, p);
         let hit = self.entities.read().ok().and_then(|m| {
             m.get(&hash)?
                 .iter()

@@ -86,7 +86,7 @@ pub struct Adapters {
     config: AdapterConfig,
     custom: RwLock<HashMap<String, Arc<dyn AdapterFactory>>>,
     /// By content id: found on every call without building a key (no allocation).
-    built: RwLock<HashMap<ContractId, Vec<Built>>>,
+    built: RwLock<foldhash::HashMap<ContractId, Vec<Built>>>,
 }
 
 impl std::fmt::Debug for Adapters {
@@ -103,7 +103,7 @@ impl Adapters {
         Adapters {
             config,
             custom: RwLock::new(HashMap::new()),
-            built: RwLock::new(HashMap::new()),
+            built: RwLock::default(),
         }
     }
 

@@ -87,8 +87,8 @@ pub const KEY_CACHE_TTL: Duration = Duration::from_secs(2);
 pub struct KeyCache {
     ttl: Duration,
     capacity: usize,
-    valid: RwLock<HashMap<String, (Instant, Caller)>>,
-    unknown: RwLock<HashMap<String, Instant>>,
+    valid: RwLock<foldhash::HashMap<String, (Instant, Caller)>>,
+    unknown: RwLock<foldhash::HashMap<String, Instant>>,
     /// Bumped by every [`KeyCache::forget`]: a resolution read from the store before a
     /// revocation is not cached after it.
     revocations: AtomicU64,
@@ -100,8 +100,8 @@ impl KeyCache {
         KeyCache {
             ttl,
             capacity: 10_000,
-            valid: RwLock::new(HashMap::new()),
-            unknown: RwLock::new(HashMap::new()),
+            valid: RwLock::default(),
+            unknown: RwLock::default(),
             revocations: AtomicU64::new(0),
         }
     }

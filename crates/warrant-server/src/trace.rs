@@ -1,7 +1,6 @@
 //! Trace ids: one per proposal, taken from a W3C `traceparent` header when the caller sends a
 //! valid one, otherwise fresh.
 
-use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, PoisonError, RwLock};
 use std::time::Instant;
 
@@ -79,7 +78,8 @@ struct ByMethod {
 /// with owned labels allocates every label and hashes the whole key into the registry on each
 /// call; these are two of them per request. The keys are bounded: this layer runs on matched
 /// routes only (`route_layer`), with the methods they accept.
-static REQUEST_METRICS: LazyLock<RwLock<HashMap<Box<str>, Vec<ByMethod>>>> = LazyLock::new(RwLock::default);
+static REQUEST_METRICS: LazyLock<RwLock<foldhash::HashMap<Box<str>, Vec<ByMethod>>>> =
+    LazyLock::new(RwLock::default);
 
 /// Counts one request and records its duration.
 fn record(route: &str, method: &Method, status: StatusCode, seconds: f64) {
