@@ -51,8 +51,8 @@ impl PlainVisitor<'_> {
         self.is_empty = false;
     }
 
-    /// Whether the default formatter writes nothing for this field (the `log` crate's
-    /// metadata, already in the line's target).
+    /// Whether nothing is written for this field: an earlier write failed, or it is the `log`
+    /// crate's metadata (already in the line's target), which the default formatter skips.
     fn skipped(&self, field: &Field) -> bool {
         self.result.is_err() || field.name().starts_with("log.")
     }

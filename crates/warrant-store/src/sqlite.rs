@@ -493,6 +493,7 @@ impl Drop for Closing {
         let answers = {
             let mut pending = self.0.lock();
             pending.closed = true;
+            pending.waiting = None;
             std::mem::take(&mut pending.answers)
         };
         for (job, commit) in answers {
@@ -1279,12 +1280,28 @@ mod tests {
             assert_eq!(count(&sqlite).await, 21);
         });
         // The runtime that delivered is gone: a later runtime on this thread is answered
-        // directly (it would wait forever for a task that no longer runs).
-        runtime().block_on(async {
+        // directly (it would wait forever for a task that no longer runs), a commit of several
+        // answers too (a single answer goes directly whenever the task waits).
+        let later = async {
             let (_dir, sqlite) = store().await;
-            let answered =
-                tokio::time::timeout(Duration::from_secs(10), sqlite.write(insert("after".into(), 1))).await;
-            assert_eq!(answered.expect("answered").unwrap(), 1);
+            let (release, running, blocked) = hold_writer(&sqlite);
+            running.await.unwrap();
+            let mut queued = Vec::new();
+            for i in 0..3 {
+                let mut w = Box::pin(sqlite.write(insert(format!("after{i}"), i)));
+                assert!(tokio::time::timeout(Duration::ZERO, &mut w).await.is_err());
+                queued.push(w);
+            }
+            release.send(()).unwrap();
+            assert_eq!(blocked.await.unwrap().unwrap(), 1);
+            for w in queued {
+                assert_eq!(w.await.unwrap(), 1);
+            }
+        };
+        runtime().block_on(async {
+            tokio::time::timeout(Duration::from_secs(10), later)
+                .await
+                .expect("every write answered");
         });
     }
 
