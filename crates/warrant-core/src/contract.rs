@@ -553,7 +553,13 @@ impl Contract {
         let input = input_doc
             .filter(|_| p.is_empty())
             .and_then(|s| compile(s, "/input", p));
-        let output = output_doc.and_then(|s| compile(s, "/output", p));
+        let before = p.0.len();
+        if let Some(output) = output_doc {
+            schema::lint_in_place_cycles(output, "/output", p);
+        }
+        let output = output_doc
+            .filter(|_| p.0.len() == before)
+            .and_then(|s| compile(s, "/output", p));
         let adapter = adapter_doc.and_then(|doc| parse_adapter(doc, p));
 
         let problems = std::mem::take(&mut p.0);

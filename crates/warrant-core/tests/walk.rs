@@ -249,12 +249,15 @@ fn instance(root: &Value, schema: &Value, rng: &mut u64, depth: usize) -> Value 
 }
 
 fn contract(input: &Value) -> Contract {
+    registered(input).unwrap_or_else(|p| panic!("{input}: {p:?}"))
+}
+
+fn registered(input: &Value) -> Result<Contract, Vec<warrant_core::contract::LintProblem>> {
     Contract::from_document(json!({
         "name": "walked", "version": 1, "description": "d", "owner": "o", "effect": "read",
         "scopes": ["s"], "input": input,
         "output": {"type": "object", "additionalProperties": false},
     }))
-    .unwrap_or_else(|p| panic!("{input}: {p:?}"))
 }
 
 /// `(instance location, x-id)` of every tagged node `jsonschema` collects annotations from.
@@ -316,9 +319,14 @@ fn the_walk_reports_exactly_the_annotations_jsonschema_collects() {
 
 fn walk_property() {
     let compared = AtomicUsize::new(0);
+    let refused = AtomicUsize::new(0);
     let pairs = AtomicUsize::new(0);
     let mut runner = TestRunner::new(Config {
-        cases: 400,
+        // `PROPTEST_CASES` draws more for a longer search.
+        cases: std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(400),
         failure_persistence: None,
         ..Config::default()
     });
@@ -326,7 +334,21 @@ fn walk_property() {
         .run(
             &(document(), prop::collection::vec(any::<u64>(), 12)),
             |(input, seeds)| {
-                let contract = contract(&input);
+                // A drawn `$ref` may apply a schema to itself in place, which registration
+                // refuses (`a_schema_that_applies_itself_in_place_is_refused`): for nothing else.
+                let contract = match registered(&input) {
+                    Ok(c) => c,
+                    Err(problems) => {
+                        prop_assert!(
+                            problems.iter().all(|p| p.message().contains("in place")),
+                            "schema {} refused: {:?}",
+                            input,
+                            problems
+                        );
+                        refused.fetch_add(1, Ordering::Relaxed);
+                        return Ok(());
+                    }
+                };
                 for seed in seeds {
                     let mut rng = seed | 1;
                     let value = instance(&input, &input, &mut rng, 0);
@@ -344,9 +366,101 @@ fn walk_property() {
         )
         .unwrap();
     let (compared, pairs) = (compared.into_inner(), pairs.into_inner());
-    eprintln!("compared {compared} valid instances, {pairs} annotated applications");
+    eprintln!(
+        "compared {compared} valid instances, {pairs} annotated applications; {} schemas refused \
+         as in-place cycles",
+        refused.into_inner()
+    );
     assert!(
         compared > 1000 && pairs > 2000,
         "too few valid instances: {compared}, {pairs}"
     );
+}
+
+/// A reference that re-applies a schema to the very value it is applied to (an in-place
+/// cycle) has no defined meaning in JSON Schema 2020-12 (core §9.4.1): `jsonschema` resolves
+/// the re-entry one way, the walk another, and the property above once found them reporting
+/// different annotations for the same valid call. Such a schema is refused at registration,
+/// with the `$ref` that closes the cycle; recursion that descends into the value is kept.
+#[test]
+fn a_schema_that_applies_itself_in_place_is_refused() {
+    let object = |extra: Value| {
+        let mut node = json!({
+            "type": "object", "additionalProperties": false,
+            "properties": {"a": {"type": "object", "additionalProperties": false,
+                "properties": {"c": {"type": "object", "additionalProperties": false,
+                    "x-warrant-sensitive": true}}}},
+        });
+        node.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        node
+    };
+    let refused = [
+        // The case the property drew: `then` → `oneOf` → `allOf` → back to the root.
+        (
+            object(json!({"if": {"required": ["a"]}, "then": {"oneOf": [
+                {"type": "object", "additionalProperties": false, "properties": {"b": {"const": 1}}},
+                {"allOf": [{"$ref": "#"}]},
+            ]}})),
+            "/input/then/oneOf/1/allOf/0/$ref",
+        ),
+        (object(json!({"not": {"$ref": "#"}})), "/input/not/$ref"),
+        (object(json!({"$ref": "#"})), "/input/$ref"),
+        (
+            object(json!({
+                "$defs": {
+                    "x": {"anyOf": [{"$ref": "#/$defs/y"}]},
+                    "y": {"allOf": [{"$ref": "#/$defs/x"}]},
+                },
+                "allOf": [{"$ref": "#/$defs/x"}],
+            })),
+            "/input/$defs/y/allOf/0/$ref",
+        ),
+        (
+            object(json!({"dependentSchemas": {"a": {"if": {"$ref": "#"}}}})),
+            "/input/dependentSchemas/a/if/$ref",
+        ),
+    ];
+    for (schema, at) in refused {
+        let problems = Contract::from_document(json!({
+            "name": "cyclic", "version": 1, "description": "d", "owner": "o", "effect": "read",
+            "scopes": ["s"], "input": schema,
+            "output": {"type": "object", "additionalProperties": false},
+        }))
+        .err()
+        .unwrap_or_else(|| panic!("{schema} was accepted"));
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.pointer() == at && p.message().contains("in place")),
+            "{schema}: {problems:?}"
+        );
+    }
+    // The output schema is held to the same rule.
+    let problems = Contract::from_document(json!({
+        "name": "cyclic", "version": 1, "description": "d", "owner": "o", "effect": "read",
+        "scopes": ["s"], "input": object(json!({})),
+        "output": {"type": "object", "anyOf": [{"$ref": "#"}]},
+    }))
+    .expect_err("an output schema that applies itself in place was accepted");
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.pointer() == "/output/anyOf/0/$ref" && p.message().contains("in place")),
+        "{problems:?}"
+    );
+    // Recursion through `properties`, `items` and `additionalProperties` descends into the
+    // value, and an acyclic chain of references is a plain alias: both stay allowed.
+    for schema in [
+        object(json!({"properties": {"a": {"$ref": "#"}}})),
+        json!({"type": "object", "additionalProperties": false,
+            "properties": {"kids": {"type": "array", "maxItems": 3, "items": {"$ref": "#"}}}}),
+        object(
+            json!({"$defs": {"x": {"$ref": "#/$defs/y"}, "y": {"type": "object",
+            "additionalProperties": false}}, "allOf": [{"$ref": "#/$defs/x"}]}),
+        ),
+    ] {
+        contract(&schema);
+    }
 }

@@ -1,7 +1,7 @@
 //! Input schemas: the closure lint of PRODUCT §2, compilation with the strict integer rule,
 //! and the mapping of schema violations onto the closed rejection codes.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use jsonschema::error::ValidationErrorKind;
@@ -135,6 +135,126 @@ pub(super) fn lint_input(schema: &Value, pointer: &str, problems: &mut Problems)
     }
     lint_node(schema, pointer, true, problems);
     lint_placement(schema, pointer, problems);
+    lint_in_place_cycles(schema, pointer, problems);
+}
+
+/// An in-place edge: its target and, for a `$ref`, where the `$ref` is written.
+type Edge = (String, Option<String>);
+
+/// A node on the path of [`lint_in_place_cycles`]'s search: the `$ref` that entered it (if
+/// any), its edges and the next one to follow.
+struct Frame {
+    node: String,
+    entered_by: Option<String>,
+    edges: Vec<Edge>,
+    next: usize,
+}
+
+/// Subschemas applied to the very value their parent applies to.
+const IN_PLACE: &[&str] = &["not", "if", "then", "else"];
+const IN_PLACE_LISTS: &[&str] = &["allOf", "anyOf", "oneOf"];
+const IN_PLACE_MAPS: &[&str] = &["dependentSchemas"];
+
+/// Refuses every `$ref` that closes a cycle of in-place applicators: a schema that, through
+/// `$ref`, `allOf`, `anyOf`, `oneOf`, `not`, `if`, `then`, `else` or `dependentSchemas`, applies
+/// itself again to the same value. JSON Schema leaves the meaning of such a schema undefined
+/// (2020-12 core §9.4.1, "Guarding Against Infinite Recursion"), and validators resolve the
+/// re-entry each their own way (`jsonschema` takes it as passing), so whether a call is valid,
+/// and which annotations guard it, would depend on an accident of the implementation. Recursion
+/// that descends into the value (`properties`, `items`, ...) terminates and stays allowed.
+///
+/// One depth-first pass over the in-place graph (iterative: reference chains may be long);
+/// each cycle is reported once, at the last `$ref` on the path that closes it.
+pub(super) fn lint_in_place_cycles(schema: &Value, base: &str, problems: &mut Problems) {
+    let mut positions = Vec::new();
+    schema_positions(schema, String::new(), &mut positions);
+    let nodes: HashMap<&str, &Value> = positions.iter().map(|(p, n)| (p.as_str(), *n)).collect();
+    let edges = |pointer: &str| -> Vec<Edge> {
+        let Some(Value::Object(map)) = nodes.get(pointer) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        if let Some((target, _)) = map
+            .get("$ref")
+            .and_then(Value::as_str)
+            .and_then(|r| walk::resolve_local(schema, r))
+        {
+            out.push((target, Some(child(pointer, "$ref"))));
+        }
+        for key in IN_PLACE {
+            if map.contains_key(*key) {
+                out.push((child(pointer, key), None));
+            }
+        }
+        for key in IN_PLACE_LISTS {
+            if let Some(Value::Array(items)) = map.get(*key) {
+                let list = child(pointer, key);
+                out.extend((0..items.len()).map(|i| (child(&list, &i.to_string()), None)));
+            }
+        }
+        for key in IN_PLACE_MAPS {
+            if let Some(Value::Object(entries)) = map.get(*key) {
+                let at = child(pointer, key);
+                out.extend(entries.keys().map(|name| (child(&at, name), None)));
+            }
+        }
+        out
+    };
+    // Nodes finished, and the path being explored.
+    let mut done: HashSet<String> = HashSet::new();
+    let mut on_path: HashMap<String, usize> = HashMap::new();
+    let mut reported: HashSet<String> = HashSet::new();
+    for (root, _) in &positions {
+        if done.contains(root) {
+            continue;
+        }
+        let mut path = vec![Frame {
+            node: root.clone(),
+            entered_by: None,
+            edges: edges(root),
+            next: 0,
+        }];
+        on_path.insert(root.clone(), 0);
+        while let Some(frame) = path.last_mut() {
+            let Some((target, via)) = frame.edges.get(frame.next).cloned() else {
+                done.insert(frame.node.clone());
+                on_path.remove(frame.node.as_str());
+                path.pop();
+                continue;
+            };
+            frame.next += 1;
+            if let Some(&depth) = on_path.get(&target) {
+                // A cycle: the edge just taken, or the last `$ref` on the path back to `target`
+                // (every cycle has one: without references the schema is a tree).
+                let closing = via.or_else(|| {
+                    path.iter()
+                        .skip(depth.saturating_add(1))
+                        .rev()
+                        .find_map(|f| f.entered_by.clone())
+                });
+                if let Some(at) = closing
+                    && reported.insert(at.clone())
+                {
+                    problems.push(
+                        &format!("{base}{at}"),
+                        "this `$ref` applies a schema in place to the value it is already applied \
+                         to (a cycle through $ref, allOf, anyOf, oneOf, not, if, then, else or \
+                         dependentSchemas): JSON Schema leaves its meaning undefined; recurse \
+                         through properties or items instead",
+                    );
+                }
+            } else if !done.contains(&target) {
+                on_path.insert(target.clone(), path.len());
+                let edges = edges(&target);
+                path.push(Frame {
+                    node: target,
+                    entered_by: via,
+                    edges,
+                    next: 0,
+                });
+            }
+        }
+    }
 }
 
 /// Annotations only where the walk ([`walk`]) applies them, and `$ref`s only to schemas: an

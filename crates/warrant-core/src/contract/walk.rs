@@ -27,9 +27,10 @@
 //!
 //! **Fail closed.** The walk is bounded ([`MAX_DEPTH`] levels of instance nesting,
 //! [`MAX_STEPS`] node applications); past either it is a [`WalkOverflow`], which callers turn
-//! into a refusal, never into success. A node reached twice at one location (an in-place `$ref`
-//! cycle, or two branches naming one definition) is walked once: its applications there are
-//! the same both times.
+//! into a refusal, never into success. A node reached twice at one location (two branches
+//! naming one definition) is walked once: its applications there are the same both times.
+//! Registration refuses a schema whose references apply a node in place to the value it is
+//! already applied to (its meaning is undefined); the walk still terminates on one.
 
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
@@ -761,30 +762,35 @@ impl<'a> Builder<'a> {
         node
     }
 
-    /// A local `$ref` to its canonical pointer and node.
     fn resolve(&self, reference: &str) -> Option<(String, &'a Value)> {
-        let fragment = reference.strip_prefix('#')?;
-        let decoded = percent_decode_str(fragment).decode_utf8().ok()?;
-        if decoded.is_empty() {
-            return Some((String::new(), self.root));
-        }
-        let mut at = self.root;
-        let mut canonical = String::new();
-        for raw in decoded.strip_prefix('/')?.split('/') {
-            let segment = raw.replace("~1", "/").replace("~0", "~");
-            at = match at {
-                Value::Object(map) => map.get(&segment)?,
-                Value::Array(items) => {
-                    let canonical_index = segment == "0" || !segment.starts_with('0');
-                    items.get(segment.parse::<usize>().ok().filter(|_| canonical_index)?)?
-                }
-                _ => return None,
-            };
-            canonical.push('/');
-            push_pointer_segment(&mut canonical, &segment);
-        }
-        Some((canonical, at))
+        resolve_local(self.root, reference)
     }
+}
+
+/// A local `$ref` (`#`, `#/...`, percent-encoded or not) to the canonical pointer of its
+/// target within `root`, and the target.
+pub(super) fn resolve_local<'a>(root: &'a Value, reference: &str) -> Option<(String, &'a Value)> {
+    let fragment = reference.strip_prefix('#')?;
+    let decoded = percent_decode_str(fragment).decode_utf8().ok()?;
+    if decoded.is_empty() {
+        return Some((String::new(), root));
+    }
+    let mut at = root;
+    let mut canonical = String::new();
+    for raw in decoded.strip_prefix('/')?.split('/') {
+        let segment = raw.replace("~1", "/").replace("~0", "~");
+        at = match at {
+            Value::Object(map) => map.get(&segment)?,
+            Value::Array(items) => {
+                let canonical_index = segment == "0" || !segment.starts_with('0');
+                items.get(segment.parse::<usize>().ok().filter(|_| canonical_index)?)?
+            }
+            _ => return None,
+        };
+        canonical.push('/');
+        push_pointer_segment(&mut canonical, &segment);
+    }
+    Some((canonical, at))
 }
 
 /// Marks every node from which an annotated node can be reached (backwards from them).
