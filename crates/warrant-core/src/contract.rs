@@ -391,7 +391,7 @@ impl Contract {
         if let (Some(binding), Value::Object(map)) = (&stored.binding, &mut document) {
             map.insert("adapter".to_owned(), binding.clone());
         }
-        let contract = Contract::from_document(document)?.in_namespace(stored.namespace.clone());
+        let contract = Contract::read(document, Rules::Stored)?.in_namespace(stored.namespace.clone());
         if contract.id.to_string() != stored.content_id {
             return Err(vec![LintProblem::new(
                 "",
@@ -416,7 +416,11 @@ impl Contract {
     ///
     /// # Errors
     /// Every problem found, each with the pointer of the offending node.
-    pub fn from_document(mut document: Value) -> Result<Contract, Vec<LintProblem>> {
+    pub fn from_document(document: Value) -> Result<Contract, Vec<LintProblem>> {
+        Contract::read(document, Rules::Registration)
+    }
+
+    fn read(mut document: Value, rules: Rules) -> Result<Contract, Vec<LintProblem>> {
         let mut p = Problems::default();
         let Value::Object(map) = &mut document else {
             return Err(vec![LintProblem::new(
@@ -546,6 +550,9 @@ impl Contract {
         let input_doc = f.required("input");
         if let Some(input) = input_doc {
             schema::lint_input(input, "/input", f.problems);
+            if rules == Rules::Registration {
+                schema::lint_in_place_cycles(input, "/input", f.problems);
+            }
         }
         let output_doc = f.required("output");
         let p = f.problems;
@@ -554,7 +561,7 @@ impl Contract {
             .filter(|_| p.is_empty())
             .and_then(|s| compile(s, "/input", p));
         let before = p.0.len();
-        if let Some(output) = output_doc {
+        if let Some(output) = output_doc.filter(|_| rules == Rules::Registration) {
             schema::lint_in_place_cycles(output, "/output", p);
         }
         let output = output_doc
@@ -680,6 +687,18 @@ pub enum ContractError {
     Lint(Vec<LintProblem>),
 }
 
+/// Which rules a contract document is read under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rules {
+    /// Every rule: a contract being registered.
+    Registration,
+    /// A contract already registered, read back from the store: the rules it was registered
+    /// under, without those added since (a schema that applies itself in place), so that a
+    /// server keeps loading, with unchanged behaviour, what an earlier version accepted. Its
+    /// content id is checked as always.
+    Stored,
+}
+
 /// One registration problem: where (a JSON pointer into the document) and what.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LintProblem {
@@ -727,6 +746,7 @@ impl std::fmt::Display for LintProblem {
 pub fn lint_input_schema(schema: &Value, pointer: &str) -> Result<CompiledSchema, Vec<LintProblem>> {
     let mut problems = Problems::default();
     schema::lint_input(schema, pointer, &mut problems);
+    schema::lint_in_place_cycles(schema, pointer, &mut problems);
     if !problems.is_empty() {
         return Err(problems.0);
     }

@@ -464,3 +464,33 @@ fn a_schema_that_applies_itself_in_place_is_refused() {
         contract(&schema);
     }
 }
+
+/// The rule is one of registration: a contract an earlier version stored with such a schema
+/// still loads from the store, as it behaved before (a server must not fail to start over it),
+/// while registering it again is refused.
+#[test]
+fn a_stored_contract_that_applies_itself_in_place_still_loads() {
+    let body = json!({
+        "name": "cyclic", "version": 1, "description": "d", "owner": "o", "effect": "read",
+        "scopes": ["s"],
+        "input": {"type": "object", "additionalProperties": false,
+            "properties": {"a": {"type": "string", "maxLength": 3}},
+            "anyOf": [{"$ref": "#"}]},
+        "output": {"type": "object", "additionalProperties": false},
+    });
+    assert!(Contract::from_document(body.clone()).is_err());
+    let stored = warrant_core::records::StoredContract {
+        namespace: warrant_core::contract::Namespace::Platform,
+        name: "cyclic".into(),
+        version: 1,
+        content_id: format!("tool-contract@{}", warrant_core::canon::digest(&body)),
+        body,
+        binding: None,
+        binding_digest: None,
+        registered_at: time::OffsetDateTime::UNIX_EPOCH,
+        retired_at: None,
+    };
+    let contract = Contract::from_stored(&stored).unwrap_or_else(|p| panic!("{p:?}"));
+    assert!(contract.input_schema().is_valid(&json!({"a": "x"})));
+    assert!(!contract.input_schema().is_valid(&json!({"a": "long"})));
+}

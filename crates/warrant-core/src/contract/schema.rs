@@ -135,7 +135,6 @@ pub(super) fn lint_input(schema: &Value, pointer: &str, problems: &mut Problems)
     }
     lint_node(schema, pointer, true, problems);
     lint_placement(schema, pointer, problems);
-    lint_in_place_cycles(schema, pointer, problems);
 }
 
 /// An in-place edge: its target and, for a `$ref`, where the `$ref` is written.
