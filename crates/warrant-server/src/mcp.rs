@@ -226,15 +226,16 @@ struct Guard {
 
 /// Authenticates the request (401 before any MCP processing) and frames its body
 /// ([`raw::frame`]: the strict parser for the message, the raw arguments of a `tools/call` kept
-/// aside); the caller and those arguments travel to the handler in the request's extensions.
+/// aside); the caller and those arguments travel to the SDK's handler in the request's
+/// extensions, or, for a call answered directly, to [`call_directly`] as they are.
 async fn guard_request(guard: &Guard, request: Request) -> Guarded {
     let (mut parts, body) = request.into_parts();
     let caller = match authenticate_request(&guard.state, &parts).await {
         Ok(caller) => caller,
         Err(refusal) => return Guarded::Answered(refusal.into_response()),
     };
-    parts.extensions.insert(caller);
     if parts.method != axum::http::Method::POST {
+        parts.extensions.insert(caller);
         return Guarded::Forward(Request::from_parts(parts, body));
     }
     let bytes = match axum::body::to_bytes(body, guard.max_body_bytes).await {
@@ -263,8 +264,9 @@ async fn guard_request(guard: &Guard, request: Request) -> Guarded {
         && direct::headers_allow(&parts, hosts)
         && let Some(call) = direct::call_of(&framed)
     {
-        return Guarded::Answered(call_directly(&guard.state, &parts, raw, call).await);
+        return Guarded::Answered(call_directly(&guard.state, caller, &parts, raw, call).await);
     }
+    parts.extensions.insert(caller);
     // The SDK hands the request's parts to the handler: the raw parts of a `tools/call` go
     // with them.
     let body = match framed.message() {
@@ -284,20 +286,18 @@ async fn guard_request(guard: &Guard, request: Request) -> Guarded {
 /// [`tools::call`] with the caller, trace id and raw arguments it would get from the SDK.
 async fn call_directly(
     state: &Arc<AppState>,
+    caller: Caller,
     parts: &axum::http::request::Parts,
     raw: &raw::RawCall,
     call: direct::DirectCall,
 ) -> Response {
-    let Some(caller) = parts.extensions.get::<Caller>() else {
-        return ApiError::internal(&"the request was not authenticated").into_response();
-    };
     let trace = trace_of(&call.meta, Some(parts));
     // A direct call is one the SDK would serve on a legacy protocol without capabilities: its
     // held answer is the tool error (`native::Native::default()`).
     let called = if raw.matches(&call.id, &call.params.name) {
         tools::call(
             state,
-            caller.principal.clone(),
+            caller.principal,
             trace.clone(),
             call.params,
             raw,

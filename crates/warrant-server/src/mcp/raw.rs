@@ -287,6 +287,35 @@ fn member<'v>(view: &'v [u8], members: &json::Spans<'_>, key: &str) -> Option<&'
     view.get(range.clone())
 }
 
+/// A JSON-RPC id as the SDK decodes it. The common spellings — digits that fit an `i64`, a
+/// string without escapes — are read directly (the strict pass has checked the text: no
+/// leading zeros, valid UTF-8); anything else goes through `serde_json` as the SDK's type.
+fn request_id(text: &[u8]) -> Option<RequestId> {
+    let digits = text.strip_prefix(b"-").unwrap_or(text);
+    if !digits.is_empty() && digits.len() <= 18 && digits.iter().all(u8::is_ascii_digit) {
+        return std::str::from_utf8(text)
+            .ok()?
+            .parse()
+            .ok()
+            .map(RequestId::Number);
+    }
+    if let Some(plain) = plain_string(text) {
+        return Some(RequestId::String(plain.into()));
+    }
+    serde_json::from_slice(text).ok()
+}
+
+/// The value of a JSON string written without escapes (what most names and ids are), as it is
+/// decoded; `None` for any other text. The strict pass has checked the text is valid JSON, so
+/// without a backslash the characters between the quotes are the string.
+fn plain_string(text: &[u8]) -> Option<&str> {
+    let inner = text.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
+    if inner.contains(&b'\\') {
+        return None;
+    }
+    std::str::from_utf8(inner).ok()
+}
+
 /// The parts of a `tools/call` in the message, from where the strict pass found its members;
 /// `None` for any other message.
 fn locate(view: &[u8], framing: &json::Framing<'_>) -> Option<Located> {
@@ -295,10 +324,12 @@ fn locate(view: &[u8], framing: &json::Framing<'_>) -> Option<Located> {
     if method != b"\"tools/call\"" && serde_json::from_slice::<String>(method).ok()? != "tools/call" {
         return None;
     }
-    let id: RequestId = serde_json::from_slice(member(view, top, "id")?).ok()?;
+    let id = request_id(member(view, top, "id")?)?;
     let params = &framing.inner;
     let name_value = member(view, params, "name")?;
-    let name: String = serde_json::from_slice(name_value).ok()?;
+    let name = plain_string(name_value)
+        .map(str::to_owned)
+        .or_else(|| serde_json::from_slice::<String>(name_value).ok())?;
     let mut members = Vec::new();
     let mut plain = true;
     for (key, range) in params {
@@ -368,6 +399,40 @@ mod tests {
             String::from_utf8(call.proposal(3, b"")).unwrap(),
             r#"{"tool":"pay","version":3,"arguments":{"amount_cents":7.0,"a":1,"a":25e2}}"#
         );
+    }
+
+    #[test]
+    fn ids_and_names_read_directly_are_what_serde_reads() {
+        for text in [
+            "0",
+            "7",
+            "-1",
+            "-0",
+            "123456789012345678",
+            "1234567890123456789",
+            "-9223372036854775808",
+            "99999999999999999999",
+            "1.5",
+            "1e3",
+            r#""""#,
+            r#""req-é""#,
+            r#""a\"b""#,
+            r#""\u0061""#,
+            r#""tools/call""#,
+            "null",
+            "true",
+            "[]",
+        ] {
+            let serde = serde_json::from_slice::<RequestId>(text.as_bytes()).ok();
+            assert_eq!(request_id(text.as_bytes()), serde, "{text}");
+            if let Some(plain) = plain_string(text.as_bytes()) {
+                assert_eq!(
+                    Some(plain.to_owned()),
+                    serde_json::from_str::<String>(text).ok(),
+                    "{text}"
+                );
+            }
+        }
     }
 
     #[test]
