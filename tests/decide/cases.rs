@@ -153,17 +153,13 @@ pub async fn stage_table(h: &Arc<Harness>) {
         json!({"order_id": "ord_AAAAAAAAAA", "status": "paid", "total_cents": 100, "currency": "EUR"}),
     )
     .await;
+    // (No approval binds to the key of a lookup: the write-ahead commit reads it, in the
+    // transaction that would claim it, takes nothing and records the refusal.)
     let d = h.decide(&op, &lookup("ord_BBBBBBBBBB")).await;
-    assert_eq!(
-        rejection(&d),
-        (Stage::Idempotency, RejectCode::IdempotencyKeyReused)
-    );
-    // …and the same payload replays.
+    assert_eq!(begin(h, &d).await, AttemptStart::KeyReused);
+    // …and the same payload replays, spending nothing.
     let d = h.decide(&op, &lookup("ord_AAAAAAAAAA")).await;
-    let Decision::Allow(allowed) = &d.decision else {
-        panic!("{:?}", d.decision)
-    };
-    assert!(allowed.replay().is_some());
+    assert!(matches!(begin(h, &d).await, AttemptStart::Replay(_)));
 
     // Every refused or held proposal has its ledger row with stage and code.
     let rows = h
@@ -197,8 +193,9 @@ pub async fn stage_table(h: &Arc<Harness>) {
             None,
             None,
             Some("IDEMPOTENCY_KEY_REUSED"),
+            None,
         ],
-        "held calls are recorded here, started and budget-refused calls and the executed lookup by their begin_attempt, allowed-but-not-run calls nowhere"
+        "held calls are recorded here, started, budget-refused, key-refused and replayed calls and the executed lookup by their begin_attempt, allowed-but-not-run calls nowhere"
     );
     // Arguments in the ledger are redacted where the contract says so.
     let held = rows
@@ -767,4 +764,44 @@ pub async fn the_registry_caches_the_stored_binding(h: &Arc<Harness>) {
         "another node resolves the same binding"
     );
     assert_eq!(here.namespace(), &Namespace::Platform);
+}
+
+/// A call that ran is replayed whatever its budget says since: a replay spends nothing. The
+/// key of a call that needs no approval is read by the write-ahead commit, before any budget,
+/// and the node's memory of an exhausted counter does not refuse such a call early.
+pub async fn a_replay_is_answered_whatever_the_budget(h: &Arc<Harness>) {
+    let op = operator("acme");
+    let ping = |key: &str| json!({"tool": "ping", "version": 1, "idempotency_key": key, "arguments": {}});
+    for key in ["p1", "p2"] {
+        execute(h, &h.decide(&op, &ping(key)).await, json!({})).await;
+    }
+    let d = h.decide(&op, &ping("p3")).await;
+    let AttemptStart::BudgetExhausted { key } = begin(h, &d).await else {
+        panic!("the third ping has no budget")
+    };
+    let Decision::Allow(allowed) = &d.decision else {
+        panic!("{:?}", d.decision)
+    };
+    let counter = allowed
+        .claims()
+        .reservations
+        .iter()
+        .find(|r| r.key == key)
+        .unwrap();
+    h.authority.note_exhausted("acme", counter);
+    // A new call is refused by the node at once…
+    let d = h
+        .decide(&op, &json!({"tool": "ping", "version": 1, "arguments": {}}))
+        .await;
+    assert_eq!(rejection(&d), (Stage::Budget, RejectCode::BudgetExhausted));
+    // …the first call again is its replay.
+    let d = h.decide(&op, &ping("p1")).await;
+    assert!(
+        matches!(begin(h, &d).await, AttemptStart::Replay(_)),
+        "{:?}",
+        d.decision
+    );
+    // And a new call with a key is refused by the commit, which takes nothing.
+    let d = h.decide(&op, &ping("p4")).await;
+    assert!(matches!(begin(h, &d).await, AttemptStart::BudgetExhausted { .. }));
 }

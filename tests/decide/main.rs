@@ -50,6 +50,7 @@ macro_rules! on_every_backend {
 
 on_every_backend! {
     stage_table,
+    a_replay_is_answered_whatever_the_budget,
     approvals_end_to_end,
     tenants_cannot_reach_each_other,
     an_approval_is_consumed_once_under_concurrency,

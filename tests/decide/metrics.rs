@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use serde_json::json;
 use warrant_core::decision::Decision;
-use warrant_core::records::{AttemptClaims, AttemptStart, Verdict};
+use warrant_core::records::{AttemptClaims, AttemptStart, IdempotencyScope, Verdict};
 
 use crate::support::*;
 
@@ -67,6 +67,7 @@ fn every_refusal_kind_is_counted_separately() {
             let Decision::NeedsApproval(needed) = held.decision else {
                 panic!()
             };
+            let credit_contract = needed.contract_id.to_string();
             let id = needed.request_id.unwrap();
             h.authority
                 .review(&supervisor("acme"), &id, Verdict::Approve, None)
@@ -77,25 +78,37 @@ fn every_refusal_kind_is_counted_separately() {
             let mut late = credit(100, "k-held");
             late["approval"] = json!(id);
             h.decide(&op, &late).await;
-            let lookup = |order: &str| {
-                json!({"tool": "lookup_order", "version": 1, "idempotency_key": "same",
-                "arguments": {"order_id": order}})
-            };
-            let first = h.decide(&op, &lookup("ord_AAAAAAAAAA")).await;
+            // A call that needs approval has its key read by `decide` (an approval binds to
+            // it): a key already taken by another payload is refused there. (Any other call
+            // finds it in its write-ahead commit, which the runtime counts the same way.)
+            let lookup = json!({"tool": "lookup_order", "version": 1, "idempotency_key": "same",
+                "arguments": {"order_id": "ord_AAAAAAAAAA"}});
+            let first = h.decide(&op, &lookup).await;
             let Decision::Allow(allowed) = &first.decision else {
                 panic!()
             };
             let entry = allowed.ledger_entry();
+            let taken = IdempotencyScope {
+                contract_id: credit_contract,
+                key: "k-taken".into(),
+                ..allowed.idempotency_scope().unwrap().clone()
+            };
             h.store
                 .begin_attempt(
                     entry,
-                    allowed.idempotency_scope(),
+                    Some(&taken),
                     &AttemptClaims::NONE,
                     entry.created_at + time::Duration::hours(1),
                 )
                 .await
                 .unwrap();
-            h.decide(&op, &lookup("ord_BBBBBBBBBB")).await;
+            let conflict = h.decide(&op, &credit(100, "k-taken")).await;
+            assert!(
+                matches!(&conflict.decision, Decision::Reject(r)
+                    if r.code() == warrant_core::RejectCode::IdempotencyKeyReused),
+                "{:?}",
+                conflict.decision
+            );
         });
     });
     let counters: HashMap<String, u64> = snapshotter

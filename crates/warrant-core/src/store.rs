@@ -219,8 +219,10 @@ pub trait Store: Send + Sync + 'static {
     /// none of it and the row records why (a replay, a conflict, an exhausted budget, an
     /// approval no longer usable). The idempotency record is checked first, so a replay or a
     /// conflict spends nothing. An expired record is taken over only once it is finished
-    /// (committed or failed); an expired record still `in_flight` or `unknown` answers
-    /// [`AttemptStart::Unknown`]: its operation must be reconciled first.
+    /// (committed or failed); a record whose operation is `unknown`, or that expired still
+    /// `in_flight`, answers [`AttemptStart::Unknown`] and writes no row: its operation must be
+    /// reconciled first, and the caller then writes this call's row (a replay if that finished
+    /// the operation, else the refusal [`attempt_row`] gives).
     async fn begin_attempt(
         &self,
         entry: &LedgerEntry,

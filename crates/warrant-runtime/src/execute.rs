@@ -360,7 +360,8 @@ impl Runtime {
 
         // A new attempt on an operation whose outcome is unknown — or whose record expired
         // while it was still in flight — reconciles it first: only a finished record may be
-        // replaced.
+        // replaced. (`decide` read the record for a call that needs approval; for any other,
+        // the write-ahead commit below finds it.)
         let mut reconciled = false;
         if let Some(record) = allowed
             .replay()
@@ -384,14 +385,20 @@ impl Runtime {
         let write_ahead = scope.is_some() || contract.effect() != Effect::Read || claims.approval.is_some();
         if write_ahead {
             let mut start = self.store.begin_attempt(entry, scope, claims, expires_at).await?;
-            if let AttemptStart::Unknown(record) = &start
-                && !reconciled
-            {
-                // Found only now (a race with another attempt of the same operation): reconcile
-                // it, so that the same call presented again is answered from what is known.
-                // This proposal's row already records the refusal.
-                let record = record.clone();
-                self.reconcile_record(&record, &contract, adapter.as_ref())
+            if let AttemptStart::Unknown(record) = &start {
+                // Found by the write-ahead commit, which took nothing and wrote no row: the
+                // operation is reconciled first (unless it just was), and this call is its
+                // replay if that finished it; otherwise its row records the refusal.
+                if !reconciled {
+                    let record = record.clone();
+                    self.reconcile_record(&record, &contract, adapter.as_ref())
+                        .await?;
+                    if let Some(done) = self.replay_if_finished(&record, entry).await? {
+                        return Ok(done);
+                    }
+                }
+                self.store
+                    .insert_ledger(&warrant_core::store::attempt_row(entry.clone(), &start))
                     .await?;
             }
             if let Some(done) = self.not_started(&allowed, entry, &mut start) {

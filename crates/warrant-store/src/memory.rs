@@ -907,8 +907,12 @@ impl Store for MemoryStore {
                     }
                 },
             };
-            let row = attempt_row(entry.clone(), &start);
-            s.ledger.insert(row.id.clone(), trunc_entry(row));
+            // An unknown operation is the runtime's to reconcile before this call's row says
+            // how it ended (see `Store::begin_attempt`).
+            if !matches!(start, AttemptStart::Unknown(_)) {
+                let row = attempt_row(entry.clone(), &start);
+                s.ledger.insert(row.id.clone(), trunc_entry(row));
+            }
             Ok(start)
         })
     }

@@ -2035,8 +2035,12 @@ impl Store for SqlStore {
                     }
                     ex.execute(CLAIMS_DONE, &[]).await?;
                 }
-                let row = attempt_row(entry, &start);
-                ex.execute(INSERT_LEDGER, &ledger_args(&row, &arguments)?).await?;
+                // An unknown operation is the runtime's to reconcile before this call's row
+                // says how it ended (see `Store::begin_attempt`).
+                if !matches!(start, AttemptStart::Unknown(_)) {
+                    let row = attempt_row(entry, &start);
+                    ex.execute(INSERT_LEDGER, &ledger_args(&row, &arguments)?).await?;
+                }
                 Ok(start)
             }
         )

@@ -75,12 +75,17 @@ pub async fn commits_once_and_replays(h: &Arc<Harness>) {
     assert_eq!(replay.outcome, Some(records::Outcome::Replayed));
     assert_eq!(replay.cost, 0);
 
-    // The key with another payload is refused before anything runs.
-    let d = h
-        .try_run("credit", json!({"mode": "ok", "n": 2}), Some("k1"))
-        .await
-        .unwrap_err();
-    assert_eq!(rejected(d).code(), RejectCode::IdempotencyKeyReused);
+    // The key with another payload is refused before anything runs (by the write-ahead
+    // commit, which reads the key of a call that needs no approval).
+    let reused = h.run("credit", json!({"mode": "ok", "n": 2}), Some("k1")).await;
+    let Err(refusal) = &reused.result else {
+        panic!("{reused:?}")
+    };
+    assert_eq!(refusal.code(), RejectCode::IdempotencyKeyReused);
+    assert_eq!(
+        row(h, &reused).await.error_code.as_deref(),
+        Some("IDEMPOTENCY_KEY_REUSED")
+    );
     assert_eq!(h.faults.requests(op), 1);
 }
 
