@@ -385,18 +385,22 @@ impl Runtime {
         let write_ahead = scope.is_some() || contract.effect() != Effect::Read || claims.approval.is_some();
         if write_ahead {
             let mut start = self.store.begin_attempt(entry, scope, claims, expires_at).await?;
-            if let AttemptStart::Unknown(record) = &start {
-                // Found by the write-ahead commit, which took nothing and wrote no row: the
-                // operation is reconciled first (unless it just was), and this call is its
-                // replay if that finished it; otherwise its row records the refusal.
-                if !reconciled {
-                    let record = record.clone();
-                    self.reconcile_record(&record, &contract, adapter.as_ref())
-                        .await?;
-                    if let Some(done) = self.replay_if_finished(&record, entry).await? {
-                        return Ok(done);
-                    }
+            // Found by the write-ahead commit, which took nothing and wrote no row: the
+            // operation is reconciled first (unless it just was); this call is its replay if
+            // that finished it, and otherwise tries the commit once more (reconciliation may
+            // have freed the key). Still unknown, its row records the refusal.
+            if let AttemptStart::Unknown(record) = &start
+                && !reconciled
+            {
+                let record = record.clone();
+                self.reconcile_record(&record, &contract, adapter.as_ref())
+                    .await?;
+                if let Some(done) = self.replay_if_finished(&record, entry).await? {
+                    return Ok(done);
                 }
+                start = self.store.begin_attempt(entry, scope, claims, expires_at).await?;
+            }
+            if let AttemptStart::Unknown(_) = &start {
                 self.store
                     .insert_ledger(&warrant_core::store::attempt_row(entry.clone(), &start))
                     .await?;

@@ -283,6 +283,28 @@ pub async fn a_new_attempt_reconciles_an_unknown_first(h: &Arc<Harness>) {
         row(h, &e).await.outcome,
         Some(records::Outcome::ReconciledCommitted)
     );
+
+    // Dropped before it committed: the call presented again finds it unknown, reconciles it
+    // (no effect), and runs it, now that the key is free.
+    let e = h.run("note", json!({"mode": "reset"}), Some("rs-again")).await;
+    unknown(&e);
+    let again = h.run("note", json!({"mode": "reset"}), Some("rs-again")).await;
+    assert!(!again.replayed, "{again:?}");
+    assert_eq!(
+        row(h, &e).await.outcome,
+        Some(records::Outcome::ReconciledNotCommitted)
+    );
+    assert_eq!(
+        h.faults.requests(e.operation_id.as_str()),
+        2,
+        "run once more, not refused"
+    );
+    assert!(
+        row(h, &again)
+            .await
+            .outcome
+            .is_some_and(|o| o != records::Outcome::Replayed)
+    );
 }
 
 pub async fn confirmed_duplicates_are_counted_and_recorded(h: &Arc<Harness>) {
