@@ -782,13 +782,7 @@ pub async fn a_replay_is_answered_whatever_the_budget(h: &Arc<Harness>) {
     let Decision::Allow(allowed) = &d.decision else {
         panic!("{:?}", d.decision)
     };
-    let counter = allowed
-        .claims()
-        .reservations
-        .iter()
-        .find(|r| r.key == key)
-        .unwrap();
-    h.authority.note_exhausted("acme", counter);
+    note_exhausted(h, allowed, &key);
     // A new call is refused by the node at once…
     let d = h
         .decide(&op, &json!({"tool": "ping", "version": 1, "arguments": {}}))

@@ -48,13 +48,7 @@ fn every_refusal_kind_is_counted_separately() {
                     .await
                     .unwrap();
                 if let AttemptStart::BudgetExhausted { key } = start {
-                    let counter = allowed
-                        .claims()
-                        .reservations
-                        .iter()
-                        .find(|r| r.key == key)
-                        .unwrap();
-                    h.authority.note_exhausted("acme", counter);
+                    note_exhausted(&h, allowed, &key);
                 }
             }
             let refused = h.decide(&op, &ping).await;

@@ -199,6 +199,18 @@ pub fn principal(id: &str, tenant: &str, grants: &[&str], roles: &[&str]) -> Pri
 }
 
 /// An operator of `tenant` holding every example scope.
+/// Tells the node that the counter `key` of `allowed` has no room, as the runtime does when the
+/// write-ahead commit finds it exhausted.
+pub fn note_exhausted(h: &Harness, allowed: &warrant_core::decision::Allowed, key: &str) {
+    let counter = allowed
+        .claims()
+        .reservations
+        .iter()
+        .find(|r| r.key == key)
+        .unwrap();
+    h.authority.note_exhausted("acme", counter);
+}
+
 pub fn operator(tenant: &str) -> Principal {
     principal(
         "agent-7",
