@@ -1247,6 +1247,26 @@ mod tests {
         (release, running, blocked)
     }
 
+    /// Holds the writer, queues `n` writes behind it (each still pending), runs `then`,
+    /// releases the writer and checks that every write is answered: `n + 1` writes committed
+    /// in one batch.
+    async fn in_one_batch(sqlite: &Arc<Sqlite>, prefix: &str, n: i64, then: impl FnOnce()) {
+        let (release, running, blocked) = hold_writer(sqlite);
+        running.await.unwrap();
+        let mut queued = Vec::new();
+        for i in 0..n {
+            let mut w = Box::pin(sqlite.write(insert(format!("{prefix}{i}"), i)));
+            assert!(tokio::time::timeout(Duration::ZERO, &mut w).await.is_err());
+            queued.push(w);
+        }
+        then();
+        release.send(()).unwrap();
+        assert_eq!(blocked.await.unwrap().unwrap(), 1);
+        for w in queued {
+            assert_eq!(w.await.unwrap(), 1);
+        }
+    }
+
     #[test]
     fn a_commits_answers_reach_their_thread_with_one_wake() {
         let runtime = || {
@@ -1261,20 +1281,8 @@ mod tests {
             let (_dir, sqlite) = store().await;
             // The writer is held inside one write while twenty more queue behind it; released,
             // it commits the twenty-one in one batch.
-            let (release, running, blocked) = hold_writer(&sqlite);
-            running.await.unwrap();
-            let mut queued = Vec::new();
-            for i in 0..20 {
-                let mut w = Box::pin(sqlite.write(insert(format!("q{i}"), i)));
-                assert!(tokio::time::timeout(Duration::ZERO, &mut w).await.is_err());
-                queued.push(w);
-            }
-            let before = inbox.wakes.load(Ordering::Relaxed);
-            release.send(()).unwrap();
-            assert_eq!(blocked.await.unwrap().unwrap(), 1);
-            for w in queued {
-                assert_eq!(w.await.unwrap(), 1);
-            }
+            let mut before = 0;
+            in_one_batch(&sqlite, "q", 20, || before = inbox.wakes.load(Ordering::Relaxed)).await;
             let wakes = inbox.wakes.load(Ordering::Relaxed) - before;
             assert_eq!(wakes, 1, "21 answers of one commit woke the thread {wakes} times");
             assert_eq!(count(&sqlite).await, 21);
@@ -1284,19 +1292,7 @@ mod tests {
         // answers too (a single answer goes directly whenever the task waits).
         let later = async {
             let (_dir, sqlite) = store().await;
-            let (release, running, blocked) = hold_writer(&sqlite);
-            running.await.unwrap();
-            let mut queued = Vec::new();
-            for i in 0..3 {
-                let mut w = Box::pin(sqlite.write(insert(format!("after{i}"), i)));
-                assert!(tokio::time::timeout(Duration::ZERO, &mut w).await.is_err());
-                queued.push(w);
-            }
-            release.send(()).unwrap();
-            assert_eq!(blocked.await.unwrap().unwrap(), 1);
-            for w in queued {
-                assert_eq!(w.await.unwrap(), 1);
-            }
+            in_one_batch(&sqlite, "after", 3, || {}).await;
         };
         runtime().block_on(async {
             tokio::time::timeout(Duration::from_secs(10), later)
