@@ -1300,6 +1300,10 @@ fn planned(reservations: &[BudgetReservation]) -> Result<Vec<Planned>, StoreErro
 /// Adds each reservation to its counter while the sum stays within the limit, in the
 /// caller's transaction, stopping at the first counter without room: its key. Counters
 /// before it are already incremented: the caller rolls back (the transaction or a savepoint).
+/// How often a write-ahead commit tries to claim a key whose record vanished between the
+/// claim and the read (see `begin_attempt`).
+const CLAIM_TRIES: usize = 3;
+
 async fn reserve_in<E: Exec>(
     ex: &mut E,
     tenant: &str,
@@ -1988,27 +1992,33 @@ impl Store for SqlStore {
                             now,
                             ms(expires_at),
                         ];
-                        let mut claimed = false;
-                        for statement in [insert, take_over] {
-                            if ex.execute(statement, &claim).await? == 1 {
-                                claimed = true;
+                        let key = args![&scope.tenant, &scope.principal, &scope.contract_id, &scope.key];
+                        // The record that kept the claim out can be gone by the time it is read
+                        // (PostgreSQL reads each statement afresh: reconciliation may have freed
+                        // the key meanwhile); then the key is free and the claim is tried again.
+                        let mut found = None;
+                        for _ in 0..CLAIM_TRIES {
+                            let mut claimed = false;
+                            for statement in [insert, take_over] {
+                                if ex.execute(statement, &claim).await? == 1 {
+                                    claimed = true;
+                                    break;
+                                }
+                            }
+                            if claimed {
+                                found = Some(AttemptStart::Started);
+                                break;
+                            }
+                            if let Some(row) = ex.fetch_optional(SELECT_IDEMPOTENCY, &key).await? {
+                                found = Some(classify_existing(
+                                    idempotency_of(&row)?,
+                                    entry.payload_digest.as_deref(),
+                                    entry.created_at,
+                                ));
                                 break;
                             }
                         }
-                        if claimed {
-                            AttemptStart::Started
-                        } else {
-                            let key = args![&scope.tenant, &scope.principal, &scope.contract_id, &scope.key];
-                            let row = ex
-                                .fetch_optional(SELECT_IDEMPOTENCY, &key)
-                                .await?
-                                .ok_or(StoreError::NotFound)?;
-                            classify_existing(
-                                idempotency_of(&row)?,
-                                entry.payload_digest.as_deref(),
-                                entry.created_at,
-                            )
-                        }
+                        found.ok_or(StoreError::NotFound)?
                     }
                 };
                 if start == AttemptStart::Started
