@@ -274,6 +274,10 @@ fn plain_host(value: &str) -> Option<(&str, Option<u16>)> {
 /// `Accept` lists both `application/json` and `text/event-stream`, each plainly (no
 /// parameters, so no weight that could exclude it), in one header value.
 fn accepts_json_and_sse(accept: &str) -> bool {
+    // What clients send (the specification's own example): compared as a whole first.
+    if accept == "application/json, text/event-stream" {
+        return true;
+    }
     if accept.bytes().any(|b| b == b'"' || b == b';') {
         return false;
     }
@@ -288,12 +292,13 @@ fn accepts_json_and_sse(accept: &str) -> bool {
 
 /// `Content-Type` is `application/json` (parameters allowed), as the SDK checks it.
 fn is_json(content_type: &HeaderValue) -> bool {
-    content_type.to_str().is_ok_and(|ct| {
-        ct.split_once(';')
-            .map_or(ct, |(essence, _)| essence)
-            .trim()
-            .eq_ignore_ascii_case("application/json")
-    })
+    content_type.as_bytes() == b"application/json"
+        || content_type.to_str().is_ok_and(|ct| {
+            ct.split_once(';')
+                .map_or(ct, |(essence, _)| essence)
+                .trim()
+                .eq_ignore_ascii_case("application/json")
+        })
 }
 
 /// The `Content-Type` of the answer.
