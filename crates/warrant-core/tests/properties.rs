@@ -73,7 +73,11 @@ fn reformat(v: &Value, out: &mut String) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    // `PROPTEST_CASES` draws more for a longer search.
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(512),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn strict_parser_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
