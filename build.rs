@@ -38,6 +38,8 @@ fn main() {
         println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
     }
     let rustc = rustc_version();
+    // The compiler building this, for `tests/layout.rs`.
+    println!("cargo:rustc-env=WARRANT_BUILT_WITH={rustc}");
     if var("PROFILE") == "release" && var("WARRANT_LINK_ORDER") != "0" && links_with_lld(&rustc) {
         let order = std::path::Path::new(&var("CARGO_MANIFEST_DIR")).join(ORDER);
         let Ok(text) = std::fs::read_to_string(&order) else {
