@@ -19,8 +19,9 @@
 //! hashes of the compiler, of the dependency graph and of the release profile's settings, so
 //! the file is remade when any of them changes; its first line names the compiler it was made
 //! with (a build by another one warns) and its second the digest of the `Cargo.lock`, and
-//! `tests/layout.rs` holds both to the build's. `crates/warrant-server/benches/layout.sh` writes the file;
-//! `WARRANT_LINK_ORDER=0` builds without it (e.g. when linking with another linker).
+//! `tests/layout.rs` holds both to the build's. `crates/warrant-server/benches/layout.sh`
+//! writes the file; `WARRANT_LINK_ORDER=0` builds without it (e.g. when linking with another
+//! linker).
 
 use std::process::Command;
 

@@ -76,7 +76,7 @@ awk -v bin="$bin" '
 mkdir -p link
 {
   # The hashes in the names are the compiler's and the dependency graph's: build.rs warns when
-  # another compiler builds, and the test `the_function_order_is_made_for_this_build` fails
+  # another compiler builds, and the test `the_function_order_is_made_for_this_cargo_lock` fails
   # when Cargo.lock is not the one the file was made with.
   echo "# $(rustc -V)"
   echo "# Cargo.lock sha256 $(sha256sum Cargo.lock | cut -d' ' -f1)"
