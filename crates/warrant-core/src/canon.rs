@@ -148,13 +148,11 @@ fn write_string(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
     let mut rest = s.as_bytes();
     // Runs that need no escaping are copied whole.
-    while let Some((plain, tail)) = rest
-        .iter()
-        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
-        .and_then(|at| rest.split_at_checked(at))
-    {
+    while let Some((plain, tail)) = rest.split_at_checked(crate::json::plain_prefix_len(rest)) {
         out.extend_from_slice(plain);
         let Some((&b, after)) = tail.split_first() else {
+            // The rest was plain: all of it is written.
+            rest = tail;
             break;
         };
         match b {
