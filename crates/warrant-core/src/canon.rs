@@ -147,12 +147,13 @@ fn write_object(out: &mut Vec<u8>, map: &serde_json::Map<String, Value>) {
 fn write_string(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
     let mut rest = s.as_bytes();
-    // Runs that need no escaping are copied whole.
-    while let Some((plain, tail)) = rest.split_at_checked(crate::json::plain_prefix_len(rest)) {
+    // Runs that need no escaping are copied whole; each ends at a byte to escape, or at the end.
+    loop {
+        let (plain, tail) = rest
+            .split_at_checked(crate::json::plain_prefix_len(rest))
+            .unwrap_or((rest, &[]));
         out.extend_from_slice(plain);
         let Some((&b, after)) = tail.split_first() else {
-            // The rest was plain: all of it is written.
-            rest = tail;
             break;
         };
         match b {
@@ -172,7 +173,6 @@ fn write_string(out: &mut Vec<u8>, s: &str) {
         }
         rest = after;
     }
-    out.extend_from_slice(rest);
     out.push(b'"');
 }
 

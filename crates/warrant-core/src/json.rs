@@ -238,7 +238,6 @@ pub fn parse_top_level(input: &[u8], limits: Limits) -> Result<TopLevel<'_>, Jso
 pub(crate) fn plain_prefix_len(bytes: &[u8]) -> usize {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
-    let special = |b: &u8| *b == b'"' || *b == b'\\' || *b < 0x20;
     let mut chunks = bytes.chunks_exact(8);
     let mut done = 0;
     for chunk in &mut chunks {
@@ -258,7 +257,15 @@ pub(crate) fn plain_prefix_len(bytes: &[u8]) -> usize {
         done += 8;
     }
     let rest = chunks.remainder();
-    done + rest.iter().position(special).unwrap_or(rest.len())
+    done + rest
+        .iter()
+        .position(|&b| needs_attention(b))
+        .unwrap_or(rest.len())
+}
+
+/// Whether a byte of a string's content is a quote, a backslash or a control character.
+fn needs_attention(b: u8) -> bool {
+    b == b'"' || b == b'\\' || b < 0x20
 }
 
 /// The size limit and the UTF-8 check, before any parsing.
@@ -891,7 +898,7 @@ mod tests {
         let naive = |bytes: &[u8]| {
             bytes
                 .iter()
-                .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+                .position(|&b| needs_attention(b))
                 .unwrap_or(bytes.len())
         };
         let specials: &[u8] = &[b'"', b'\\', 0x00, 0x1f, b'\n'];
@@ -929,7 +936,7 @@ mod tests {
             ],
             0..64,
         )) {
-            let naive = bytes.iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20).unwrap_or(bytes.len());
+            let naive = bytes.iter().position(|&b| needs_attention(b)).unwrap_or(bytes.len());
             proptest::prop_assert_eq!(plain_prefix_len(&bytes), naive);
         }
     }

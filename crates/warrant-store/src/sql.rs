@@ -850,6 +850,10 @@ fn ledger_args<'a>(e: &'a LedgerEntry, arguments: &'a Option<String>) -> Result<
     ])
 }
 
+/// How often a write-ahead commit tries to claim a key whose record vanished between the
+/// claim and the read (see `begin_attempt`).
+const CLAIM_TRIES: usize = 3;
+
 const SELECT_IDEMPOTENCY: &str = concat!(
     "SELECT ",
     idempotency_columns!(),
@@ -1300,10 +1304,6 @@ fn planned(reservations: &[BudgetReservation]) -> Result<Vec<Planned>, StoreErro
 /// Adds each reservation to its counter while the sum stays within the limit, in the
 /// caller's transaction, stopping at the first counter without room: its key. Counters
 /// before it are already incremented: the caller rolls back (the transaction or a savepoint).
-/// How often a write-ahead commit tries to claim a key whose record vanished between the
-/// claim and the read (see `begin_attempt`).
-const CLAIM_TRIES: usize = 3;
-
 async fn reserve_in<E: Exec>(
     ex: &mut E,
     tenant: &str,
