@@ -270,6 +270,18 @@ fn needs_attention(b: u8) -> bool {
 
 /// The size limit and the UTF-8 check, before any parsing.
 fn check_input(input: &[u8], limits: Limits) -> Result<&str, JsonError> {
+    check_size(input, limits)?;
+    std::str::from_utf8(input).map_err(|e| {
+        JsonError::new(
+            JsonErrorKind::InvalidUtf8,
+            e.valid_up_to(),
+            "document is not valid UTF-8",
+        )
+    })
+}
+
+/// `input` is within `limits.max_bytes`.
+fn check_size(input: &[u8], limits: Limits) -> Result<(), JsonError> {
     if input.len() > limits.max_bytes {
         return Err(JsonError::new(
             JsonErrorKind::TooLarge,
@@ -281,13 +293,7 @@ fn check_input(input: &[u8], limits: Limits) -> Result<&str, JsonError> {
             ),
         ));
     }
-    std::str::from_utf8(input).map_err(|e| {
-        JsonError::new(
-            JsonErrorKind::InvalidUtf8,
-            e.valid_up_to(),
-            "document is not valid UTF-8",
-        )
-    })
+    Ok(())
 }
 
 /// Up to this many members, an object being read is a list: a duplicate check by comparing

@@ -172,7 +172,10 @@ impl Entry {
             Guarded::Answered(response) => response,
             Guarded::Forward(request) => {
                 use tower::ServiceExt as _;
-                match self.sdk.clone().oneshot(request).await {
+                // Boxed: the SDK's future is several times the size of the direct path's, and
+                // an unboxed branch would make every request's future that large (it is moved
+                // on its way through the router's layers).
+                match Box::pin(self.sdk.clone().oneshot(request)).await {
                     Ok(response) => response.map(Body::new),
                     Err(never) => match never {},
                 }

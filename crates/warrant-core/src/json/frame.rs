@@ -16,7 +16,8 @@ use std::collections::HashSet;
 use std::ops::Range;
 
 use super::{
-    Check, FEW_MEMBERS, JsonError, JsonErrorKind, Limits, Parser, Shape, check_input, duplicate_key,
+    Check, FEW_MEMBERS, JsonError, JsonErrorKind, Limits, Parser, Shape, check_input, check_size,
+    duplicate_key,
 };
 
 /// The members of an object: each key (decoded) and the byte range of its value.
@@ -33,20 +34,23 @@ pub struct Framing<'a> {
     pub hole: Option<Range<usize>>,
 }
 
-/// Checks `input` as [`check`](super::check) does, except for the value of the member `hole`
+/// Checks `text` as [`check`](super::check) does, except for the value of the member `hole`
 /// of the top-level member `outer` (both objects), which is only scanned (see the module
 /// documentation). A document that is not an object is checked whole and has no framing.
+///
+/// The document is text already (the caller has read its bytes as UTF-8, and decides what
+/// invalid bytes mean), so it is not validated a second time.
 ///
 /// # Errors
 /// As [`check`](super::check) for everything but that value; for it, only a syntax error
 /// (a value whose extent cannot be read).
 pub fn check_framed<'a>(
-    input: &'a [u8],
+    text: &'a str,
     limits: Limits,
     outer: &str,
     hole: &str,
 ) -> Result<(Shape, Framing<'a>), JsonError> {
-    let text = check_input(input, limits)?;
+    check_size(text.as_bytes(), limits)?;
     let mut parser = Parser::new(text, limits);
     let (shape, framing) = match parser.peek() {
         Some(b'{') => (Shape::Object, parser.framed(outer, hole)?),
@@ -83,6 +87,43 @@ pub fn check_hole(input: &[u8], range: Range<usize>, limits: Limits) -> Result<(
     // The value is a member of a member of the top-level object: depth 2, as `framed` reads it.
     parser.value::<Check>(2).map_err(at)?;
     parser.finish().map_err(at)
+}
+
+/// The closers [`Parser::scan`] expects, innermost last: the first levels in place, deeper
+/// ones in a vector, so the usual few levels of a tool's arguments allocate nothing.
+#[derive(Default)]
+struct Closers {
+    shallow: [u8; SHALLOW],
+    len: usize,
+    deep: Vec<u8>,
+}
+
+/// The levels [`Closers`] keeps in place.
+const SHALLOW: usize = 32;
+
+impl Closers {
+    fn push(&mut self, closer: u8) {
+        match self.shallow.get_mut(self.len) {
+            Some(slot) => *slot = closer,
+            None => self.deep.push(closer),
+        }
+        self.len += 1;
+    }
+
+    fn pop(&mut self) {
+        if self.len > SHALLOW {
+            self.deep.pop();
+        }
+        self.len = self.len.saturating_sub(1);
+    }
+
+    fn last(&self) -> Option<u8> {
+        let top = self.len.checked_sub(1)?;
+        match top.checked_sub(SHALLOW) {
+            None => self.shallow.get(top).copied(),
+            Some(_) => self.deep.last().copied(),
+        }
+    }
 }
 
 /// An object's list of members, empty or with room for a few (`any`: members follow).
@@ -174,7 +215,7 @@ impl<'a> Parser<'a> {
     /// surrogate or depth check. Iterative (a stack of the closers expected), so any nesting
     /// the input holds is read without recursing.
     fn scan(&mut self) -> Result<(), JsonError> {
-        let mut open: Vec<u8> = Vec::new();
+        let mut open = Closers::default();
         loop {
             // At a value.
             self.skip_ws();
@@ -212,7 +253,7 @@ impl<'a> Parser<'a> {
             }
             // After a value: close what it ends, up to the next value.
             loop {
-                let Some(&closer) = open.last() else {
+                let Some(closer) = open.last() else {
                     return Ok(());
                 };
                 self.skip_ws();
@@ -294,7 +335,7 @@ mod tests {
     };
 
     fn framed(text: &str) -> Result<(Shape, Framing<'_>), JsonError> {
-        check_framed(text.as_bytes(), LIMITS, "params", "arguments")
+        check_framed(text, LIMITS, "params", "arguments")
     }
 
     fn at<'t>(text: &'t str, range: &Range<usize>) -> &'t str {
@@ -372,6 +413,39 @@ mod tests {
             "]".repeat(40)
         );
         assert_eq!(framed(&deep).unwrap_err().kind(), JsonErrorKind::TooDeep);
+    }
+
+    #[test]
+    fn the_scan_matches_closers_at_every_depth() {
+        // Objects and arrays alternate, around the levels the scan keeps in place and beyond.
+        for depth in [1, 31, 32, 33, 34, 65, 200] {
+            let (mut open, mut close) = (String::new(), String::new());
+            for level in 0..depth {
+                if level % 2 == 0 {
+                    open.push_str(r#"{"k":"#);
+                    close.insert(0, '}');
+                } else {
+                    open.push('[');
+                    close.insert(0, ']');
+                }
+            }
+            let arguments = format!("{open}1{close}");
+            let text = format!(r#"{{"params":{{"arguments":{arguments},"name":"n"}}}}"#);
+            let (_, framing) = framed(&text).unwrap();
+            assert_eq!(at(&text, &framing.hole.unwrap()), arguments, "{depth}");
+            // The wrong closer at any level is refused.
+            for level in [0, depth / 2, depth - 1] {
+                let mut wrong: Vec<char> = close.chars().collect();
+                wrong[level] = if wrong[level] == '}' { ']' } else { '}' };
+                let wrong: String = wrong.into_iter().collect();
+                let text = format!(r#"{{"params":{{"arguments":{open}1{wrong}}}}}"#);
+                assert_eq!(
+                    framed(&text).unwrap_err().kind(),
+                    JsonErrorKind::Syntax,
+                    "{depth} {level}"
+                );
+            }
+        }
     }
 
     #[test]

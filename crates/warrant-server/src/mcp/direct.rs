@@ -19,8 +19,8 @@
 //! So this path can only answer what the SDK would have answered the same way; the test
 //! `the_direct_path_answers_as_the_sdk_does` holds the two to the same answers.
 
-use axum::http::HeaderValue;
 use axum::http::request::Parts;
+use axum::http::{HeaderValue, header};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, JsonObject, JsonRpcMessage, RequestId, RequestMetaObject,
     ServerJsonRpcMessage, ServerResult,
@@ -48,30 +48,45 @@ pub(crate) fn headers_allow(parts: &Parts, allowed_hosts: &AllowedHosts) -> bool
     let (mut host, mut accept, mut version) = (Seen::Absent, Seen::Absent, Seen::Absent);
     let mut content_type = None;
     for (name, value) in &parts.headers {
-        // Names are stored in lower case: one match on the text per header. The
-        // `mcp-*` headers are per-request negotiation, which the SDK handles.
-        match name.as_str() {
-            "host" => host.see(value),
-            "accept" => accept.see(value),
+        // A standard name is compared as the constant it is stored as; only other names are
+        // compared as text (stored in lower case). The `mcp-*` headers are per-request
+        // negotiation, which the SDK handles.
+        if name == header::HOST {
+            host.see(value);
+        } else if name == header::ACCEPT {
+            accept.see(value);
+        } else if name == header::CONTENT_TYPE {
             // The SDK reads the first value.
-            "content-type" => {
-                content_type.get_or_insert(value);
+            content_type.get_or_insert(value);
+        } else if name == header::ORIGIN {
+            return false;
+        } else {
+            match name.as_str() {
+                "mcp-protocol-version" => version.see(value),
+                "mcp-method" | "mcp-name" => return false,
+                _ => {}
             }
-            "mcp-protocol-version" => version.see(value),
-            "origin" | "mcp-method" | "mcp-name" => return false,
-            _ => {}
         }
     }
+    // Values are compared as bytes where that says enough: `HeaderValue::to_str` checks every
+    // byte of a value again.
     let version_allows = match version {
         Seen::Absent => true,
-        Seen::Once(v) => v.to_str().is_ok_and(|v| ONE_SHOT_VERSIONS.contains(&v)),
+        Seen::Once(v) => ONE_SHOT_VERSIONS
+            .iter()
+            .any(|known| v.as_bytes() == known.as_bytes()),
         Seen::Many => false,
     };
     version_allows
         && host.text().is_some_and(|h| host_is_allowed(h, allowed_hosts))
-        && accept.text().is_some_and(accepts_json_and_sse)
+        && accept
+            .value()
+            .is_some_and(|a| a.as_bytes() == USUAL_ACCEPT || a.to_str().is_ok_and(accepts_json_and_sse))
         && content_type.is_some_and(is_json)
 }
+
+/// The `Accept` clients send (the specification's own example).
+const USUAL_ACCEPT: &[u8] = b"application/json, text/event-stream";
 
 /// A header's values, as far as the SDK's reading of it goes.
 enum Seen<'a> {
@@ -88,12 +103,17 @@ impl<'a> Seen<'a> {
         };
     }
 
-    /// The one value as text; `None` when absent, repeated or not text.
-    fn text(&self) -> Option<&'a str> {
+    /// The one value; `None` when absent or repeated.
+    fn value(&self) -> Option<&'a HeaderValue> {
         match self {
-            Seen::Once(value) => value.to_str().ok(),
+            Seen::Once(value) => Some(value),
             Seen::Absent | Seen::Many => None,
         }
+    }
+
+    /// The one value as text; `None` when absent, repeated or not text.
+    fn text(&self) -> Option<&'a str> {
+        self.value().and_then(|value| value.to_str().ok())
     }
 }
 
@@ -274,10 +294,6 @@ fn plain_host(value: &str) -> Option<(&str, Option<u16>)> {
 /// `Accept` lists both `application/json` and `text/event-stream`, each plainly (no
 /// parameters, so no weight that could exclude it), in one header value.
 fn accepts_json_and_sse(accept: &str) -> bool {
-    // What clients send (the specification's own example): compared as a whole first.
-    if accept == "application/json, text/event-stream" {
-        return true;
-    }
     if accept.bytes().any(|b| b == b'"' || b == b';') {
         return false;
     }

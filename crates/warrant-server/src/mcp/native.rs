@@ -62,6 +62,12 @@ pub(crate) struct Native {
 }
 
 impl Native {
+    /// Whether a call held for review is answered natively (a task or an input-required
+    /// result) rather than with the tool error.
+    pub(crate) fn takes_held(self) -> bool {
+        self.tasks || self.input_required
+    }
+
     /// From the request's negotiated version and the capabilities its client declared.
     pub(crate) fn of(context: &RequestContext<RoleServer>) -> Self {
         let capabilities = context.client_capabilities();
@@ -222,7 +228,7 @@ pub(crate) async fn held(
     needed: &ApprovalNeeded,
     sensitive: bool,
 ) -> Option<CallToolResponse> {
-    if !native.tasks && !native.input_required {
+    if !native.takes_held() {
         return None;
     }
     // A call without an idempotency key cannot be answered from its record once its approval

@@ -79,7 +79,9 @@ impl RawCall {
         out.extend_from_slice(b"{\"tool\":");
         out.extend_from_slice(self.name_text.as_bytes());
         out.extend_from_slice(b",\"version\":");
-        out.extend_from_slice(version.to_string().as_bytes());
+        // Written as `serde_json` writes a number (no formatter, no allocation); writing into
+        // a vector cannot fail.
+        serde_json::to_writer(&mut out, &version).unwrap_or(());
         out.push(b',');
         out.extend_from_slice(&self.members);
         out.extend_from_slice(extra);
@@ -175,7 +177,7 @@ impl Refused {
 pub(crate) fn frame(message: &[u8], limits: Limits) -> Result<Framed<'_>, Refused> {
     let view = utf8_view(message);
     let id = || {
-        serde_json::from_slice::<Value>(&view)
+        serde_json::from_slice::<Value>(view.as_bytes())
             .ok()
             .and_then(|v| v.get("id").cloned())
     };
@@ -210,12 +212,14 @@ pub(crate) fn frame(message: &[u8], limits: Limits) -> Result<Framed<'_>, Refuse
             });
         }
     }
-    let located = locate(&view, &framing);
+    let located = locate(view.as_bytes(), &framing);
     let set_aside = match (&located, &framing.hole) {
-        (Some(_), Some(hole)) if view.get(hole.clone()) != Some(b"null".as_slice()) => Some(hole.clone()),
+        (Some(_), Some(hole)) if view.as_bytes().get(hole.clone()) != Some(b"null".as_slice()) => {
+            Some(hole.clone())
+        }
         // Not set aside: the arguments are the message's, and as strict as the rest of it.
         (_, Some(hole)) => {
-            json::check_hole(&view, hole.clone(), limits).map_err(|e| Refused::parse(id(), &e))?;
+            json::check_hole(view.as_bytes(), hole.clone(), limits).map_err(|e| Refused::parse(id(), &e))?;
             None
         }
         (_, None) => None,
@@ -261,15 +265,16 @@ pub(crate) fn frame(message: &[u8], limits: Limits) -> Result<Framed<'_>, Refuse
     })
 }
 
-/// `bytes` with every byte of an invalid UTF-8 sequence replaced by `?`.
-fn utf8_view(bytes: &[u8]) -> Cow<'_, [u8]> {
-    if std::str::from_utf8(bytes).is_ok() {
-        return Cow::Borrowed(bytes);
+/// `bytes` as text, with every byte of an invalid UTF-8 sequence replaced by `?` (so the
+/// strict pass reads text it need not validate again).
+fn utf8_view(bytes: &[u8]) -> Cow<'_, str> {
+    if let Ok(text) = std::str::from_utf8(bytes) {
+        return Cow::Borrowed(text);
     }
-    let mut out = Vec::with_capacity(bytes.len());
+    let mut out = String::with_capacity(bytes.len());
     for chunk in bytes.utf8_chunks() {
-        out.extend_from_slice(chunk.valid().as_bytes());
-        out.extend(std::iter::repeat_n(b'?', chunk.invalid().len()));
+        out.push_str(chunk.valid());
+        out.extend(std::iter::repeat_n('?', chunk.invalid().len()));
     }
     Cow::Owned(out)
 }

@@ -286,10 +286,17 @@ pub(crate) async fn call(
     meta: &JsonObject,
     native: Native,
 ) -> Called {
-    let name = request.name.into_owned();
+    // Only the name and a retry's state are read: the rest is dropped here rather than held
+    // (in this future) until the call ends.
+    let CallToolRequestParams {
+        name, request_state, ..
+    } = request;
+    let name = name.into_owned();
     if name.starts_with(super::workflows::PREFIX) {
+        // Boxed, as the other paths that are not a plain call: the future of every call is
+        // as large as its largest branch, and it is moved several times on its way.
         return Called::Answered(
-            super::workflows::call(state, principal, trace, &name, raw)
+            Box::pin(super::workflows::call(state, principal, trace, &name, raw))
                 .await
                 .into(),
         );
@@ -301,8 +308,13 @@ pub(crate) async fn call(
     let (version, contract) = index.resolve(principal.tenant(), &name);
     let needs_key = contract.is_some_and(|c| c.effect().requires_idempotency_key());
     let bytes = raw.proposal(version, &extra);
-    if let Some(sealed) = request.request_state.as_deref() {
-        return Called::Answered(super::native::resume(state, principal, trace, &name, bytes, sealed).await);
+    if let Some(sealed) = request_state.as_deref() {
+        return Called::Answered(
+            Box::pin(super::native::resume(
+                state, principal, trace, &name, bytes, sealed,
+            ))
+            .await,
+        );
     }
     let key = match client_key {
         Some(key) => Some(key),
@@ -323,21 +335,19 @@ pub(crate) async fn call(
         trace_id: trace.clone(),
         ..OwnedCall::default()
     };
-    let held = principal.clone();
-    let dispatched = match submit(
-        state.authority.clone(),
-        state.runtime.clone(),
-        principal,
-        call.clone(),
-    )
-    .await
-    {
+    // Kept for a held call's native answer, when the client can take one.
+    let kept = native.takes_held().then(|| (principal.clone(), call.clone()));
+    let dispatched = match submit(state.authority.clone(), state.runtime.clone(), principal, call).await {
         Ok(dispatched) => dispatched,
         Err(e) => return Called::Answered(internal(&e, &trace).into()),
     };
     let sensitive = contract.is_some_and(|c| c.has_sensitive_fields());
     if let Dispatched::NeedsApproval { needed, .. } = &dispatched
-        && let Some(native) = super::native::held(state, native, &held, &name, &call, needed, sensitive).await
+        && let Some((held, call)) = &kept
+        && let Some(native) = Box::pin(super::native::held(
+            state, native, held, &name, call, needed, sensitive,
+        ))
+        .await
     {
         return Called::Answered(native);
     }
