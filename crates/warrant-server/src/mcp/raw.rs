@@ -39,8 +39,8 @@ pub(crate) struct RawCall {
     id: RequestId,
     /// `params.name` as decoded, to match the SDK's request against.
     name: String,
-    /// `params.name` as written.
-    name_text: String,
+    /// `params.name` as written, when that is not the name in quotes (it has escapes).
+    name_text: Option<String>,
     /// Other members of `params`: `"key":value,` each, values as written.
     members: Vec<u8>,
     /// `params.arguments` as written (absent: `{}`).
@@ -74,10 +74,21 @@ impl RawCall {
     pub(crate) fn proposal(&self, version: u32, extra: &[u8]) -> Vec<u8> {
         let arguments = self.arguments.as_deref().unwrap_or(b"{}");
         let mut out = Vec::with_capacity(
-            48 + self.name_text.len() + self.members.len() + extra.len() + arguments.len(),
+            50 + self.name.len()
+                + self.name_text.as_ref().map_or(0, String::len)
+                + self.members.len()
+                + extra.len()
+                + arguments.len(),
         );
         out.extend_from_slice(b"{\"tool\":");
-        out.extend_from_slice(self.name_text.as_bytes());
+        match &self.name_text {
+            Some(text) => out.extend_from_slice(text.as_bytes()),
+            None => {
+                out.push(b'"');
+                out.extend_from_slice(self.name.as_bytes());
+                out.push(b'"');
+            }
+        }
         out.extend_from_slice(b",\"version\":");
         // Written as `serde_json` writes a number (no formatter, no allocation); writing into
         // a vector cannot fail.
@@ -332,9 +343,14 @@ fn locate(view: &[u8], framing: &json::Framing<'_>) -> Option<Located> {
     let id = request_id(member(view, top, "id")?)?;
     let params = &framing.inner;
     let name_value = member(view, params, "name")?;
-    let name = plain_string(name_value)
-        .map(str::to_owned)
-        .or_else(|| serde_json::from_slice::<String>(name_value).ok())?;
+    // A plain name is its text in quotes; any other spelling is kept as written.
+    let (name, name_text) = match plain_string(name_value) {
+        Some(plain) => (plain.to_owned(), None),
+        None => (
+            serde_json::from_slice::<String>(name_value).ok()?,
+            Some(String::from_utf8(name_value.to_vec()).ok()?),
+        ),
+    };
     let mut members = Vec::new();
     let mut plain = true;
     for (key, range) in params {
@@ -360,7 +376,7 @@ fn locate(view: &[u8], framing: &json::Framing<'_>) -> Option<Located> {
         call: RawCall {
             id,
             name,
-            name_text: String::from_utf8(name_value.to_vec()).ok()?,
+            name_text,
             members,
             arguments: None,
         },
