@@ -190,8 +190,8 @@ impl<'a> Parser<'a> {
     /// refusing it as it always has. The property `the_quick_reading_is_the_general_one`
     /// holds the two to the same answers.
     ///
-    /// Written by hand, as the general reader is: about 1,500 instructions of the 3,400 the
-    /// general reader takes for a usual `tools/call`.
+    /// Written by hand, as the general reader is: with it `check_framed` takes about 2,300
+    /// instructions for a usual `tools/call`, against 3,400 by the general reader alone.
     fn framed_quick(&mut self, outer: &str, hole: &str) -> Option<Framing<'a>> {
         let mut inner = Spans::new();
         let mut hole_span = None;
