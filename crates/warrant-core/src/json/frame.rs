@@ -53,14 +53,22 @@ pub fn check_framed<'a>(
     check_size(text.as_bytes(), limits)?;
     // The usual message, read quickly; anything else (or anything wrong) is read again from
     // the start by the general reader, whose answer is the answer.
-    let mut quick = Parser::new(text, limits);
-    if quick.peek() == Some(b'{')
-        && let Some(framing) = quick.framed_quick(outer, hole)
-        && quick.finish().is_ok()
-    {
-        return Ok((Shape::Object, framing));
+    match check_framed_quickly(text, limits, outer, hole) {
+        Some(framing) => Ok((Shape::Object, framing)),
+        None => check_framed_generally(text, limits, outer, hole),
     }
-    check_framed_generally(text, limits, outer, hole)
+}
+
+/// [`check_framed`] by the quick reading alone ([`Parser::framed_quick`]): the framing of a
+/// usual message, `None` for anything it leaves to the general reader.
+fn check_framed_quickly<'a>(text: &'a str, limits: Limits, outer: &str, hole: &str) -> Option<Framing<'a>> {
+    let mut quick = Parser::new(text, limits);
+    if quick.peek() != Some(b'{') {
+        return None;
+    }
+    let framing = quick.framed_quick(outer, hole)?;
+    quick.finish().ok()?;
+    Some(framing)
 }
 
 /// [`check_framed`] by the general reader alone.
@@ -573,15 +581,10 @@ mod tests {
 
     /// Both readings of `text`: the quick one (when it answers) and the general one.
     fn readings(text: &str) -> (Option<Framing<'_>>, Result<(Shape, Framing<'_>), JsonError>) {
-        let mut quick = Parser::new(text, LIMITS);
-        let fast = if quick.peek() == Some(b'{') {
-            quick
-                .framed_quick("params", "arguments")
-                .filter(|_| quick.finish().is_ok())
-        } else {
-            None
-        };
-        (fast, check_framed_generally(text, LIMITS, "params", "arguments"))
+        (
+            check_framed_quickly(text, LIMITS, "params", "arguments"),
+            check_framed_generally(text, LIMITS, "params", "arguments"),
+        )
     }
 
     #[test]
