@@ -151,17 +151,22 @@ impl OwnedCall {
 }
 
 /// Hands `call` to the runtime and waits for its answer: [`dispatch`], owned by the runtime
-/// (see the module documentation). Dropping the returned future stops only the wait.
+/// (see the module documentation). The runtime owns the call from here, not from the first
+/// poll: the returned future only waits, and dropping it (even unpolled) stops only the wait.
+///
+/// Not an `async fn`: one would hold its arguments and the work (about 800 bytes) in every
+/// caller's future, which each lane moves several times on its way; this future holds the
+/// owned work's box.
 ///
 /// # Errors
 /// A store failure before anything ran (as [`dispatch`]), or
 /// [`StoreError::Unavailable`] when the call ended abnormally (a panic: a bug, logged).
-pub async fn submit(
+pub fn submit(
     authority: Arc<Authority>,
     runtime: Runtime,
     principal: Principal,
     call: OwnedCall,
-) -> Result<Dispatched, StoreError> {
+) -> impl Future<Output = Result<Dispatched, StoreError>> + Send + 'static {
     let owner = runtime.clone();
     let work = async move {
         dispatch_then(
@@ -174,11 +179,14 @@ pub async fn submit(
         .await
         .map(|(dispatched, _)| dispatched)
     };
-    match owner.own(work).await {
-        Ok(answer) => answer,
-        Err(Panicked) => {
-            tracing::error!("a call ended abnormally (it panicked)");
-            Err(StoreError::Unavailable("the call ended abnormally".into()))
+    let owned = owner.own(work);
+    async move {
+        match owned.await {
+            Ok(answer) => answer,
+            Err(Panicked) => {
+                tracing::error!("a call ended abnormally (it panicked)");
+                Err(StoreError::Unavailable("the call ended abnormally".into()))
+            }
         }
     }
 }

@@ -170,6 +170,9 @@ impl Entry {
     async fn serve(&self, request: Request) -> Response {
         match guard_request(&self.guard, request).await {
             Guarded::Answered(response) => response,
+            // Awaited here, after the guard's future has ended, rather than inside it: the two
+            // futures share their room in this one, instead of one holding the other.
+            Guarded::Direct(direct) => call_directly(&self.guard.state, direct).await,
             Guarded::Forward(request) => {
                 use tower::ServiceExt as _;
                 // Boxed: the SDK's future is several times the size of the direct path's, and
@@ -184,11 +187,21 @@ impl Entry {
     }
 }
 
-/// What the guard made of a request: answered (refused, or a direct `tools/call`), or to be
-/// served by the SDK.
+/// What the guard made of a request: answered (refused), a plain `tools/call` to answer
+/// directly, or to be served by the SDK.
 enum Guarded {
     Answered(Response),
+    Direct(Box<Direct>),
     Forward(Request),
+}
+
+/// A plain `tools/call` to answer without the SDK's service (see `direct`), with all it needs:
+/// the caller, the trace id the SDK's handler would get, the call's raw parts.
+struct Direct {
+    principal: warrant_core::authority::Principal,
+    trace: String,
+    raw: raw::RawCall,
+    call: direct::DirectCall,
 }
 
 /// Serves MCP over stdin/stdout as the holder of the API key `key` until the client closes
@@ -262,12 +275,18 @@ async fn guard_request(guard: &Guard, request: Request) -> Guarded {
             );
         }
     };
-    // A plain `tools/call`: answered here, as the SDK would answer it (`direct`).
-    if let (Some(raw), Some(hosts)) = (&framed.call, &guard.direct)
+    // A plain `tools/call`: answered as the SDK would answer it (`direct`).
+    if let (Some(_), Some(hosts)) = (&framed.call, &guard.direct)
         && direct::headers_allow(&parts, hosts)
         && let Some(call) = direct::call_of(&framed)
+        && let Some(raw) = framed.call
     {
-        return Guarded::Answered(call_directly(&guard.state, caller, &parts, raw, call).await);
+        return Guarded::Direct(Box::new(Direct {
+            principal: caller.principal,
+            trace: trace_of(&call.meta, Some(&parts)),
+            raw,
+            call,
+        }));
     }
     parts.extensions.insert(caller);
     // The SDK hands the request's parts to the handler: the raw parts of a `tools/call` go
@@ -287,30 +306,29 @@ async fn guard_request(guard: &Guard, request: Request) -> Guarded {
 
 /// Answers a plain `tools/call` without the SDK's service (see `direct`): the handler's
 /// [`tools::call`] with the caller, trace id and raw arguments it would get from the SDK.
-async fn call_directly(
-    state: &Arc<AppState>,
-    caller: Caller,
-    parts: &axum::http::request::Parts,
-    raw: &raw::RawCall,
-    call: direct::DirectCall,
-) -> Response {
-    let trace = trace_of(&call.meta, Some(parts));
+///
+/// The call comes boxed and stays in its box: this future holds a pointer, not the call.
+async fn call_directly(state: &Arc<AppState>, mut direct: Box<Direct>) -> Response {
+    let Direct {
+        principal,
+        trace,
+        raw,
+        call,
+    } = &mut *direct;
+    let trace = std::mem::take(trace);
     // A direct call is one the SDK would serve on a legacy protocol without capabilities: its
-    // held answer is the tool error (`native::Native::default()`).
-    let called = if raw.matches(&call.id, &call.params.name) {
-        tools::call(
-            state,
-            caller.principal,
-            trace.clone(),
-            call.params,
-            raw,
-            &call.meta,
-            native::Native::default(),
-        )
-        .await
-    } else {
-        tools::Called::Answered(tools::unframed(&trace).into())
-    };
+    // held answer is the tool error (`native::Native::default()`). Its id and name are the
+    // raw call's (`direct::call_of`).
+    let called = tools::call(
+        state,
+        principal.clone(),
+        trace.clone(),
+        None,
+        raw,
+        &call.meta,
+        native::Native::default(),
+    )
+    .await;
     let body = match called.committed() {
         // The call that is most of the traffic: its answer written from its parts.
         Some((execution, result, trace)) => direct::committed(&call.id, execution, result, trace),
@@ -319,7 +337,7 @@ async fn call_directly(
                 CallToolResponse::Complete(result) => result,
                 _ => tools::internal(&"a direct call answered other than a tool result", &trace),
             };
-            direct::answer(call.id, result)
+            direct::answer(call.id.clone(), result)
         }
     };
     match body {
@@ -450,7 +468,7 @@ impl ServerHandler for Gateway {
                 &self.state,
                 principal,
                 trace,
-                request,
+                request.request_state,
                 raw,
                 &context.meta.0.0,
                 native,

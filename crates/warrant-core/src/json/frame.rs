@@ -15,13 +15,20 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 use std::ops::Range;
 
+use smallvec::SmallVec;
+
 use super::{
     Check, FEW_MEMBERS, JsonError, JsonErrorKind, Limits, Parser, Shape, check_input, check_size,
     duplicate_key,
 };
 
-/// The members of an object: each key (decoded) and the byte range of its value.
-pub type Spans<'a> = Vec<(Cow<'a, str>, Range<usize>)>;
+/// The members of an object: each key (decoded) and the byte range of its value. The usual
+/// few are kept in place: a message's two lists of members allocate nothing.
+pub type Spans<'a> = SmallVec<[(Cow<'a, str>, Range<usize>); SPANS_IN_PLACE]>;
+
+/// The members a [`Spans`] keeps in place (a `tools/call` has four at the top, two or three
+/// in its `params`).
+const SPANS_IN_PLACE: usize = 4;
 
 /// Where the parts of a message checked by [`check_framed`] lie in it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -53,22 +60,27 @@ pub fn check_framed<'a>(
     check_size(text.as_bytes(), limits)?;
     // The usual message, read quickly; anything else (or anything wrong) is read again from
     // the start by the general reader, whose answer is the answer.
-    match check_framed_quickly(text, limits, outer, hole) {
-        Some(framing) => Ok((Shape::Object, framing)),
-        None => check_framed_generally(text, limits, outer, hole),
+    let mut framing = Framing::default();
+    if check_framed_quickly(text, limits, outer, hole, &mut framing) {
+        Ok((Shape::Object, framing))
+    } else {
+        check_framed_generally(text, limits, outer, hole)
     }
 }
 
-/// [`check_framed`] by the quick reading alone ([`Parser::framed_quick`]): the framing of a
-/// usual message, `None` for anything it leaves to the general reader.
-fn check_framed_quickly<'a>(text: &'a str, limits: Limits, outer: &str, hole: &str) -> Option<Framing<'a>> {
+/// [`check_framed`] by the quick reading alone ([`Parser::framed_quick`]): whether it read a
+/// usual message, whose framing it wrote into `framing` (in place: the members are kept in
+/// place, and each move of them is a copy); `false` for anything it leaves to the general
+/// reader (`framing` then says nothing).
+fn check_framed_quickly<'a>(
+    text: &'a str,
+    limits: Limits,
+    outer: &str,
+    hole: &str,
+    framing: &mut Framing<'a>,
+) -> bool {
     let mut quick = Parser::new(text, limits);
-    if quick.peek() != Some(b'{') {
-        return None;
-    }
-    let framing = quick.framed_quick(outer, hole)?;
-    quick.finish().ok()?;
-    Some(framing)
+    quick.peek() == Some(b'{') && quick.framed_quick(outer, hole, framing).is_some() && quick.finish().is_ok()
 }
 
 /// [`check_framed`] by the general reader alone.
@@ -157,15 +169,6 @@ impl Closers {
     }
 }
 
-/// An object's list of members, empty or with room for a few (`any`: members follow).
-fn spans<'a>(any: bool) -> Spans<'a> {
-    if any {
-        Spans::with_capacity(4)
-    } else {
-        Spans::new()
-    }
-}
-
 /// Adds a member to `spans`; gives the key back when the object already has it. While the
 /// object has few members, a new key is compared with each; beyond [`FEW_MEMBERS`] they are
 /// kept in a set as well (`seen`), so hostile objects with many keys stay linear.
@@ -200,48 +203,46 @@ impl<'a> Parser<'a> {
     ///
     /// Written by hand, as the general reader is: with it `check_framed` takes about 2,300
     /// instructions for a usual `tools/call`, against 3,400 by the general reader alone.
-    fn framed_quick(&mut self, outer: &str, hole: &str) -> Option<Framing<'a>> {
-        let mut inner = Spans::new();
-        let mut hole_span = None;
-        let members = self.quick_object(1, |parser, key| {
+    fn framed_quick(&mut self, outer: &str, hole: &str, framing: &mut Framing<'a>) -> Option<()> {
+        let Framing {
+            members,
+            inner,
+            hole: hole_span,
+        } = framing;
+        self.quick_object(1, members, |parser, key| {
             if key == outer && parser.peek() == Some(b'{') {
-                inner = parser.quick_object(2, |parser, key| {
+                inner.clear();
+                parser.quick_object(2, inner, |parser, key| {
                     if key == hole {
                         let start = parser.pos;
                         parser.scan().ok()?;
-                        hole_span = Some(start..parser.pos);
+                        *hole_span = Some(start..parser.pos);
                         Some(())
                     } else {
                         parser.quick_value(2)
                     }
-                })?;
-                Some(())
+                })
             } else {
                 parser.quick_value(1)
             }
-        })?;
-        Some(Framing {
-            members,
-            inner,
-            hole: hole_span,
         })
     }
 
-    /// An object at `depth` (the parser is at its `{`) whose members' values `value` reads;
-    /// its members, or `None` as [`Parser::framed_quick`] says.
+    /// An object at `depth` (the parser is at its `{`) whose members' values `value` reads,
+    /// its members written into `members`; `None` as [`Parser::framed_quick`] says.
     fn quick_object(
         &mut self,
         depth: usize,
+        members: &mut Spans<'a>,
         mut value: impl FnMut(&mut Self, &'a str) -> Option<()>,
-    ) -> Option<Spans<'a>> {
+    ) -> Option<()> {
         self.enter(depth).ok()?;
         self.pos += 1; // '{'
         self.skip_ws();
         if self.peek() == Some(b'}') {
             self.pos += 1;
-            return Some(Spans::new());
+            return Some(());
         }
-        let mut members = Spans::with_capacity(4);
         loop {
             self.skip_ws();
             let key = self.quick_string()?;
@@ -262,7 +263,7 @@ impl<'a> Parser<'a> {
                 Some(b',') => self.pos += 1,
                 Some(b'}') => {
                     self.pos += 1;
-                    return Some(members);
+                    return Some(());
                 }
                 _ => return None,
             }
@@ -330,20 +331,25 @@ impl<'a> Parser<'a> {
         let mut seen = None;
         let mut inner = Spans::new();
         let mut hole_span = None;
-        let members = self.object_with(1, spans, |parser, members, key, key_offset| {
-            let start = parser.pos;
-            let read = if key == outer && parser.peek() == Some(b'{') {
-                parser
-                    .framed_inner(hole, &mut hole_span)
-                    .map(|spans| inner = spans)
-            } else {
-                parser.value::<Check>(1)
-            };
-            if let Err(e) = read {
-                return Err(e.within(key.into_owned()));
-            }
-            add_span(members, &mut seen, key, start..parser.pos).map_err(|key| duplicate_key(key_offset, key))
-        })?;
+        let members = self.object_with(
+            1,
+            |_| Spans::new(),
+            |parser, members, key, key_offset| {
+                let start = parser.pos;
+                let read = if key == outer && parser.peek() == Some(b'{') {
+                    parser
+                        .framed_inner(hole, &mut hole_span)
+                        .map(|spans| inner = spans)
+                } else {
+                    parser.value::<Check>(1)
+                };
+                if let Err(e) = read {
+                    return Err(e.within(key.into_owned()));
+                }
+                add_span(members, &mut seen, key, start..parser.pos)
+                    .map_err(|key| duplicate_key(key_offset, key))
+            },
+        )?;
         Ok(Framing {
             members,
             inner,
@@ -358,21 +364,26 @@ impl<'a> Parser<'a> {
         hole_span: &mut Option<Range<usize>>,
     ) -> Result<Spans<'a>, JsonError> {
         let mut seen = None;
-        self.object_with(2, spans, |parser, members, key, key_offset| {
-            let start = parser.pos;
-            let read = if key == hole {
-                parser.scan()
-            } else {
-                parser.value::<Check>(2)
-            };
-            if let Err(e) = read {
-                return Err(e.within(key.into_owned()));
-            }
-            if key == hole {
-                *hole_span = Some(start..parser.pos);
-            }
-            add_span(members, &mut seen, key, start..parser.pos).map_err(|key| duplicate_key(key_offset, key))
-        })
+        self.object_with(
+            2,
+            |_| Spans::new(),
+            |parser, members, key, key_offset| {
+                let start = parser.pos;
+                let read = if key == hole {
+                    parser.scan()
+                } else {
+                    parser.value::<Check>(2)
+                };
+                if let Err(e) = read {
+                    return Err(e.within(key.into_owned()));
+                }
+                if key == hole {
+                    *hole_span = Some(start..parser.pos);
+                }
+                add_span(members, &mut seen, key, start..parser.pos)
+                    .map_err(|key| duplicate_key(key_offset, key))
+            },
+        )
     }
 
     /// Moves past one value, reading its grammar only: no duplicate-key, number-range,
@@ -581,8 +592,9 @@ mod tests {
 
     /// Both readings of `text`: the quick one (when it answers) and the general one.
     fn readings(text: &str) -> (Option<Framing<'_>>, Result<(Shape, Framing<'_>), JsonError>) {
+        let mut quick = Framing::default();
         (
-            check_framed_quickly(text, LIMITS, "params", "arguments"),
+            check_framed_quickly(text, LIMITS, "params", "arguments", &mut quick).then_some(quick),
             check_framed_generally(text, LIMITS, "params", "arguments"),
         )
     }

@@ -22,8 +22,8 @@
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, header};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, JsonObject, JsonRpcMessage, RequestId, RequestMetaObject,
-    ServerJsonRpcMessage, ServerResult,
+    CallToolResponse, JsonObject, JsonRpcMessage, RequestId, RequestMetaObject, ServerJsonRpcMessage,
+    ServerResult,
 };
 use serde_json::Value;
 use warrant_runtime::Execution;
@@ -117,10 +117,10 @@ impl<'a> Seen<'a> {
     }
 }
 
-/// A `tools/call` decoded as the SDK decodes it: its id, parameters and `_meta`.
+/// A `tools/call` decoded as the SDK decodes it: its id and `_meta` (its name is the raw
+/// call's; a plain call's parameters hold nothing else the handler reads).
 pub(crate) struct DirectCall {
     pub(crate) id: RequestId,
-    pub(crate) params: CallToolRequestParams,
     pub(crate) meta: JsonObject,
 }
 
@@ -144,7 +144,6 @@ pub(crate) fn call_of(framed: &raw::Framed<'_>) -> Option<DirectCall> {
     }
     Some(DirectCall {
         id: raw.id().clone(),
-        params: CallToolRequestParams::new(raw.name().to_owned()),
         meta,
     })
 }
@@ -484,19 +483,26 @@ mod tests {
             max_depth: 36,
         };
         let direct = |message: &[u8]| {
-            raw::frame(message, limits)
+            raw::frame(&axum::body::Bytes::copy_from_slice(message), limits)
                 .ok()
                 .and_then(|framed| call_of(&framed))
+        };
+        let framed_name = |message: &[u8]| {
+            raw::frame(&axum::body::Bytes::copy_from_slice(message), limits)
+                .ok()
+                .and_then(|framed| framed.call)
+                .map(|call| call.name().to_owned())
+                .unwrap_or_default()
         };
         let call = br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"t","arguments":{},"_meta":{"idempotency_key":"k"}}}"#;
         let taken = direct(call).unwrap();
         assert_eq!(taken.id, RequestId::Number(7));
-        assert_eq!(taken.params.name, "t");
+        assert_eq!(framed_name(call), "t");
         assert_eq!(taken.meta["idempotency_key"], "k");
         let escaped = br#"{"params":{"arguments":{"a":1.0},"name":"t1"},"method":"tools\/call","id":"x","jsonrpc":"2.0"}"#;
         let taken = direct(escaped).unwrap();
         assert_eq!(taken.id, RequestId::String("x".into()));
-        assert_eq!(taken.params.name, "t1");
+        assert_eq!(framed_name(escaped), "t1");
         assert!(taken.meta.is_empty());
         for other in [
             br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.as_slice(),

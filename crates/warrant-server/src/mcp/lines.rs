@@ -149,7 +149,11 @@ where
                 }
                 Ok(Line::Complete(line)) => line,
             };
-            let line = line.strip_prefix(b"\xEF\xBB\xBF".as_slice()).unwrap_or(&line);
+            // Shared, not copied: a call's raw parts keep the line they lie in.
+            let mut line = axum::body::Bytes::from(line);
+            if line.starts_with(b"\xEF\xBB\xBF") {
+                line = line.slice(3..);
+            }
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
@@ -159,7 +163,7 @@ where
             };
             // Lines that are not JSON, and notifications, get no answer (as with the SDK's
             // codec: answering garbage can start an error storm).
-            let framed = match raw::frame(line, limits) {
+            let framed = match raw::frame(&line, limits) {
                 Ok(framed) => framed,
                 Err(refused) => {
                     if refused.id.is_some() {

@@ -28,6 +28,7 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
+use axum::body::Bytes;
 use rmcp::model::RequestId;
 use serde_json::Value;
 use warrant_core::json::{self, JsonError, Limits, Shape};
@@ -43,8 +44,10 @@ pub(crate) struct RawCall {
     name_text: Option<String>,
     /// Other members of `params`: `"key":value,` each, values as written.
     members: Vec<u8>,
-    /// `params.arguments` as written (absent: `{}`).
-    arguments: Option<Vec<u8>>,
+    /// The client's message, shared (not copied): `arguments` lie in it.
+    message: Bytes,
+    /// Where `params.arguments` lie in `message`, as written (absent: `{}`).
+    arguments: Option<Range<usize>>,
 }
 
 impl RawCall {
@@ -65,14 +68,17 @@ impl RawCall {
 
     /// `params.arguments` as written (`{}` when absent).
     pub(crate) fn arguments(&self) -> &[u8] {
-        self.arguments.as_deref().unwrap_or(b"{}")
+        self.arguments
+            .as_ref()
+            .and_then(|range| self.message.get(range.clone()))
+            .unwrap_or(b"{}")
     }
 
     /// The proposal: `{"tool": <name>, "version": <version>, <members>, <extra>, "arguments":
     /// <arguments>}` with every value the client wrote as it wrote it; `extra` are envelope
     /// members the lane adds (each `"key":value,`).
     pub(crate) fn proposal(&self, version: u32, extra: &[u8]) -> Vec<u8> {
-        let arguments = self.arguments.as_deref().unwrap_or(b"{}");
+        let arguments = self.arguments();
         let mut out = Vec::with_capacity(
             50 + self.name.len()
                 + self.name_text.as_ref().map_or(0, String::len)
@@ -185,7 +191,8 @@ impl Refused {
 ///
 /// # Errors
 /// The message is not strict JSON outside the arguments, or is not one JSON object.
-pub(crate) fn frame(message: &[u8], limits: Limits) -> Result<Framed<'_>, Refused> {
+pub(crate) fn frame(bytes: &Bytes, limits: Limits) -> Result<Framed<'_>, Refused> {
+    let message = bytes.as_ref();
     let view = utf8_view(message);
     let id = || {
         serde_json::from_slice::<Value>(view.as_bytes())
@@ -223,7 +230,7 @@ pub(crate) fn frame(message: &[u8], limits: Limits) -> Result<Framed<'_>, Refuse
             });
         }
     }
-    let located = locate(view.as_bytes(), &framing);
+    let located = locate(&view, &framing);
     let set_aside = match (&located, &framing.hole) {
         (Some(_), Some(hole)) if view.as_bytes().get(hole.clone()) != Some(b"null".as_slice()) => {
             Some(hole.clone())
@@ -261,9 +268,8 @@ pub(crate) fn frame(message: &[u8], limits: Limits) -> Result<Framed<'_>, Refuse
     let (call, plain) = match located {
         Some(Located { mut call, plain }) => {
             // The client's bytes, not the view's: invalid UTF-8 in them is for `decide` to refuse.
-            call.arguments = set_aside
-                .as_ref()
-                .map(|range| message.get(range.clone()).unwrap_or_default().to_vec());
+            call.message = bytes.clone();
+            call.arguments.clone_from(&set_aside);
             (Some(call), plain)
         }
         None => (None, None),
@@ -296,93 +302,93 @@ struct Located {
     plain: Option<Plain>,
 }
 
-/// The one member named `key`, as its text (`members` come from the strict pass, so a key
-/// appears at most once).
-fn member<'v>(view: &'v [u8], members: &json::Spans<'_>, key: &str) -> Option<&'v [u8]> {
-    let (_, range) = members.iter().find(|(k, _)| k == key)?;
-    view.get(range.clone())
-}
-
 /// A JSON-RPC id as the SDK decodes it. The common spellings — digits that fit an `i64`, a
 /// string without escapes — are read directly (the strict pass has checked the text: no
 /// leading zeros, valid UTF-8); anything else goes through `serde_json` as the SDK's type.
-fn request_id(text: &[u8]) -> Option<RequestId> {
-    let digits = text.strip_prefix(b"-").unwrap_or(text);
-    if !digits.is_empty() && digits.len() <= 18 && digits.iter().all(u8::is_ascii_digit) {
-        return std::str::from_utf8(text)
-            .ok()?
-            .parse()
-            .ok()
-            .map(RequestId::Number);
+fn request_id(text: &str) -> Option<RequestId> {
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    if !digits.is_empty() && digits.len() <= 18 && digits.bytes().all(|b| b.is_ascii_digit()) {
+        return text.parse().ok().map(RequestId::Number);
     }
     if let Some(plain) = plain_string(text) {
         return Some(RequestId::String(plain.into()));
     }
-    serde_json::from_slice(text).ok()
+    serde_json::from_str(text).ok()
 }
 
 /// The value of a JSON string written without escapes (what most names and ids are), as it is
 /// decoded; `None` for any other text. The strict pass has checked the text is valid JSON, so
 /// without a backslash the characters between the quotes are the string.
-fn plain_string(text: &[u8]) -> Option<&str> {
-    let inner = text.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
-    if inner.contains(&b'\\') {
-        return None;
-    }
-    std::str::from_utf8(inner).ok()
+fn plain_string(text: &str) -> Option<&str> {
+    let inner = text.strip_prefix('"')?.strip_suffix('"')?;
+    (!inner.contains('\\')).then_some(inner)
 }
 
 /// The parts of a `tools/call` in the message, from where the strict pass found its members;
-/// `None` for any other message.
-fn locate(view: &[u8], framing: &json::Framing<'_>) -> Option<Located> {
-    let top = &framing.members;
-    let method = member(view, top, "method")?;
-    if method != b"\"tools/call\"" && serde_json::from_slice::<String>(method).ok()? != "tools/call" {
+/// `None` for any other message. One pass over each list of members (the strict pass has
+/// refused repeated keys, so each key is seen at most once).
+fn locate(view: &str, framing: &json::Framing<'_>) -> Option<Located> {
+    let (mut method, mut id, mut jsonrpc, mut params) = (None, None, None, false);
+    for (key, range) in &framing.members {
+        match key.as_ref() {
+            "method" => method = view.get(range.clone()),
+            "id" => id = view.get(range.clone()),
+            "jsonrpc" => jsonrpc = view.get(range.clone()),
+            "params" => params = true,
+            _ => {}
+        }
+    }
+    let method = method?;
+    if method != "\"tools/call\"" && serde_json::from_str::<String>(method).ok()? != "tools/call" {
         return None;
     }
-    let id = request_id(member(view, top, "id")?)?;
-    let params = &framing.inner;
-    let name_value = member(view, params, "name")?;
-    // A plain name is its text in quotes; any other spelling is kept as written.
-    let (name, name_text) = match plain_string(name_value) {
-        Some(plain) => (plain.to_owned(), None),
-        None => (
-            serde_json::from_slice::<String>(name_value).ok()?,
-            Some(String::from_utf8(name_value.to_vec()).ok()?),
-        ),
-    };
+    let id = request_id(id?)?;
+    let (mut name_value, mut meta) = (None, None);
     let mut members = Vec::new();
     let mut plain = true;
-    for (key, range) in params {
+    for (key, range) in &framing.inner {
         // A retry's `requestState` and `inputResponses` (MRTR) are the lane's, not the
         // proposal's: the SDK decodes them for the handler.
         match key.as_ref() {
-            "name" | "arguments" | "_meta" => continue,
+            "name" => {
+                name_value = view.get(range.clone());
+                continue;
+            }
+            "arguments" => continue,
+            "_meta" => {
+                meta = Some(range.clone());
+                continue;
+            }
             "requestState" | "inputResponses" => {}
             _ => {
                 members.extend_from_slice(serde_json::to_string(key).ok()?.as_bytes());
                 members.push(b':');
-                members.extend_from_slice(view.get(range.clone())?);
+                members.extend_from_slice(view.get(range.clone())?.as_bytes());
                 members.push(b',');
             }
         }
         plain = false;
     }
-    plain = plain
-        && top.len() == 4
-        && member(view, top, "jsonrpc") == Some(b"\"2.0\"".as_slice())
-        && member(view, top, "params").is_some();
+    let name_value = name_value?;
+    // A plain name is its text in quotes; any other spelling is kept as written.
+    let (name, name_text) = match plain_string(name_value) {
+        Some(plain) => (plain.to_owned(), None),
+        None => (
+            serde_json::from_str::<String>(name_value).ok()?,
+            Some(name_value.to_owned()),
+        ),
+    };
+    plain = plain && framing.members.len() == 4 && jsonrpc == Some("\"2.0\"") && params;
     Some(Located {
         call: RawCall {
             id,
             name,
             name_text,
             members,
+            message: Bytes::new(),
             arguments: None,
         },
-        plain: plain.then(|| Plain {
-            meta: params.iter().find(|(k, _)| k == "_meta").map(|(_, r)| r.clone()),
-        }),
+        plain: plain.then_some(Plain { meta }),
     })
 }
 
@@ -396,6 +402,11 @@ mod tests {
         max_bytes: 1 << 20,
         max_depth: 36,
     };
+
+    /// [`super::frame`] of a copy of `message` (kept for the test's length).
+    fn frame(message: &[u8], limits: Limits) -> Result<Framed<'static>, Refused> {
+        super::frame(Box::leak(Box::new(Bytes::copy_from_slice(message))), limits)
+    }
 
     fn framed(message: &[u8]) -> (String, RawCall) {
         let framed = frame(message, LIMITS).unwrap();
@@ -445,8 +456,8 @@ mod tests {
             "[]",
         ] {
             let serde = serde_json::from_slice::<RequestId>(text.as_bytes()).ok();
-            assert_eq!(request_id(text.as_bytes()), serde, "{text}");
-            if let Some(plain) = plain_string(text.as_bytes()) {
+            assert_eq!(request_id(text), serde, "{text}");
+            if let Some(plain) = plain_string(text) {
                 assert_eq!(
                     Some(plain.to_owned()),
                     serde_json::from_str::<String>(text).ok(),

@@ -2,13 +2,12 @@
 //! tool result. Every refusal is a tool result marked as an error with its stage and code —
 //! never a JSON-RPC error, which agents would retry blindly.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, JsonObject, MetaObject, Tool,
-    ToolAnnotations,
+    CallToolResponse, CallToolResult, ContentBlock, JsonObject, MetaObject, Tool, ToolAnnotations,
 };
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
@@ -46,7 +45,9 @@ const APPROVAL_FIELDS: [&str; 2] = ["io.warrant/approval_id", "approval_id"];
 #[derive(Debug, Default)]
 pub(crate) struct Index {
     platform: Space,
-    tenants: HashMap<String, Space>,
+    /// Ordered, not hashed: a call's lookup compares its tenant with a few names rather than
+    /// hashing it with SipHash.
+    tenants: BTreeMap<String, Space>,
 }
 
 /// The tools of one namespace.
@@ -90,10 +91,11 @@ impl Index {
     /// The version a call to `name` by a caller of `tenant` pins, and the contract if it is live.
     fn resolve(&self, tenant: &str, name: &str) -> (u32, Option<&Arc<Contract>>) {
         for space in self.spaces(tenant) {
-            match (space.live.get(name), space.newest.get(name)) {
-                (Some(c), _) => return (c.version(), Some(c)),
-                (None, Some(v)) => return (*v, None),
-                (None, None) => {}
+            if let Some(c) = space.live.get(name) {
+                return (c.version(), Some(c));
+            }
+            if let Some(v) = space.newest.get(name) {
+                return (*v, None);
             }
         }
         (1, None)
@@ -281,17 +283,15 @@ pub(crate) async fn call(
     state: &Arc<AppState>,
     principal: Principal,
     trace: String,
-    request: CallToolRequestParams,
+    request_state: Option<String>,
     raw: &RawCall,
     meta: &JsonObject,
     native: Native,
 ) -> Called {
-    // Only the name and a retry's state are read: the rest is dropped here rather than held
-    // (in this future) until the call ends.
-    let CallToolRequestParams {
-        name, request_state, ..
-    } = request;
-    let name = name.into_owned();
+    // Of the SDK's parameters only a retry's state is taken (the name is the raw call's, which
+    // the caller matched with the request's): the rest would be held in this future, twice
+    // (as an argument and as a local), until the call ends.
+    let name = raw.name().to_owned();
     if name.starts_with(super::workflows::PREFIX) {
         // Boxed, as the other paths that are not a plain call: the future of every call is
         // as large as its largest branch, and it is moved several times on its way.
@@ -302,8 +302,15 @@ pub(crate) async fn call(
         );
     }
     let mut extra = Vec::new();
-    let client_key = meta_field(meta, &KEY_FIELDS, "idempotency_key", &mut extra).map(str::to_owned);
-    let approval_id = meta_field(meta, &APPROVAL_FIELDS, "approval", &mut extra).map(str::to_owned);
+    // Most calls carry no `_meta`: nothing to look up.
+    let (client_key, approval_id) = if meta.is_empty() {
+        (None, None)
+    } else {
+        (
+            meta_field(meta, &KEY_FIELDS, "idempotency_key", &mut extra).map(str::to_owned),
+            meta_field(meta, &APPROVAL_FIELDS, "approval", &mut extra).map(str::to_owned),
+        )
+    };
     let index = state.tool_index();
     let (version, contract) = index.resolve(principal.tenant(), &name);
     let needs_key = contract.is_some_and(|c| c.effect().requires_idempotency_key());
@@ -328,22 +335,33 @@ pub(crate) async fn call(
     };
     // The call is handed to the runtime, which runs it to a recorded end even if this request
     // is cancelled (a client that disconnects cancels the handler): `warrant_runtime::submit`.
-    let call = OwnedCall {
-        bytes: bytes.into(),
-        idempotency_key: key,
-        approval_id,
-        trace_id: trace.clone(),
-        ..OwnedCall::default()
+    // Built in a block, so its storage is not held in this future while it runs.
+    let (submitted, kept) = {
+        let call = OwnedCall {
+            bytes: bytes.into(),
+            idempotency_key: key,
+            approval_id,
+            trace_id: trace.clone(),
+            ..OwnedCall::default()
+        };
+        // Kept for a held call's native answer, when the client can take one (boxed: most
+        // clients cannot, and the future need not be as large as the copies).
+        let kept = native
+            .takes_held()
+            .then(|| Box::new((principal.clone(), call.clone())));
+        (
+            submit(state.authority.clone(), state.runtime.clone(), principal, call),
+            kept,
+        )
     };
-    // Kept for a held call's native answer, when the client can take one.
-    let kept = native.takes_held().then(|| (principal.clone(), call.clone()));
-    let dispatched = match submit(state.authority.clone(), state.runtime.clone(), principal, call).await {
+    let dispatched = match submitted.await {
         Ok(dispatched) => dispatched,
         Err(e) => return Called::Answered(internal(&e, &trace).into()),
     };
     let sensitive = contract.is_some_and(|c| c.has_sensitive_fields());
     if let Dispatched::NeedsApproval { needed, .. } = &dispatched
-        && let Some((held, call)) = &kept
+        && let Some(kept) = &kept
+        && let (held, call) = &**kept
         && let Some(native) = Box::pin(super::native::held(
             state, native, held, &name, call, needed, sensitive,
         ))
