@@ -15,20 +15,13 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 use std::ops::Range;
 
-use smallvec::SmallVec;
-
 use super::{
     Check, FEW_MEMBERS, JsonError, JsonErrorKind, Limits, Parser, Shape, check_input, check_size,
     duplicate_key,
 };
 
-/// The members of an object: each key (decoded) and the byte range of its value. The usual
-/// few are kept in place: a message's two lists of members allocate nothing.
-pub type Spans<'a> = SmallVec<[(Cow<'a, str>, Range<usize>); SPANS_IN_PLACE]>;
-
-/// The members a [`Spans`] keeps in place (a `tools/call` has four at the top, two or three
-/// in its `params`).
-const SPANS_IN_PLACE: usize = 4;
+/// The members of an object: each key (decoded) and the byte range of its value.
+pub type Spans<'a> = Vec<(Cow<'a, str>, Range<usize>)>;
 
 /// Where the parts of a message checked by [`check_framed`] lie in it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

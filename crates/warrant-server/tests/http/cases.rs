@@ -1089,6 +1089,41 @@ pub async fn a_call_outlives_its_client(h: &Harness) {
     assert_eq!(committed.len(), 1, "{page}");
 }
 
+/// `submit` takes the call into the runtime's ownership as it is called, not at the future's
+/// first poll: a lane whose wait is dropped before it ever ran (a request cancelled at once)
+/// still has its call run to its recorded end, its approval spent on a recorded effect.
+pub async fn a_submitted_call_runs_though_never_awaited(h: &Harness) {
+    let call = json!({"tool": "credit", "version": 1, "idempotency_key": "k-unpolled",
+        "arguments": {"customer_id": "cus_1", "amount_cents": 14, "reason": "unpolled"}});
+    let (_, body) = h.propose("agent", &call).await;
+    let approval = body["approval"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(h.approve_on(0, "reviewer", &approval).await, 200);
+    // The "agent" key's principal, as the HTTP lane would hand it over.
+    let principal = warrant_core::authority::Principal::new(
+        "agent-7",
+        "acme",
+        ["orders:read", "credits:write", "workflows:validate"].map(str::to_owned),
+    )
+    .unwrap()
+    .with_roles(["agent".to_owned()])
+    .unwrap();
+    let owned = warrant_runtime::OwnedCall {
+        bytes: call.to_string().into_bytes().into(),
+        approval_id: Some(approval.clone()),
+        trace_id: "a".repeat(32),
+        ..warrant_runtime::OwnedCall::default()
+    };
+    let state = &h.nodes[0].gateway.state;
+    drop(warrant_runtime::submit(
+        state.authority.clone(),
+        state.runtime.clone(),
+        principal,
+        owned,
+    ));
+    // Sent again, the call is answered from the record of the one never awaited.
+    assert_replayed_once_finished(h, &call, &approval).await;
+}
+
 /// The server's own request timeout cuts only the wait too: the client gets `503 TIMEOUT`,
 /// and the call — its approval already spent — runs to its recorded end, answered from that
 /// record when sent again.

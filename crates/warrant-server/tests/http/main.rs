@@ -51,6 +51,7 @@ on_every_backend! {
     approvals_are_visible_only_to_their_reviewers_and_keep_no_sensitive_value,
     a_policy_that_cannot_be_evaluated_denies_the_call,
     a_call_outlives_its_client,
+    a_submitted_call_runs_though_never_awaited,
     a_call_outlives_its_request_timeout,
     a_rejected_call_is_not_sent_for_review_again,
     admins_publish_only_workflows_the_compiler_accepts,
