@@ -283,7 +283,7 @@ async fn guard_request(guard: &Guard, request: Request) -> Guarded {
     {
         return Guarded::Direct(Box::new(Direct {
             principal: caller.principal,
-            trace: trace_of(&call.meta, Some(&parts)),
+            trace: trace_of(call.meta.view(), Some(&parts)),
             raw,
             call,
         }));
@@ -325,7 +325,7 @@ async fn call_directly(state: &Arc<AppState>, mut direct: Box<Direct>) -> Respon
         trace.clone(),
         None,
         raw,
-        &call.meta,
+        call.meta.view(),
         native::Native::default(),
     )
     .await;
@@ -354,9 +354,8 @@ async fn call_directly(state: &Arc<AppState>, mut direct: Box<Direct>) -> Respon
 /// The trace id of a request: a `traceparent` in `_meta` (SEP-414) wins; otherwise the id the
 /// HTTP layer gave the request (from its header or fresh), so the span, the ledger and the
 /// answer agree; over stdio a fresh one.
-fn trace_of(meta: &rmcp::model::JsonObject, parts: Option<&axum::http::request::Parts>) -> String {
-    meta.get("traceparent")
-        .and_then(serde_json::Value::as_str)
+fn trace_of(meta: tools::Meta<'_>, parts: Option<&axum::http::request::Parts>) -> String {
+    meta.text("traceparent")
         .and_then(crate::trace::parse_traceparent)
         .or_else(|| {
             parts
@@ -385,7 +384,7 @@ impl Gateway {
     /// span, the ledger and the answer agree; over stdio a fresh one.
     async fn caller(&self, context: &RequestContext<RoleServer>) -> Result<(Principal, String), ErrorData> {
         let parts = context.extensions.get::<axum::http::request::Parts>();
-        let trace = trace_of(&context.meta.0.0, parts);
+        let trace = trace_of(tools::Meta::Object(&context.meta.0.0), parts);
         if let Some(key) = &self.key {
             let caller = authenticate(&self.state, key)
                 .await
@@ -470,7 +469,7 @@ impl ServerHandler for Gateway {
                 trace,
                 request.request_state,
                 raw,
-                &context.meta.0.0,
+                tools::Meta::Object(&context.meta.0.0),
                 native,
             )
             .await

@@ -121,7 +121,26 @@ impl<'a> Seen<'a> {
 /// call's; a plain call's parameters hold nothing else the handler reads).
 pub(crate) struct DirectCall {
     pub(crate) id: RequestId,
-    pub(crate) meta: JsonObject,
+    pub(crate) meta: DirectMeta,
+}
+
+/// A direct call's `_meta`: read plainly when it is plain ([`plain_meta`]), else decoded with
+/// the SDK's type.
+pub(crate) enum DirectMeta {
+    /// Every value a string without escapes, every key without escapes: the members as text.
+    Plain(Vec<(String, String)>),
+    /// Anything else, as the SDK decodes it.
+    Object(JsonObject),
+}
+
+impl DirectMeta {
+    /// As the handler reads it.
+    pub(crate) fn view(&self) -> super::tools::Meta<'_> {
+        match self {
+            DirectMeta::Plain(members) => super::tools::Meta::Plain(members),
+            DirectMeta::Object(object) => super::tools::Meta::Object(object),
+        }
+    }
 }
 
 /// The framed message as a `tools/call` this path answers, or `None` for anything the SDK is
@@ -132,20 +151,92 @@ pub(crate) fn call_of(framed: &raw::Framed<'_>) -> Option<DirectCall> {
     let (plain, raw) = (framed.plain.as_ref()?, framed.call.as_ref()?);
     let meta = match &plain.meta {
         Some(range) => {
-            serde_json::from_slice::<RequestMetaObject>(framed.original().get(range.clone())?)
-                .ok()?
-                .0
-                .0
+            let text = framed.original().get(range.clone())?;
+            match plain_meta(text) {
+                Some(members) => DirectMeta::Plain(members),
+                None => DirectMeta::Object(serde_json::from_slice::<RequestMetaObject>(text).ok()?.0.0),
+            }
         }
-        None => JsonObject::new(),
+        None => DirectMeta::Plain(Vec::new()),
     };
-    if meta.keys().any(|k| k.starts_with(PROTOCOL_META_PREFIX)) {
+    let reserved = |k: &str| k.starts_with(PROTOCOL_META_PREFIX);
+    let protocol = match &meta {
+        DirectMeta::Plain(members) => members.iter().any(|(k, _)| reserved(k)),
+        DirectMeta::Object(object) => object.keys().any(|k| reserved(k)),
+    };
+    if protocol {
         return None;
     }
     Some(DirectCall {
         id: raw.id().clone(),
         meta,
     })
+}
+
+/// The members of a `_meta` object whose every key and value is a string written without
+/// escapes (the usual `{"io.warrant/idempotency_key": "…"}`), as text; `None` for any other
+/// `_meta`, which the SDK's type decodes. The strict pass has read `text` (valid JSON, valid
+/// UTF-8, no repeated key), so between two quotes without a backslash lies the string itself:
+/// these are the members the SDK's map would hold, without building the map (a SipHash per
+/// key stored and per key looked up). Written by hand, as the rest of the framing: it reads
+/// only that one shape and leaves the rest to `serde_json`.
+fn plain_meta(text: &[u8]) -> Option<Vec<(String, String)>> {
+    let mut at = 0;
+    let skip_ws = |at: &mut usize| {
+        while text
+            .get(*at)
+            .is_some_and(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+        {
+            *at += 1;
+        }
+    };
+    let string = |at: &mut usize| -> Option<String> {
+        if text.get(*at) != Some(&b'"') {
+            return None;
+        }
+        let start = *at + 1;
+        let len = text.get(start..)?.iter().position(|&b| b == b'"' || b == b'\\')?;
+        let end = start + len;
+        if text.get(end) != Some(&b'"') {
+            return None;
+        }
+        *at = end + 1;
+        String::from_utf8(text.get(start..end)?.to_vec()).ok()
+    };
+    skip_ws(&mut at);
+    if text.get(at) != Some(&b'{') {
+        return None;
+    }
+    at += 1;
+    let mut members = Vec::new();
+    skip_ws(&mut at);
+    if text.get(at) == Some(&b'}') {
+        at += 1;
+    } else {
+        loop {
+            skip_ws(&mut at);
+            let key = string(&mut at)?;
+            skip_ws(&mut at);
+            if text.get(at) != Some(&b':') {
+                return None;
+            }
+            at += 1;
+            skip_ws(&mut at);
+            let value = string(&mut at)?;
+            members.push((key, value));
+            skip_ws(&mut at);
+            match text.get(at) {
+                Some(b',') => at += 1,
+                Some(b'}') => {
+                    at += 1;
+                    break;
+                }
+                _ => return None,
+            }
+        }
+    }
+    skip_ws(&mut at);
+    (at == text.len()).then_some(members)
 }
 
 /// The body of the answer: the SDK's JSON-RPC response carrying the tool result, in the
@@ -498,12 +589,12 @@ mod tests {
         let taken = direct(call).unwrap();
         assert_eq!(taken.id, RequestId::Number(7));
         assert_eq!(framed_name(call), "t");
-        assert_eq!(taken.meta["idempotency_key"], "k");
+        assert_eq!(taken.meta.view().text("idempotency_key"), Some("k"));
         let escaped = br#"{"params":{"arguments":{"a":1.0},"name":"t1"},"method":"tools\/call","id":"x","jsonrpc":"2.0"}"#;
         let taken = direct(escaped).unwrap();
         assert_eq!(taken.id, RequestId::String("x".into()));
         assert_eq!(framed_name(escaped), "t1");
-        assert!(taken.meta.is_empty());
+        assert!(taken.meta.view().is_empty());
         for other in [
             br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.as_slice(),
             br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
@@ -519,6 +610,43 @@ mod tests {
             b"[]",
         ] {
             assert!(direct(other).is_none(), "{}", String::from_utf8_lossy(other));
+        }
+    }
+
+    /// The plain reading of `_meta` holds exactly the members the SDK's type decodes, and
+    /// leaves to it every `_meta` it does not read.
+    #[test]
+    fn a_plain_meta_is_read_as_the_sdk_reads_it() {
+        for text in [
+            r#"{}"#,
+            r#" { } "#,
+            r#"{"io.warrant/idempotency_key":"k-1"}"#,
+            r#"{ "idempotency_key" : "k" , "approval_id":"apr_1", "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" }"#,
+            r#"{"note":"é ü"}"#,
+            r#"{"io.modelcontextprotocol/logLevel":"debug"}"#,
+        ] {
+            let plain = plain_meta(text.as_bytes()).unwrap_or_else(|| panic!("not plain: {text}"));
+            let sdk = serde_json::from_str::<RequestMetaObject>(text).unwrap().0.0;
+            assert_eq!(plain.len(), sdk.len(), "{text}");
+            for (key, value) in &plain {
+                assert_eq!(
+                    sdk.get(key).and_then(Value::as_str),
+                    Some(value.as_str()),
+                    "{text}"
+                );
+            }
+        }
+        for text in [
+            r#"{"k":1}"#,
+            r#"{"k":null}"#,
+            r#"{"k":"a\"b"}"#,
+            r#"{"k\u0061":"v"}"#,
+            r#"{"k":["v"]}"#,
+            r#"{"k":{"v":"w"}}"#,
+            r#"[]"#,
+            r#""s""#,
+        ] {
+            assert!(plain_meta(text.as_bytes()).is_none(), "{text}");
         }
     }
 }

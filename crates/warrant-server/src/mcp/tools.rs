@@ -200,10 +200,44 @@ pub fn derived_idempotency_key(
     format!("mcp-{}", warrant_core::canon::hex_lower(&hash.finalize()))
 }
 
+/// A call's `_meta` as the handler reads it: the SDK's decoded object, or the members of a
+/// `_meta` whose every value is a string written without escapes, read from the message
+/// (`direct::PlainMeta`), which answer every lookup as the decoded object would.
+#[derive(Clone, Copy)]
+pub(crate) enum Meta<'a> {
+    /// As the SDK decodes it.
+    Object(&'a JsonObject),
+    /// Keys and string values, each key once (the strict pass refuses a repeated key).
+    Plain(&'a [(String, String)]),
+}
+
+impl<'a> Meta<'a> {
+    /// Whether `_meta` has no members.
+    pub(crate) fn is_empty(self) -> bool {
+        match self {
+            Meta::Object(object) => object.is_empty(),
+            Meta::Plain(members) => members.is_empty(),
+        }
+    }
+
+    /// The string value of `key`, when it has one.
+    pub(crate) fn text(self, key: &str) -> Option<&'a str> {
+        match self {
+            Meta::Object(object) => object.get(key).and_then(Value::as_str),
+            Meta::Plain(members) => members.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str()),
+        }
+    }
+}
+
 /// A string `_meta` field: `Ok(None)` when absent, `Err(field)` when present but not a string.
-fn meta_text<'a>(meta: &'a JsonObject, fields: &[&'static str]) -> Result<Option<&'a str>, &'static str> {
+fn meta_text<'a>(meta: Meta<'a>, fields: &[&'static str]) -> Result<Option<&'a str>, &'static str> {
+    let object = match meta {
+        Meta::Object(object) => object,
+        // Every value is a string.
+        Meta::Plain(_) => return Ok(fields.iter().find_map(|field| meta.text(field))),
+    };
     for field in fields {
-        match meta.get(*field) {
+        match object.get(*field) {
             None | Some(Value::Null) => {}
             Some(Value::String(s)) => return Ok(Some(s)),
             Some(_) => return Err(field),
@@ -216,7 +250,7 @@ fn meta_text<'a>(meta: &'a JsonObject, fields: &[&'static str]) -> Result<Option
 /// HTTP header); any other value goes into the envelope under `field`, where `decide` refuses
 /// it with the envelope's own code and a ledger row.
 fn meta_field<'a>(
-    meta: &'a JsonObject,
+    meta: Meta<'a>,
     fields: &[&'static str],
     field: &str,
     envelope: &mut Vec<u8>,
@@ -224,7 +258,9 @@ fn meta_field<'a>(
     match meta_text(meta, fields) {
         Ok(text) => text,
         Err(name) => {
-            if let Some(value) = meta.get(name) {
+            if let Meta::Object(object) = meta
+                && let Some(value) = object.get(name)
+            {
                 envelope.extend_from_slice(format!("\"{field}\":{value},").as_bytes());
             }
             None
@@ -285,7 +321,7 @@ pub(crate) async fn call(
     trace: String,
     request_state: Option<String>,
     raw: &RawCall,
-    meta: &JsonObject,
+    meta: Meta<'_>,
     native: Native,
 ) -> Called {
     // Of the SDK's parameters only a retry's state is taken (the name is the raw call's, which
@@ -658,7 +694,10 @@ mod tests {
     fn meta_fields_must_be_strings() {
         let meta: JsonObject =
             serde_json::from_str(r#"{"approval_id": "a1", "idempotency_key": 3}"#).unwrap();
-        assert_eq!(meta_text(&meta, &APPROVAL_FIELDS), Ok(Some("a1")));
-        assert_eq!(meta_text(&meta, &KEY_FIELDS), Err("idempotency_key"));
+        assert_eq!(meta_text(Meta::Object(&meta), &APPROVAL_FIELDS), Ok(Some("a1")));
+        assert_eq!(
+            meta_text(Meta::Object(&meta), &KEY_FIELDS),
+            Err("idempotency_key")
+        );
     }
 }

@@ -135,9 +135,7 @@ pub async fn idempotency_statuses_follow_the_draft(h: &Harness) {
     assert_eq!(status, 202, "{body}");
 
     // Approve and run one call, then reuse its key with another payload: 422.
-    let (_, body) = h.propose("agent", &credit(10, "k-reuse")).await;
-    let approval = body["approval"]["id"].as_str().unwrap().to_owned();
-    assert_eq!(h.approve_on(0, "reviewer", &approval).await, 200);
+    let approval = approved(h, &credit(10, "k-reuse")).await;
     let (status, _) = h
         .propose_with(
             0,
@@ -154,9 +152,7 @@ pub async fn idempotency_statuses_follow_the_draft(h: &Harness) {
     // In flight: 409.
     let slow = json!({"tool": "credit", "version": 1, "idempotency_key": "k-slow",
         "arguments": {"customer_id": "cus_1", "amount_cents": 10, "reason": "slow"}});
-    let (_, body) = h.propose("agent", &slow).await;
-    let approval = body["approval"]["id"].as_str().unwrap().to_owned();
-    assert_eq!(h.approve_on(0, "reviewer", &approval).await, 200);
+    let approval = approved(h, &slow).await;
     let headers = [("warrant-approval", approval.as_str())];
     let first = h.propose_with(0, "agent", &slow, &headers);
     let second = async {
@@ -1036,6 +1032,14 @@ output: {{ type: object }}
 
 /// Sends `call` again with `approval` until it is no longer in flight (at most 10 s), and
 /// requires the answer to be the replay of its committed outcome.
+/// Proposes `call` as the agent and has the reviewer approve it on node 0: the approval id.
+async fn approved(h: &Harness, call: &Value) -> String {
+    let (_, body) = h.propose("agent", call).await;
+    let approval = body["approval"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(h.approve_on(0, "reviewer", &approval).await, 200);
+    approval
+}
+
 async fn assert_replayed_once_finished(h: &Harness, call: &Value, approval: &str) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let (status, body) = loop {
@@ -1057,9 +1061,7 @@ async fn assert_replayed_once_finished(h: &Harness, call: &Value, approval: &str
 pub async fn a_call_outlives_its_client(h: &Harness) {
     let slow = json!({"tool": "credit", "version": 1, "idempotency_key": "k-gone",
         "arguments": {"customer_id": "cus_1", "amount_cents": 12, "reason": "slow"}});
-    let (_, body) = h.propose("agent", &slow).await;
-    let approval = body["approval"]["id"].as_str().unwrap().to_owned();
-    assert_eq!(h.approve_on(0, "reviewer", &approval).await, 200);
+    let approval = approved(h, &slow).await;
     // The upstream takes 500 ms; the client hangs up after 100.
     let gone = h
         .req(Method::POST, "/v1/proposals", "agent")
@@ -1095,9 +1097,7 @@ pub async fn a_call_outlives_its_client(h: &Harness) {
 pub async fn a_submitted_call_runs_though_never_awaited(h: &Harness) {
     let call = json!({"tool": "credit", "version": 1, "idempotency_key": "k-unpolled",
         "arguments": {"customer_id": "cus_1", "amount_cents": 14, "reason": "unpolled"}});
-    let (_, body) = h.propose("agent", &call).await;
-    let approval = body["approval"]["id"].as_str().unwrap().to_owned();
-    assert_eq!(h.approve_on(0, "reviewer", &approval).await, 200);
+    let approval = approved(h, &call).await;
     // The "agent" key's principal, as the HTTP lane would hand it over.
     let principal = warrant_core::authority::Principal::new(
         "agent-7",
@@ -1131,9 +1131,7 @@ pub async fn a_call_outlives_its_request_timeout(h: &Harness) {
     let slow = json!({"tool": "credit", "version": 1, "idempotency_key": "k-timeout",
         "arguments": {"customer_id": "cus_1", "amount_cents": 13, "reason": "slow"}});
     let effects = h.upstream.total();
-    let (_, body) = h.propose("agent", &slow).await;
-    let approval = body["approval"]["id"].as_str().unwrap().to_owned();
-    assert_eq!(h.approve_on(0, "reviewer", &approval).await, 200);
+    let approval = approved(h, &slow).await;
     // Node 0's state behind a router whose request timeout (100 ms) is shorter than the
     // upstream (500 ms).
     let gateway = &h.nodes[0].gateway;
