@@ -5,10 +5,10 @@
 //! through channels between them: four tasks and their wake-ups for one request and one
 //! answer. For the one message that is most of the traffic — a `tools/call` — this module
 //! takes the request after the lane's own framing ([`super::raw`]) and answers it directly:
-//! the SDK's own parameter type (`CallToolRequestParams`, from the id and name the framing
-//! read, with `_meta` decoded as the SDK's `RequestMetaObject`), the same handler code
-//! ([`super::tools::call`]), the same answer (the SDK's `ServerJsonRpcMessage`, serialized as
-//! the SDK does).
+//! the call as the SDK's types decode it (the id and name the framing read; `_meta` read as
+//! its members when plain, [`plain_meta`], else decoded as the SDK's `RequestMetaObject`), the
+//! same handler code ([`super::tools::call`]), the same answer (the SDK's
+//! `ServerJsonRpcMessage`, serialized as the SDK does).
 //!
 //! It takes a request only when the SDK would have served it through that same path; every
 //! other request — any other method, a notification, a message with members the SDK's call
@@ -146,7 +146,8 @@ impl DirectMeta {
 /// The framed message as a `tools/call` this path answers, or `None` for anything the SDK is
 /// to handle. The framing's one strict pass has read the message ([`raw::frame`]): a plain
 /// call ([`raw::Plain`]) is what the SDK's types decode to a call and nothing else, so only
-/// its `_meta` is decoded here, with the SDK's own type; the id and the name are the framing's.
+/// its `_meta` is read here (plainly, or with the SDK's own type); the id and the name are the
+/// framing's.
 pub(crate) fn call_of(framed: &raw::Framed<'_>) -> Option<DirectCall> {
     let (plain, raw) = (framed.plain.as_ref()?, framed.call.as_ref()?);
     let meta = match &plain.meta {
