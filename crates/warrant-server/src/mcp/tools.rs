@@ -201,8 +201,9 @@ pub fn derived_idempotency_key(
 }
 
 /// A call's `_meta` as the handler reads it: the SDK's decoded object, or the members of a
-/// `_meta` whose every value is a string written without escapes, read from the message
-/// (`direct::PlainMeta`), which answer every lookup as the decoded object would.
+/// `_meta` whose every key and value is a string written without escapes, read from the
+/// message by the direct path (`direct::DirectMeta::Plain`), which answer every lookup as the
+/// decoded object would.
 #[derive(Clone, Copy)]
 pub(crate) enum Meta<'a> {
     /// As the SDK decodes it.
