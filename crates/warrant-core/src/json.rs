@@ -24,7 +24,7 @@ use serde_json::{Map, Number, Value};
 
 mod frame;
 
-pub use frame::{Framing, Spans, check_framed, check_hole};
+pub use frame::{Framing, PlainRequest, Spans, check_framed, check_hole, check_plain_request};
 
 /// Largest integer every JSON implementation represents exactly (2^53 − 1).
 pub const MAX_SAFE_INTEGER: i64 = 9_007_199_254_740_991;

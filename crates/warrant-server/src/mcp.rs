@@ -333,7 +333,7 @@ async fn call_directly(state: &Arc<AppState>, mut direct: Box<Direct>) -> Respon
         // The call that is most of the traffic: its answer written from its parts.
         Some((execution, result, trace)) => direct::committed(&call.id, execution, result, trace),
         None => {
-            let result = match called.into_response(state) {
+            let result = match called.into_response(state, raw.name()) {
                 CallToolResponse::Complete(result) => result,
                 _ => tools::internal(&"a direct call answered other than a tool result", &trace),
             };
@@ -473,7 +473,7 @@ impl ServerHandler for Gateway {
                 native,
             )
             .await
-            .into_response(&self.state),
+            .into_response(&self.state, raw.name()),
             None => tools::unframed(&trace).into(),
         })
     }

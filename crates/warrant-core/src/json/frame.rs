@@ -488,6 +488,204 @@ impl<'a> Parser<'a> {
     }
 }
 
+/// Where the parts of a plain JSON-RPC request lie in its text (see [`check_plain_request`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlainRequest {
+    /// The value of `id` as written: an integer of at most 15 digits, or a string without
+    /// escapes (its quotes included).
+    pub id: Range<usize>,
+    /// The text of `params.name`, between its quotes (it has no escapes).
+    pub name: Range<usize>,
+    /// `params.arguments`, an object, when present: scanned, not checked (see
+    /// [`check_framed`]).
+    pub arguments: Option<Range<usize>>,
+    /// `params._meta`, an object, when present: checked, as the rest of the message.
+    pub meta: Option<Range<usize>>,
+}
+
+/// The usual request for `method`, read in one pass that records only where its parts lie:
+/// `{"jsonrpc":"2.0","id":…,"method":"<method>","params":{"name":"…","arguments":{…},
+/// "_meta":{…}}}`, members in any order and spacing, `arguments` and `_meta` optional, keys and
+/// `method` written without escapes, the `id` an integer of at most 15 digits or a string
+/// without escapes, the name a string without escapes. Whatever it reads, [`check_framed`]
+/// (with `params` and `arguments`) accepts, with the same parts, and checks as strictly: the
+/// property `a_plain_request_is_framed_as_the_general_reader_frames_it` holds the two to that.
+///
+/// `None` for any other message, and for anything wrong, which the caller then reads with
+/// [`check_framed`]: a plain request is most of a gateway's traffic, and for it this takes a
+/// fraction of the general reading's instructions (no list of members, no key compared with
+/// others, every key matched with the few it can be). Written by hand, as the rest of this
+/// parser.
+pub fn check_plain_request(text: &str, limits: Limits, method: &str) -> Option<PlainRequest> {
+    check_size(text.as_bytes(), limits).ok()?;
+    let mut parser = Parser::new(text, limits);
+    let request = parser.plain_request(method)?;
+    parser.finish().ok()?;
+    Some(request)
+}
+
+/// The members of a plain request, and of its `params`, each a bit of a set.
+const JSONRPC: u8 = 1;
+const ID: u8 = 2;
+const METHOD: u8 = 4;
+const PARAMS: u8 = 8;
+const NAME: u8 = 1;
+const ARGUMENTS: u8 = 2;
+const META: u8 = 4;
+
+impl Parser<'_> {
+    /// [`check_plain_request`] from the document's first value.
+    fn plain_request(&mut self, method: &str) -> Option<PlainRequest> {
+        let (mut id, mut params) = (None, None);
+        let seen = self.plain_object(
+            1,
+            &[
+                ("jsonrpc", JSONRPC),
+                ("id", ID),
+                ("method", METHOD),
+                ("params", PARAMS),
+            ],
+            |parser, member| match member {
+                JSONRPC => parser.exact_string("2.0"),
+                ID => {
+                    let start = parser.pos;
+                    let read = match parser.peek() {
+                        Some(b'"') => parser.quick_string().is_some(),
+                        _ => parser.quick_integer(),
+                    };
+                    id = read.then_some(start..parser.pos);
+                    read
+                }
+                METHOD => parser.exact_string(method),
+                _ => {
+                    params = parser.plain_params();
+                    params.is_some()
+                }
+            },
+        )?;
+        let (name, arguments, meta) = params.filter(|_| seen == JSONRPC | ID | METHOD | PARAMS)?;
+        Some(PlainRequest {
+            id: id?,
+            name,
+            arguments,
+            meta,
+        })
+    }
+
+    /// The `params` of a plain request (the parser is at its value): the name's text, the
+    /// arguments (scanned) and `_meta` (checked).
+    #[allow(clippy::type_complexity, reason = "the three parts, named by the caller")]
+    fn plain_params(&mut self) -> Option<(Range<usize>, Option<Range<usize>>, Option<Range<usize>>)> {
+        let (mut name, mut arguments, mut meta) = (None, None, None);
+        self.plain_object(
+            2,
+            &[("name", NAME), ("arguments", ARGUMENTS), ("_meta", META)],
+            |parser, member| {
+                let start = parser.pos;
+                match member {
+                    NAME => {
+                        name = parser
+                            .quick_string()
+                            .map(|text| start + 1..start + 1 + text.len());
+                        name.is_some()
+                    }
+                    // The arguments are scanned (as `check_framed` scans its hole), `_meta`
+                    // checked; both only as objects (anything else is left to the general reader).
+                    ARGUMENTS => {
+                        let read = parser.peek() == Some(b'{') && parser.scan().is_ok();
+                        arguments = read.then_some(start..parser.pos);
+                        read
+                    }
+                    _ => {
+                        let read = parser.peek() == Some(b'{') && parser.value::<Check>(2).is_ok();
+                        meta = read.then_some(start..parser.pos);
+                        read
+                    }
+                }
+            },
+        )?;
+        Some((name?, arguments, meta))
+    }
+
+    /// An object at `depth` (the parser is at it) whose every key is one of `keys`, written
+    /// without escapes, at most once: each member's value read by `value` (given the key's
+    /// bit, `false` for a value it does not take). The set of the keys seen; `None` for any
+    /// other object.
+    fn plain_object(
+        &mut self,
+        depth: usize,
+        keys: &[(&str, u8)],
+        mut value: impl FnMut(&mut Self, u8) -> bool,
+    ) -> Option<u8> {
+        if self.peek() != Some(b'{') {
+            return None;
+        }
+        self.enter(depth).ok()?;
+        self.pos += 1;
+        let mut seen = 0;
+        loop {
+            self.skip_ws();
+            let member = self.known_key(keys)?;
+            if seen & member != 0 {
+                return None;
+            }
+            seen |= member;
+            self.skip_ws();
+            if self.peek() != Some(b':') {
+                return None;
+            }
+            self.pos += 1;
+            self.skip_ws();
+            if !value(self, member) {
+                return None;
+            }
+            self.skip_ws();
+            match self.peek() {
+                Some(b',') => self.pos += 1,
+                Some(b'}') => {
+                    self.pos += 1;
+                    return Some(seen);
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// The bit of the key the parser is at, when it is one of `keys` written without escapes
+    /// (then the parser moves past it): the bytes between its quotes are the key itself.
+    fn known_key(&mut self, keys: &[(&str, u8)]) -> Option<u8> {
+        let at = self.bytes.get(self.pos..)?;
+        let (&quote, rest) = at.split_first()?;
+        let first = rest.first()?;
+        if quote != b'"' {
+            return None;
+        }
+        // The first byte rules out most keys before any is compared whole.
+        let (key, bit) = keys.iter().find(|(key, _)| {
+            key.as_bytes().first() == Some(first)
+                && rest.get(..key.len()) == Some(key.as_bytes())
+                && rest.get(key.len()) == Some(&b'"')
+        })?;
+        self.pos += key.len() + 2;
+        Some(*bit)
+    }
+
+    /// Moves past the string `text` written without escapes (the parser is at a value);
+    /// `false` for any other value.
+    fn exact_string(&mut self, text: &str) -> bool {
+        let Some(rest) = self.bytes.get(self.pos..) else {
+            return false;
+        };
+        let exact = rest.first() == Some(&b'"')
+            && rest.get(1..=text.len()) == Some(text.as_bytes())
+            && rest.get(text.len() + 1) == Some(&b'"');
+        if exact {
+            self.pos += text.len() + 2;
+        }
+        exact
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
@@ -649,6 +847,250 @@ mod tests {
         let text = format!("{{{}}}", members.join(","));
         let (fast, general) = readings(&text);
         assert!(fast.is_none() && general.is_ok());
+    }
+
+    /// The framing [`check_framed`] gives a message [`check_plain_request`] reads as `request`:
+    /// the four members, the three of `params` at most, and nothing else.
+    fn expected_framing<'t>(text: &'t str, request: &PlainRequest) -> Vec<(&'t str, &'t str)> {
+        let mut parts = vec![
+            ("id", at(text, &request.id)),
+            ("name", &text[request.name.start - 1..request.name.end + 1]),
+        ];
+        parts.extend(request.arguments.as_ref().map(|r| ("arguments", at(text, r))));
+        parts.extend(request.meta.as_ref().map(|r| ("_meta", at(text, r))));
+        parts.sort_unstable();
+        parts
+    }
+
+    /// What the general reader framed of a message, as [`expected_framing`] lists it; `None`
+    /// when its framing is not that of a plain request for `tools/call`.
+    fn general_parts(text: &str) -> Option<Vec<(&str, &str)>> {
+        let (shape, framing) = check_framed_generally(text, LIMITS, "params", "arguments").ok()?;
+        let value =
+            |spans: &Spans<'_>, key: &str| spans.iter().find(|(k, _)| k == key).map(|(_, r)| at(text, r));
+        let plain = shape == Shape::Object
+            && framing.members.len() == 4
+            && value(&framing.members, "jsonrpc") == Some(r#""2.0""#)
+            && value(&framing.members, "method") == Some(r#""tools/call""#)
+            && value(&framing.members, "params").is_some()
+            && framing
+                .inner
+                .iter()
+                .all(|(k, _)| ["name", "arguments", "_meta"].contains(&k.as_ref()));
+        let mut parts = vec![("id", value(&framing.members, "id")?)];
+        for (key, range) in &framing.inner {
+            let key: &str = match key.as_ref() {
+                "name" => "name",
+                "arguments" => "arguments",
+                _ => "_meta",
+            };
+            parts.push((key, at(text, range)));
+        }
+        parts.sort_unstable();
+        plain.then_some(parts)
+    }
+
+    #[test]
+    fn plain_requests_are_read_in_one_pass() {
+        for text in [
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"lookup_order","arguments":{"order_id":"ord_7Hq2Lm9Xv3"}}}"#,
+            r#"{"jsonrpc":"2.0","id":-3,"method":"tools/call","params":{"name":"pay","arguments":{"a":[1,{"b":null}],"a":1e400},"_meta":{"io.warrant/idempotency_key":"k-1","progressToken":5}}}"#,
+            "{\"method\": \"tools/call\", \"params\": {\"_meta\": {}, \"name\": \"pay\"},\n \"jsonrpc\": \"2.0\", \"id\": \"req-\u{e9}\"}\n",
+            r#"{"jsonrpc":"2.0","id":123456789012345,"method":"tools/call","params":{"name":"","arguments":{}}}"#,
+        ] {
+            let request = check_plain_request(text, LIMITS, "tools/call")
+                .unwrap_or_else(|| panic!("not read in one pass: {text}"));
+            assert_eq!(
+                general_parts(text),
+                Some(expected_framing(text, &request)),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn anything_else_is_left_to_the_general_reader() {
+        for text in [
+            // Another method, another version, a spelling with an escape.
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/list","params":{"name":"a"}}"#,
+            r#"{"jsonrpc":"1.0","id":7,"method":"tools/call","params":{"name":"a"}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools\/call","params":{"name":"a"}}"#,
+            r#"{"jsonrpc":"2.0","\u0069d":7,"method":"tools/call","params":{"name":"a"}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"p\u0061y"}}"#,
+            // A member missing, repeated or unknown.
+            r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"a"}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"arguments":{}}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"id":8,"method":"tools/call","params":{"name":"a"}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"a","name":"a"}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"a","task":{}}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"a"},"x":1}"#,
+            // Values it does not take, right or wrong.
+            r#"{"jsonrpc":"2.0","id":1234567890123456,"method":"tools/call","params":{"name":"a"}}"#,
+            r#"{"jsonrpc":"2.0","id":1.5,"method":"tools/call","params":{"name":"a"}}"#,
+            r#"{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"a"}}"#,
+            r#"{"jsonrpc":"2.0","id":01,"method":"tools/call","params":{"name":"a"}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"a","arguments":null}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"a","arguments":{"a":}}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"a","_meta":{"k":1,"k":2}}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"a","_meta":[]}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":[]}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"a"}} x"#,
+            "{\"jsonrpc\":\"2.0\",\"id\":\"a\tb\",\"method\":\"tools/call\",\"params\":{\"name\":\"a\"}}",
+            "[]",
+            "{}",
+        ] {
+            assert_eq!(check_plain_request(text, LIMITS, "tools/call"), None, "{text}");
+        }
+        // Over the size limit.
+        let text = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"a"}}"#;
+        let small = Limits {
+            max_bytes: text.len() - 1,
+            ..LIMITS
+        };
+        assert!(check_plain_request(text, LIMITS, "tools/call").is_some());
+        assert_eq!(check_plain_request(text, small, "tools/call"), None);
+    }
+
+    /// JSON-RPC requests whose every member may be plain or not: the version, the id, the
+    /// method, the name, the arguments and `_meta` (values right and wrong), members missing,
+    /// repeated or unknown, in any order, with any spacing.
+    fn requests() -> impl Strategy<Value = String> {
+        let pick = |options: &'static [&'static str]| proptest::sample::select(options);
+        let space = pick(&["", " ", "\n\t "]);
+        // Each member with the chance it is there; the plain values are listed more often.
+        let member = |key: &'static str, values: &'static [&'static str], chance: f64| {
+            (
+                Just(key),
+                proptest::sample::select(values),
+                prop::bool::weighted(chance),
+            )
+        };
+        let inner = (
+            member(
+                "name",
+                &[
+                    r#""pay""#,
+                    r#""pay""#,
+                    r#""pay""#,
+                    r#""p\u0061y""#,
+                    "7",
+                    r#""\ud800""#,
+                    "\"a\tb\"",
+                ],
+                0.9,
+            ),
+            member(
+                "arguments",
+                &[
+                    "{}",
+                    r#"{"a":1,"a":2}"#,
+                    r#"{"n":1e400}"#,
+                    "null",
+                    "[1]",
+                    r#"{"a":}"#,
+                    r#"{"a":[1,{"b":"\ud800"}]}"#,
+                ],
+                0.7,
+            ),
+            member(
+                "_meta",
+                &[
+                    "{}",
+                    r#"{"k":"v"}"#,
+                    r#"{"k":1,"k":2}"#,
+                    "[]",
+                    r#"{"k":[1e400]}"#,
+                    r#"{"k":"\u00e9"}"#,
+                ],
+                0.5,
+            ),
+            member("task", &["{}"], 0.15),
+        )
+            .prop_map(|(a, b, c, d)| vec![a, b, c, d]);
+        let object = |members: Vec<(&'static str, String, bool)>, space: &str| {
+            let parts: Vec<String> = members
+                .into_iter()
+                .filter(|(_, _, present)| *present)
+                .map(|(k, v, _)| format!("\"{k}\"{space}:{space}{v}"))
+                .collect();
+            format!("{{{space}{}{space}}}", parts.join(","))
+        };
+        (
+            inner.prop_shuffle(),
+            member(
+                "jsonrpc",
+                &[r#""2.0""#, r#""2.0""#, r#""2.0""#, r#""1.0""#, "2"],
+                0.9,
+            ),
+            member(
+                "id",
+                &[
+                    "7",
+                    "-0",
+                    "123456789012345",
+                    "1234567890123456",
+                    r#""a""#,
+                    r#""a\"b""#,
+                    "1.5",
+                    "null",
+                    "01",
+                    "12",
+                    r#""b""#,
+                ],
+                1.0,
+            ),
+            member(
+                "method",
+                &[
+                    r#""tools/call""#,
+                    r#""tools/call""#,
+                    r#""tools/call""#,
+                    r#""tools\/call""#,
+                    r#""tools/list""#,
+                ],
+                1.0,
+            ),
+            member("id", &["8"], 0.2),
+            any::<prop::sample::Index>(),
+            space,
+            pick(&["", " \n", "", " x"]),
+        )
+            .prop_map(move |(inner, jsonrpc, id, method, again, at, space, tail)| {
+                let params = (
+                    "params",
+                    object(
+                        inner.into_iter().map(|(k, v, p)| (k, v.to_owned(), p)).collect(),
+                        space,
+                    ),
+                    true,
+                );
+                let mut members: Vec<(&'static str, String, bool)> = vec![
+                    (jsonrpc.0, jsonrpc.1.to_owned(), jsonrpc.2),
+                    (id.0, id.1.to_owned(), true),
+                    (method.0, method.1.to_owned(), true),
+                    params,
+                ];
+                // Now and then a member repeated, at some place.
+                if again.2 {
+                    members.insert(at.index(members.len()), (again.0, again.1.to_owned(), true));
+                }
+                let rotate = at.index(members.len());
+                members.rotate_left(rotate);
+                format!("{}{tail}", object(members, space))
+            })
+    }
+
+    proptest! {
+        // About one message in forty is a plain request: enough cases for a hundred of them.
+        #![proptest_config(ProptestConfig::with_cases(4096))]
+
+        /// Whatever the one-pass reading takes, the general reader accepts with the same parts.
+        #[test]
+        fn a_plain_request_is_framed_as_the_general_reader_frames_it(text in requests()) {
+            if let Some(request) = check_plain_request(&text, LIMITS, "tools/call") {
+                prop_assert_eq!(general_parts(&text), Some(expected_framing(&text, &request)), "{}", text);
+            }
+        }
     }
 
     /// JSON-RPC-like messages: the members a call has and others, keys plain and escaped,

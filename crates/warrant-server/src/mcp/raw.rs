@@ -110,7 +110,7 @@ impl RawCall {
 }
 
 /// A message ready for the SDK, and the raw parts of its `tools/call`.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Framed<'a> {
     /// The client's message.
     original: &'a [u8],
@@ -192,6 +192,38 @@ impl Refused {
 /// # Errors
 /// The message is not strict JSON outside the arguments, or is not one JSON object.
 pub(crate) fn frame(bytes: &Bytes, limits: Limits) -> Result<Framed<'_>, Refused> {
+    match frame_plainly(bytes, limits) {
+        Some(framed) => Ok(framed),
+        None => frame_generally(bytes, limits),
+    }
+}
+
+/// [`frame`] of the usual `tools/call`, read in one pass ([`json::check_plain_request`]): a
+/// [`Plain`] call whose arguments, when present, are an object set aside. `None` for any other
+/// message, which [`frame_generally`] reads. The property
+/// `a_plain_call_is_framed_as_the_general_framing_frames_it` holds the two to the same answer.
+fn frame_plainly(bytes: &Bytes, limits: Limits) -> Option<Framed<'_>> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let request = json::check_plain_request(text, limits, "tools/call")?;
+    let id = plain_id(text.get(request.id)?)?;
+    let name = text.get(request.name)?.to_owned();
+    Some(Framed {
+        original: bytes.as_ref(),
+        set_aside: request.arguments.clone(),
+        call: Some(RawCall {
+            id,
+            name,
+            name_text: None,
+            members: Vec::new(),
+            message: bytes.clone(),
+            arguments: request.arguments,
+        }),
+        plain: Some(Plain { meta: request.meta }),
+    })
+}
+
+/// [`frame`] of any message, in one strict pass ([`json::check_framed`]).
+fn frame_generally(bytes: &Bytes, limits: Limits) -> Result<Framed<'_>, Refused> {
     let message = bytes.as_ref();
     let view = utf8_view(message);
     let id = || {
@@ -314,6 +346,31 @@ fn request_id(text: &str) -> Option<RequestId> {
         return Some(RequestId::String(plain.into()));
     }
     serde_json::from_str(text).ok()
+}
+
+/// A JSON-RPC id as [`json::check_plain_request`] reads it — an integer of at most 15 digits
+/// or a string without escapes — as the SDK decodes it ([`request_id`] of the same text: the
+/// test `ids_and_names_read_directly_are_what_serde_reads`), without the general reading's
+/// checks of which of the spellings it is.
+fn plain_id(text: &str) -> Option<RequestId> {
+    if let Some(plain) = plain_string(text) {
+        return Some(RequestId::String(plain.into()));
+    }
+    let (negative, digits) = match text.strip_prefix('-') {
+        Some(digits) => (true, digits),
+        None => (false, text),
+    };
+    if digits.is_empty() || digits.len() > 15 {
+        return None;
+    }
+    let mut value: i64 = 0;
+    for digit in digits.bytes() {
+        if !digit.is_ascii_digit() {
+            return None;
+        }
+        value = value * 10 + i64::from(digit - b'0');
+    }
+    Some(RequestId::Number(if negative { -value } else { value }))
 }
 
 /// The value of a JSON string written without escapes (what most names and ids are), as it is
@@ -440,6 +497,9 @@ mod tests {
             "7",
             "-1",
             "-0",
+            "123456789012345",
+            "-123456789012345",
+            "1234567890123456",
             "123456789012345678",
             "1234567890123456789",
             "-9223372036854775808",
@@ -457,6 +517,10 @@ mod tests {
         ] {
             let serde = serde_json::from_slice::<RequestId>(text.as_bytes()).ok();
             assert_eq!(request_id(text), serde, "{text}");
+            // The one-pass reading's ids: when it reads one, as serde reads it.
+            if let Some(plain) = plain_id(text) {
+                assert_eq!(Some(plain), serde, "{text}");
+            }
             if let Some(plain) = plain_string(text) {
                 assert_eq!(
                     Some(plain.to_owned()),
@@ -606,6 +670,106 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Calls whose every part may be plain or not (the plain ones listed more often): the
+    /// version, the method, the id, the name, the arguments, `_meta` and other members.
+    fn calls() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let pick = |options: &'static [&'static str]| proptest::sample::select(options);
+        (
+            pick(&[r#""2.0""#, r#""2.0""#, r#""2.0""#, r#""2.0""#, r#""1.0""#]),
+            pick(&[
+                r#""tools/call""#,
+                r#""tools/call""#,
+                r#""tools/call""#,
+                r#""tools/call""#,
+                r#""tools\/call""#,
+                r#""tools/list""#,
+            ]),
+            pick(&[
+                "1",
+                "-0",
+                r#""a""#,
+                "123456789012345",
+                r#""a\"b""#,
+                "1234567890123456",
+                "1e400",
+                "1.5",
+                "null",
+            ]),
+            pick(&[
+                r#""name":"pay""#,
+                r#""name":"pay""#,
+                r#""name":"pay""#,
+                r#""name":"pay""#,
+                r#""name":"p\u0061y""#,
+                r#""name":7"#,
+                "",
+                r#""name":"\ud800""#,
+            ]),
+            pick(&[
+                r#""arguments":{"a":1}"#,
+                r#""arguments":{"a":1,"a":2}"#,
+                r#""arguments":{"n":7.0,"m":1e400}"#,
+                r#""arguments":null"#,
+                r#""arguments":[1]"#,
+                "",
+            ]),
+            pick(&[
+                "",
+                "",
+                r#""_meta":{"k":"v"}"#,
+                r#""_meta":{"k":1,"k":2}"#,
+                r#""_meta":[]"#,
+                r#""tenant":"t""#,
+            ]),
+            pick(&["", "", "", "", r#","extra":true"#, r#","id":2"#]),
+        )
+            .prop_map(|(version, method, id, name, arguments, more, tail)| {
+                let params: Vec<&str> = [name, arguments, more]
+                    .into_iter()
+                    .filter(|p| !p.is_empty())
+                    .collect();
+                format!(
+                    r#"{{"jsonrpc":{version},"id":{id},"method":{method},"params":{{{}}}{tail}}}"#,
+                    params.join(",")
+                )
+            })
+    }
+
+    proptest::proptest! {
+        // About one message in thirty is a plain call: enough cases for many of them.
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2048))]
+
+        /// Whatever is framed in one pass is framed so by the general framing too: the same
+        /// call, the same arguments set aside, the same plainness.
+        #[test]
+        fn a_plain_call_is_framed_as_the_general_framing_frames_it(message in calls(), spaced in proptest::bool::ANY) {
+            let message = if spaced { message.replace(':', " : ").replace(',', " ,\n") } else { message };
+            let bytes = Bytes::from(message.clone());
+            if let Some(plainly) = frame_plainly(&bytes, LIMITS) {
+                proptest::prop_assert_eq!(Ok(plainly), frame_generally(&bytes, LIMITS), "{}", message);
+            }
+        }
+    }
+
+    #[test]
+    fn the_usual_calls_are_framed_in_one_pass() {
+        for message in [
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"lookup_order","arguments":{"order_id":"ord_7Hq2Lm9Xv3"}}}"#,
+            r#"{"jsonrpc":"2.0","id":"r-1","method":"tools/call","params":{"name":"pay","arguments":{"a":7.0},"_meta":{"io.warrant/idempotency_key":"k"}}}"#,
+            r#"{"method":"tools/call","params":{"name":"pay"},"id":0,"jsonrpc":"2.0"}"#,
+        ] {
+            let bytes = Bytes::from_static(message.as_bytes());
+            let plainly = frame_plainly(&bytes, LIMITS).unwrap_or_else(|| panic!("{message}"));
+            assert_eq!(Ok(plainly), frame_generally(&bytes, LIMITS));
+        }
+        // `null` arguments are the message's (not set aside): left to the general framing.
+        let bytes = Bytes::from_static(
+            br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"pay","arguments":null}}"#,
+        );
+        assert_eq!(frame_plainly(&bytes, LIMITS), None);
     }
 
     #[test]

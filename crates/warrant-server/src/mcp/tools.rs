@@ -274,12 +274,8 @@ fn meta_field<'a>(
 pub(crate) enum Called {
     /// The answer (a workflow, a resumed or held call, a refusal before dispatch).
     Answered(CallToolResponse),
-    /// A dispatched call of `tool`.
-    Dispatched {
-        tool: String,
-        dispatched: Dispatched,
-        trace: String,
-    },
+    /// A dispatched call (of the raw call's tool).
+    Dispatched { dispatched: Dispatched, trace: String },
 }
 
 impl Called {
@@ -298,15 +294,11 @@ impl Called {
         }
     }
 
-    /// The tool result as the SDK sends it.
-    pub(crate) fn into_response(self, state: &AppState) -> CallToolResponse {
+    /// The tool result as the SDK sends it, for a call of `tool`.
+    pub(crate) fn into_response(self, state: &AppState, tool: &str) -> CallToolResponse {
         match self {
             Called::Answered(response) => response,
-            Called::Dispatched {
-                tool,
-                dispatched,
-                trace,
-            } => answer(state, &tool, dispatched, &trace).into(),
+            Called::Dispatched { dispatched, trace } => answer(state, tool, dispatched, &trace).into(),
         }
     }
 }
@@ -328,12 +320,12 @@ pub(crate) async fn call(
     // Of the SDK's parameters only a retry's state is taken (the name is the raw call's, which
     // the caller matched with the request's): the rest would be held in this future, twice
     // (as an argument and as a local), until the call ends.
-    let name = raw.name().to_owned();
+    let name = raw.name();
     if name.starts_with(super::workflows::PREFIX) {
         // Boxed, as the other paths that are not a plain call: the future of every call is
         // as large as its largest branch, and it is moved several times on its way.
         return Called::Answered(
-            Box::pin(super::workflows::call(state, principal, trace, &name, raw))
+            Box::pin(super::workflows::call(state, principal, trace, name, raw))
                 .await
                 .into(),
         );
@@ -349,13 +341,13 @@ pub(crate) async fn call(
         )
     };
     let index = state.tool_index();
-    let (version, contract) = index.resolve(principal.tenant(), &name);
+    let (version, contract) = index.resolve(principal.tenant(), name);
     let needs_key = contract.is_some_and(|c| c.effect().requires_idempotency_key());
     let bytes = raw.proposal(version, &extra);
     if let Some(sealed) = request_state.as_deref() {
         return Called::Answered(
             Box::pin(super::native::resume(
-                state, principal, trace, &name, bytes, sealed,
+                state, principal, trace, name, bytes, sealed,
             ))
             .await,
         );
@@ -363,7 +355,7 @@ pub(crate) async fn call(
     let key = match client_key {
         Some(key) => Some(key),
         None if needs_key => {
-            match derive_key(state, &principal, &name, &bytes, approval_id.as_deref()).await {
+            match derive_key(state, &principal, name, &bytes, approval_id.as_deref()).await {
                 Ok(key) => key,
                 Err(e) => return Called::Answered(internal(&e, &trace).into()),
             }
@@ -400,17 +392,13 @@ pub(crate) async fn call(
         && let Some(kept) = &kept
         && let (held, call) = &**kept
         && let Some(native) = Box::pin(super::native::held(
-            state, native, held, &name, call, needed, sensitive,
+            state, native, held, name, call, needed, sensitive,
         ))
         .await
     {
         return Called::Answered(native);
     }
-    Called::Dispatched {
-        tool: name,
-        dispatched,
-        trace,
-    }
+    Called::Dispatched { dispatched, trace }
 }
 
 /// A `tools/call` whose raw bytes the transport did not keep (or that do not match the
