@@ -951,6 +951,28 @@ mod tests {
         assert_eq!(check_plain_request(text, small, "tools/call"), None);
     }
 
+    #[test]
+    fn no_cut_of_a_plain_request_is_one() {
+        let text = r#"{"jsonrpc":"2.0","id":-12,"method":"tools/call","params":{"name":"pay","arguments":{"a":[1,{"b":"c"}]},"_meta":{"k":"v"}}}"#;
+        assert!(check_plain_request(text, LIMITS, "tools/call").is_some());
+        for end in 0..text.len() {
+            assert_eq!(
+                check_plain_request(&text[..end], LIMITS, "tools/call"),
+                None,
+                "{end}"
+            );
+            let mut cut = text.to_owned();
+            cut.remove(end);
+            if let Some(request) = check_plain_request(&cut, LIMITS, "tools/call") {
+                assert_eq!(
+                    general_parts(&cut),
+                    Some(expected_framing(&cut, &request)),
+                    "{cut}"
+                );
+            }
+        }
+    }
+
     /// JSON-RPC requests whose every member may be plain or not: the version, the id, the
     /// method, the name, the arguments and `_meta` (values right and wrong), members missing,
     /// repeated or unknown, in any order, with any spacing.
@@ -1087,6 +1109,14 @@ mod tests {
         /// Whatever the one-pass reading takes, the general reader accepts with the same parts.
         #[test]
         fn a_plain_request_is_framed_as_the_general_reader_frames_it(text in requests()) {
+            if let Some(request) = check_plain_request(&text, LIMITS, "tools/call") {
+                prop_assert_eq!(general_parts(&text), Some(expected_framing(&text, &request)), "{}", text);
+            }
+        }
+
+        /// Any text at all: read or left, never a panic; what is read is framed alike.
+        #[test]
+        fn any_text_is_read_or_left(text in "[{}\\[\\]\":,0-9a-z_ .-]{0,80}") {
             if let Some(request) = check_plain_request(&text, LIMITS, "tools/call") {
                 prop_assert_eq!(general_parts(&text), Some(expected_framing(&text, &request)), "{}", text);
             }
