@@ -890,14 +890,23 @@ mod tests {
         plain.then_some(parts)
     }
 
+    /// Plain requests: members in the usual order and others, spacing, `_meta` nested, names
+    /// and ids beyond ASCII.
+    const PLAIN_REQUESTS: &[&str] = &[
+        r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"lookup_order","arguments":{"order_id":"ord_7Hq2Lm9Xv3"}}}"#,
+        r#"{"jsonrpc":"2.0","id":-3,"method":"tools/call","params":{"name":"pay","arguments":{"a":[1,{"b":null}],"a":1e400},"_meta":{"io.warrant/idempotency_key":"k-1","progressToken":5}}}"#,
+        "{\"method\": \"tools/call\", \"params\": {\"_meta\": {}, \"name\": \"pay\"},\n \"jsonrpc\": \"2.0\", \"id\": \"req-\u{e9}\"}\n",
+        r#"{"jsonrpc":"2.0","id":123456789012345,"method":"tools/call","params":{"name":"","arguments":{}}}"#,
+        "{ \"params\" : { \"arguments\" : { \"k\" : [ ] } , \"name\" : \"caf\u{e9} \u{1f600}\" , \"_meta\" : { \"a\" : { \"b\" : [ 1 , 2.5 ] } } } , \"id\" : 0 , \"method\" : \"tools/call\" , \"jsonrpc\" : \"2.0\" }",
+    ];
+
     #[test]
     fn plain_requests_are_read_in_one_pass() {
-        for text in [
-            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"lookup_order","arguments":{"order_id":"ord_7Hq2Lm9Xv3"}}}"#,
-            r#"{"jsonrpc":"2.0","id":-3,"method":"tools/call","params":{"name":"pay","arguments":{"a":[1,{"b":null}],"a":1e400},"_meta":{"io.warrant/idempotency_key":"k-1","progressToken":5}}}"#,
-            "{\"method\": \"tools/call\", \"params\": {\"_meta\": {}, \"name\": \"pay\"},\n \"jsonrpc\": \"2.0\", \"id\": \"req-\u{e9}\"}\n",
-            r#"{"jsonrpc":"2.0","id":123456789012345,"method":"tools/call","params":{"name":"","arguments":{}}}"#,
-        ] {
+        for text in PLAIN_REQUESTS
+            .iter()
+            .copied()
+            .chain([r#"{"jsonrpc":"2.0","id":0,"method":"tools/call","params":{"name":"x"}}"#])
+        {
             let request = check_plain_request(text, LIMITS, "tools/call")
                 .unwrap_or_else(|| panic!("not read in one pass: {text}"));
             assert_eq!(
@@ -941,6 +950,22 @@ mod tests {
         ] {
             assert_eq!(check_plain_request(text, LIMITS, "tools/call"), None, "{text}");
         }
+        // Under a depth limit the general reader refuses it by.
+        let text =
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"a","_meta":{"k":{"j":1}}}}"#;
+        for depth in 0..4 {
+            let limits = Limits {
+                max_depth: depth,
+                ..LIMITS
+            };
+            assert_eq!(check_plain_request(text, limits, "tools/call"), None, "{depth}");
+            assert!(check_framed_generally(text, limits, "params", "arguments").is_err());
+        }
+        let limits = Limits {
+            max_depth: 4,
+            ..LIMITS
+        };
+        assert!(check_plain_request(text, limits, "tools/call").is_some());
         // Over the size limit.
         let text = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"a"}}"#;
         let small = Limits {
@@ -1114,11 +1139,26 @@ mod tests {
             }
         }
 
-        /// Any text at all: read or left, never a panic; what is read is framed alike.
+        /// A plain request with one byte changed, under any depth limit: read or left, never
+        /// a panic; what is read is framed alike, and only what the general reader accepts.
         #[test]
-        fn any_text_is_read_or_left(text in "[{}\\[\\]\":,0-9a-z_ .-]{0,80}") {
-            if let Some(request) = check_plain_request(&text, LIMITS, "tools/call") {
-                prop_assert_eq!(general_parts(&text), Some(expected_framing(&text, &request)), "{}", text);
+        fn a_request_with_a_byte_changed_is_read_or_left(
+            base in proptest::sample::select(PLAIN_REQUESTS),
+            at in any::<prop::sample::Index>(),
+            byte in proptest::sample::select(b"{}[]\":, \t\\0123456789-.eEnultrsfa_u\x01\xc3\xa9".to_vec()),
+            depth in 0_usize..5,
+        ) {
+            let mut bytes = base.as_bytes().to_vec();
+            let at = at.index(bytes.len());
+            bytes[at] = byte;
+            if let Ok(text) = std::str::from_utf8(&bytes) {
+                let limits = Limits { max_depth: depth, ..LIMITS };
+                if let Some(request) = check_plain_request(text, limits, "tools/call") {
+                    let (shape, general) = check_framed_generally(text, limits, "params", "arguments").unwrap();
+                    prop_assert_eq!(shape, Shape::Object);
+                    prop_assert_eq!(general_parts(text), Some(expected_framing(text, &request)), "{}", text);
+                    prop_assert!(general.hole == request.arguments);
+                }
             }
         }
     }

@@ -701,8 +701,8 @@ mod tests {
             pick(&[
                 r#""name":"pay""#,
                 r#""name":"pay""#,
-                r#""name":"pay""#,
-                r#""name":"pay""#,
+                r#""name":"café 😀""#,
+                r#""name":"""#,
                 r#""name":"p\u0061y""#,
                 r#""name":7"#,
                 "",
@@ -724,18 +724,32 @@ mod tests {
                 r#""_meta":[]"#,
                 r#""tenant":"t""#,
             ]),
-            pick(&["", "", "", "", r#","extra":true"#, r#","id":2"#]),
+            pick(&["", "", "", "", r#""extra":true"#, r#""id":2"#]),
+            any::<proptest::sample::Index>(),
+            any::<proptest::sample::Index>(),
         )
-            .prop_map(|(version, method, id, name, arguments, more, tail)| {
-                let params: Vec<&str> = [name, arguments, more]
-                    .into_iter()
-                    .filter(|p| !p.is_empty())
-                    .collect();
-                format!(
-                    r#"{{"jsonrpc":{version},"id":{id},"method":{method},"params":{{{}}}{tail}}}"#,
-                    params.join(",")
-                )
-            })
+            .prop_map(
+                |(version, method, id, name, arguments, more, tail, outer, inner)| {
+                    // Members in some order: each list turned by an index.
+                    let mut params: Vec<&str> = [name, arguments, more]
+                        .into_iter()
+                        .filter(|p| !p.is_empty())
+                        .collect();
+                    let turn = inner.index(params.len().max(1)).min(params.len());
+                    params.rotate_left(turn);
+                    let params = format!(r#""params":{{{}}}"#, params.join(","));
+                    let version = format!(r#""jsonrpc":{version}"#);
+                    let id = format!(r#""id":{id}"#);
+                    let method = format!(r#""method":{method}"#);
+                    let mut members: Vec<&str> = vec![&version, &id, &method, &params];
+                    if !tail.is_empty() {
+                        members.push(tail);
+                    }
+                    let turn = outer.index(members.len());
+                    members.rotate_left(turn);
+                    format!("{{{}}}", members.join(","))
+                },
+            )
     }
 
     proptest::proptest! {
@@ -746,7 +760,11 @@ mod tests {
         /// call, the same arguments set aside, the same plainness.
         #[test]
         fn a_plain_call_is_framed_as_the_general_framing_frames_it(message in calls(), spaced in proptest::bool::ANY) {
-            let message = if spaced { message.replace(':', " : ").replace(',', " ,\n") } else { message };
+            let message = if spaced {
+                message.replace(':', " : ").replace(',', " ,\n").replace('{', "{ ").replace('}', "\t}")
+            } else {
+                message
+            };
             let bytes = Bytes::from(message.clone());
             if let Some(plainly) = frame_plainly(&bytes, LIMITS) {
                 proptest::prop_assert_eq!(Ok(plainly), frame_generally(&bytes, LIMITS), "{}", message);
