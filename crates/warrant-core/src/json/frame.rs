@@ -229,8 +229,28 @@ impl<'a> Parser<'a> {
         members: &mut Spans<'a>,
         mut value: impl FnMut(&mut Self, &'a str) -> Option<()>,
     ) -> Option<()> {
+        self.quick_members(depth, |parser| {
+            let key = parser.quick_string()?;
+            if members.len() >= FEW_MEMBERS || members.iter().any(|(k, _)| k == key) {
+                return None;
+            }
+            parser.colon()?;
+            let start = parser.pos;
+            value(parser, key)?;
+            members.push((Cow::Borrowed(key), start..parser.pos));
+            Some(())
+        })
+    }
+
+    /// The members of an object at `depth` (the parser is at it), each read by `member` from
+    /// its key to the end of its value; `None` for anything else in the object's own grammar,
+    /// or when `member` says `None`. The loop both quick readings share.
+    fn quick_members(&mut self, depth: usize, mut member: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        if self.peek() != Some(b'{') {
+            return None;
+        }
         self.enter(depth).ok()?;
-        self.pos += 1; // '{'
+        self.pos += 1;
         self.skip_ws();
         if self.peek() == Some(b'}') {
             self.pos += 1;
@@ -238,19 +258,7 @@ impl<'a> Parser<'a> {
         }
         loop {
             self.skip_ws();
-            let key = self.quick_string()?;
-            if members.len() >= FEW_MEMBERS || members.iter().any(|(k, _)| k == key) {
-                return None;
-            }
-            self.skip_ws();
-            if self.peek() != Some(b':') {
-                return None;
-            }
-            self.pos += 1;
-            self.skip_ws();
-            let start = self.pos;
-            value(self, key)?;
-            members.push((Cow::Borrowed(key), start..self.pos));
+            member(self)?;
             self.skip_ws();
             match self.peek() {
                 Some(b',') => self.pos += 1,
@@ -261,6 +269,17 @@ impl<'a> Parser<'a> {
                 _ => return None,
             }
         }
+    }
+
+    /// Moves past the `:` after a key, and the spaces around it.
+    fn colon(&mut self) -> Option<()> {
+        self.skip_ws();
+        if self.peek() != Some(b':') {
+            return None;
+        }
+        self.pos += 1;
+        self.skip_ws();
+        Some(())
     }
 
     /// A string without escapes (the parser is at its opening quote): its text.
@@ -617,38 +636,17 @@ impl Parser<'_> {
         keys: &[(&str, u8)],
         mut value: impl FnMut(&mut Self, u8) -> bool,
     ) -> Option<u8> {
-        if self.peek() != Some(b'{') {
-            return None;
-        }
-        self.enter(depth).ok()?;
-        self.pos += 1;
         let mut seen = 0;
-        loop {
-            self.skip_ws();
-            let member = self.known_key(keys)?;
+        self.quick_members(depth, |parser| {
+            let member = parser.known_key(keys)?;
             if seen & member != 0 {
                 return None;
             }
             seen |= member;
-            self.skip_ws();
-            if self.peek() != Some(b':') {
-                return None;
-            }
-            self.pos += 1;
-            self.skip_ws();
-            if !value(self, member) {
-                return None;
-            }
-            self.skip_ws();
-            match self.peek() {
-                Some(b',') => self.pos += 1,
-                Some(b'}') => {
-                    self.pos += 1;
-                    return Some(seen);
-                }
-                _ => return None,
-            }
-        }
+            parser.colon()?;
+            value(parser, member).then_some(())
+        })?;
+        Some(seen)
     }
 
     /// The bit of the key the parser is at, when it is one of `keys` written without escapes

@@ -5,8 +5,8 @@
 //! through channels between them: four tasks and their wake-ups for one request and one
 //! answer. For the one message that is most of the traffic — a `tools/call` — this module
 //! takes the request after the lane's own framing ([`super::raw`]) and answers it directly:
-//! the call as the SDK's types decode it (the id and name the framing read; `_meta` read as
-//! its members when plain, [`plain_meta`], else decoded as the SDK's `RequestMetaObject`), the
+//! the call as the SDK's types decode it (the id and name the framing read; `_meta` decoded
+//! as its string members when plain, [`plain_meta`], else as the SDK's `RequestMetaObject`), the
 //! same handler code ([`super::tools::call`]), the same answer (the SDK's
 //! `ServerJsonRpcMessage`, serialized as the SDK does).
 //!
@@ -18,6 +18,8 @@
 //! fields, standard headers) — goes to the SDK, which accepts or refuses it as it always has.
 //! So this path can only answer what the SDK would have answered the same way; the test
 //! `the_direct_path_answers_as_the_sdk_does` holds the two to the same answers.
+
+use std::collections::BTreeMap;
 
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, header};
@@ -127,8 +129,8 @@ pub(crate) struct DirectCall {
 /// A direct call's `_meta`: read plainly when it is plain ([`plain_meta`]), else decoded with
 /// the SDK's type.
 pub(crate) enum DirectMeta {
-    /// Every value a string without escapes, every key without escapes: the members as text.
-    Plain(Vec<(String, String)>),
+    /// Every value a string: the members as text.
+    Plain(BTreeMap<String, String>),
     /// Anything else, as the SDK decodes it.
     Object(JsonObject),
 }
@@ -158,11 +160,11 @@ pub(crate) fn call_of(framed: &raw::Framed<'_>) -> Option<DirectCall> {
                 None => DirectMeta::Object(serde_json::from_slice::<RequestMetaObject>(text).ok()?.0.0),
             }
         }
-        None => DirectMeta::Plain(Vec::new()),
+        None => DirectMeta::Plain(BTreeMap::new()),
     };
     let reserved = |k: &str| k.starts_with(PROTOCOL_META_PREFIX);
     let protocol = match &meta {
-        DirectMeta::Plain(members) => members.iter().any(|(k, _)| reserved(k)),
+        DirectMeta::Plain(members) => members.keys().any(|k| reserved(k)),
         DirectMeta::Object(object) => object.keys().any(|k| reserved(k)),
     };
     if protocol {
@@ -174,70 +176,12 @@ pub(crate) fn call_of(framed: &raw::Framed<'_>) -> Option<DirectCall> {
     })
 }
 
-/// The members of a `_meta` object whose every key and value is a string written without
-/// escapes (the usual `{"io.warrant/idempotency_key": "…"}`), as text; `None` for any other
-/// `_meta`, which the SDK's type decodes. The strict pass has read `text` (valid JSON, valid
-/// UTF-8, no repeated key), so between two quotes without a backslash lies the string itself:
-/// these are the members the SDK's map would hold, without building the map (a SipHash per
-/// key stored and per key looked up). Written by hand, as the rest of the framing: it reads
-/// only that one shape and leaves the rest to `serde_json`.
-fn plain_meta(text: &[u8]) -> Option<Vec<(String, String)>> {
-    let mut at = 0;
-    let skip_ws = |at: &mut usize| {
-        while text
-            .get(*at)
-            .is_some_and(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
-        {
-            *at += 1;
-        }
-    };
-    let string = |at: &mut usize| -> Option<String> {
-        if text.get(*at) != Some(&b'"') {
-            return None;
-        }
-        let start = *at + 1;
-        let len = text.get(start..)?.iter().position(|&b| b == b'"' || b == b'\\')?;
-        let end = start + len;
-        if text.get(end) != Some(&b'"') {
-            return None;
-        }
-        *at = end + 1;
-        String::from_utf8(text.get(start..end)?.to_vec()).ok()
-    };
-    skip_ws(&mut at);
-    if text.get(at) != Some(&b'{') {
-        return None;
-    }
-    at += 1;
-    let mut members = Vec::new();
-    skip_ws(&mut at);
-    if text.get(at) == Some(&b'}') {
-        at += 1;
-    } else {
-        loop {
-            skip_ws(&mut at);
-            let key = string(&mut at)?;
-            skip_ws(&mut at);
-            if text.get(at) != Some(&b':') {
-                return None;
-            }
-            at += 1;
-            skip_ws(&mut at);
-            let value = string(&mut at)?;
-            members.push((key, value));
-            skip_ws(&mut at);
-            match text.get(at) {
-                Some(b',') => at += 1,
-                Some(b'}') => {
-                    at += 1;
-                    break;
-                }
-                _ => return None,
-            }
-        }
-    }
-    skip_ws(&mut at);
-    (at == text.len()).then_some(members)
+/// The members of a `_meta` object whose every value is a string (the usual
+/// `{"io.warrant/idempotency_key": "…"}`), decoded as the SDK's type decodes them; `None` for
+/// any other `_meta`, which the SDK's type decodes. An ordered map, not the SDK's (a SipHash
+/// per key stored and per key looked up); the strict pass has refused a repeated key.
+fn plain_meta(text: &[u8]) -> Option<BTreeMap<String, String>> {
+    serde_json::from_slice(text).ok()
 }
 
 /// The body of the answer: the SDK's JSON-RPC response carrying the tool result, in the
@@ -625,6 +569,8 @@ mod tests {
             r#"{ "idempotency_key" : "k" , "approval_id":"apr_1", "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" }"#,
             r#"{"note":"é ü"}"#,
             r#"{"io.modelcontextprotocol/logLevel":"debug"}"#,
+            r#"{"k":"a\"b"}"#,
+            r#"{"k\u0061":"v\u00e9"}"#,
         ] {
             let plain = plain_meta(text.as_bytes()).unwrap_or_else(|| panic!("not plain: {text}"));
             let sdk = serde_json::from_str::<RequestMetaObject>(text).unwrap().0.0;
@@ -640,8 +586,6 @@ mod tests {
         for text in [
             r#"{"k":1}"#,
             r#"{"k":null}"#,
-            r#"{"k":"a\"b"}"#,
-            r#"{"k\u0061":"v"}"#,
             r#"{"k":["v"]}"#,
             r#"{"k":{"v":"w"}}"#,
             r#"[]"#,

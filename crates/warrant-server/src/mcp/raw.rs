@@ -205,7 +205,7 @@ pub(crate) fn frame(bytes: &Bytes, limits: Limits) -> Result<Framed<'_>, Refused
 fn frame_plainly(bytes: &Bytes, limits: Limits) -> Option<Framed<'_>> {
     let text = std::str::from_utf8(bytes).ok()?;
     let request = json::check_plain_request(text, limits, "tools/call")?;
-    let id = plain_id(text.get(request.id)?)?;
+    let id = request_id(text.get(request.id)?)?;
     let name = text.get(request.name)?.to_owned();
     Some(Framed {
         original: bytes.as_ref(),
@@ -346,31 +346,6 @@ fn request_id(text: &str) -> Option<RequestId> {
         return Some(RequestId::String(plain.into()));
     }
     serde_json::from_str(text).ok()
-}
-
-/// A JSON-RPC id as [`json::check_plain_request`] reads it — an integer of at most 15 digits
-/// or a string without escapes — as the SDK decodes it ([`request_id`] of the same text: the
-/// test `ids_and_names_read_directly_are_what_serde_reads`), without the general reading's
-/// checks of which of the spellings it is.
-fn plain_id(text: &str) -> Option<RequestId> {
-    if let Some(plain) = plain_string(text) {
-        return Some(RequestId::String(plain.into()));
-    }
-    let (negative, digits) = match text.strip_prefix('-') {
-        Some(digits) => (true, digits),
-        None => (false, text),
-    };
-    if digits.is_empty() || digits.len() > 15 {
-        return None;
-    }
-    let mut value: i64 = 0;
-    for digit in digits.bytes() {
-        if !digit.is_ascii_digit() {
-            return None;
-        }
-        value = value * 10 + i64::from(digit - b'0');
-    }
-    Some(RequestId::Number(if negative { -value } else { value }))
 }
 
 /// The value of a JSON string written without escapes (what most names and ids are), as it is
@@ -517,10 +492,6 @@ mod tests {
         ] {
             let serde = serde_json::from_slice::<RequestId>(text.as_bytes()).ok();
             assert_eq!(request_id(text), serde, "{text}");
-            // The one-pass reading's ids: when it reads one, as serde reads it.
-            if let Some(plain) = plain_id(text) {
-                assert_eq!(Some(plain), serde, "{text}");
-            }
             if let Some(plain) = plain_string(text) {
                 assert_eq!(
                     Some(plain.to_owned()),

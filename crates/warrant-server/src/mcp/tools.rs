@@ -201,15 +201,14 @@ pub fn derived_idempotency_key(
 }
 
 /// A call's `_meta` as the handler reads it: the SDK's decoded object, or the members of a
-/// `_meta` whose every key and value is a string written without escapes, read from the
-/// message by the direct path (`direct::DirectMeta::Plain`), which answer every lookup as the
-/// decoded object would.
+/// `_meta` whose every value is a string, decoded by the direct path into an ordered map
+/// (`direct::DirectMeta::Plain`), which answer every lookup as the decoded object would.
 #[derive(Clone, Copy)]
 pub(crate) enum Meta<'a> {
     /// As the SDK decodes it.
     Object(&'a JsonObject),
-    /// Keys and string values, each key once (the strict pass refuses a repeated key).
-    Plain(&'a [(String, String)]),
+    /// Keys and their string values.
+    Plain(&'a BTreeMap<String, String>),
 }
 
 impl<'a> Meta<'a> {
@@ -225,7 +224,7 @@ impl<'a> Meta<'a> {
     pub(crate) fn text(self, key: &str) -> Option<&'a str> {
         match self {
             Meta::Object(object) => object.get(key).and_then(Value::as_str),
-            Meta::Plain(members) => members.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str()),
+            Meta::Plain(members) => members.get(key).map(String::as_str),
         }
     }
 }
