@@ -7,6 +7,7 @@
 
 pub mod auth;
 pub mod authoring;
+mod body;
 pub mod bootstrap;
 pub mod console;
 pub mod error;
@@ -179,10 +180,12 @@ async fn edge(inner: Router, limits: EdgeLimits, request: Request) -> Response {
     let mut timer = std::pin::pin!(timer);
     let bytes = tokio::select! {
         biased;
-        read = axum::body::to_bytes(body, limits.body_bytes) => match read {
+        read = body::whole(body, limits.body_bytes) => match read {
             Ok(bytes) => bytes,
-            Err(e) if is_length_limit(&e) => return ApiError::payload_too_large().into_response(),
-            Err(_) => return ApiError::bad_request("the request body could not be read").into_response(),
+            Err(body::Unread::TooLarge) => return ApiError::payload_too_large().into_response(),
+            Err(body::Unread::Failed) => {
+                return ApiError::bad_request("the request body could not be read").into_response();
+            }
         },
         () = &mut timer => {
             return if body_by <= answer_by { body_timed_out() } else { request_timed_out() };
@@ -223,17 +226,6 @@ fn request_timed_out() -> Response {
         "the request took too long",
     )
     .into_response()
-}
-
-fn is_length_limit(error: &axum::Error) -> bool {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(e) = cause {
-        if e.is::<http_body_util::LengthLimitError>() {
-            return true;
-        }
-        cause = e.source();
-    }
-    false
 }
 
 /// Answers every error in the one JSON shape, including those produced below the handlers

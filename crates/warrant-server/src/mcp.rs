@@ -254,7 +254,7 @@ async fn guard_request(guard: &Guard, request: Request) -> Guarded {
         parts.extensions.insert(caller);
         return Guarded::Forward(Request::from_parts(parts, body));
     }
-    let bytes = match axum::body::to_bytes(body, guard.max_body_bytes).await {
+    let bytes = match crate::body::whole(body, guard.max_body_bytes).await {
         Ok(bytes) => bytes,
         Err(_) => return Guarded::Answered(ApiError::payload_too_large().into_response()),
     };
@@ -315,14 +315,13 @@ async fn call_directly(state: &Arc<AppState>, mut direct: Box<Direct>) -> Respon
         raw,
         call,
     } = &mut *direct;
-    let trace = std::mem::take(trace);
     // A direct call is one the SDK would serve on a legacy protocol without capabilities: its
     // held answer is the tool error (`native::Native::default()`). Its id and name are the
     // raw call's (`direct::call_of`).
     let called = tools::call(
         state,
         principal.clone(),
-        trace.clone(),
+        std::mem::take(trace),
         None,
         raw,
         call.meta.view(),
@@ -333,6 +332,8 @@ async fn call_directly(state: &Arc<AppState>, mut direct: Box<Direct>) -> Respon
         // The call that is most of the traffic: its answer written from its parts.
         Some((execution, result, trace)) => direct::committed(&call.id, execution, result, trace),
         None => {
+            // The trace id travels in the answer; kept for the error that cannot happen.
+            let trace = called.trace().unwrap_or_default().to_owned();
             let result = match called.into_response(state, raw.name()) {
                 CallToolResponse::Complete(result) => result,
                 _ => tools::internal(&"a direct call answered other than a tool result", &trace),

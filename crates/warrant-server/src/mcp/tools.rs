@@ -293,6 +293,14 @@ impl Called {
         }
     }
 
+    /// The trace id of a dispatched call.
+    pub(crate) fn trace(&self) -> Option<&str> {
+        match self {
+            Called::Dispatched { trace, .. } => Some(trace),
+            Called::Answered(_) => None,
+        }
+    }
+
     /// The tool result as the SDK sends it, for a call of `tool`.
     pub(crate) fn into_response(self, state: &AppState, tool: &str) -> CallToolResponse {
         match self {

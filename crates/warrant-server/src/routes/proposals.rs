@@ -13,12 +13,11 @@
 
 use std::sync::Arc;
 
-use axum::Router;
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderName, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use axum::{RequestExt as _, Router};
 use serde_json::{Value, json};
 use warrant_core::decision::Outcome;
 use warrant_runtime::{Dispatched, OwnedCall, submit};
@@ -74,10 +73,11 @@ pub(crate) async fn propose(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     axum::Extension(crate::trace::TraceId(trace)): axum::Extension<crate::trace::TraceId>,
-    headers: HeaderMap,
-    body: Bytes,
+    request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
-    let json = header_text(&headers, &header::CONTENT_TYPE)
+    // The headers read where they lie (a `HeaderMap` extractor copies the whole map).
+    let headers = request.headers();
+    let json = header_text(headers, &header::CONTENT_TYPE)
         .and_then(|ct| ct.split(';').next())
         .is_some_and(|ct| ct.trim().eq_ignore_ascii_case("application/json"));
     if !json {
@@ -88,12 +88,23 @@ pub(crate) async fn propose(
             "proposals are application/json",
         ));
     }
+    let idempotency_key = header_text(headers, &IDEMPOTENCY_KEY).map(str::to_owned);
+    let approval_id = header_text(headers, &WARRANT_APPROVAL).map(str::to_owned);
+    // Within the extractors' limit (`DefaultBodyLimit`, the edge's), as the `Bytes` extractor
+    // reads it, without its copy of the list it gathers frames in (`crate::body::whole`).
+    let body = match crate::body::whole(request.with_limited_body().into_body(), usize::MAX).await {
+        Ok(body) => body,
+        Err(crate::body::Unread::TooLarge) => return Err(ApiError::payload_too_large()),
+        Err(crate::body::Unread::Failed) => {
+            return Err(ApiError::bad_request("the request body could not be read"));
+        }
+    };
     // The call is handed to the runtime, which runs it to a recorded end even if this request
     // is dropped (a client disconnect, the timeout layer): see `warrant_runtime::submit`.
     let call = OwnedCall {
         bytes: body,
-        idempotency_key: header_text(&headers, &IDEMPOTENCY_KEY).map(str::to_owned),
-        approval_id: header_text(&headers, &WARRANT_APPROVAL).map(str::to_owned),
+        idempotency_key,
+        approval_id,
         trace_id: trace.clone(),
         ..OwnedCall::default()
     };
