@@ -33,11 +33,10 @@ impl Sha256Digest {
     /// exact size (records take a digest as text on every call).
     pub fn text(&self) -> String {
         let mut text = [0u8; 64];
+        encode_hex(&self.0, &mut text);
         let mut out = String::with_capacity(71);
         out.push_str("sha256:");
-        if hex::encode_to_slice(self.0, &mut text).is_ok() {
-            out.push_str(std::str::from_utf8(&text).unwrap_or_default());
-        }
+        out.push_str(std::str::from_utf8(&text).unwrap_or_default());
         out
     }
 
@@ -57,13 +56,9 @@ impl std::fmt::Display for Sha256Digest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut text = [0u8; 64];
         // Encoding into a stack buffer: digests are formatted several times per call.
-        match hex::encode_to_slice(self.0, &mut text) {
-            Ok(()) => {
-                f.write_str("sha256:")?;
-                f.write_str(std::str::from_utf8(&text).map_err(|_| std::fmt::Error)?)
-            }
-            Err(_) => Err(std::fmt::Error),
-        }
+        encode_hex(&self.0, &mut text);
+        f.write_str("sha256:")?;
+        f.write_str(std::str::from_utf8(&text).map_err(|_| std::fmt::Error)?)
     }
 }
 
@@ -72,10 +67,36 @@ impl std::fmt::Display for Sha256Digest {
 /// keys, digests and trace ids are written this way on every call.
 pub fn hex_lower(bytes: &[u8]) -> String {
     let mut out = vec![0u8; bytes.len() * 2];
-    match hex::encode_to_slice(bytes, &mut out) {
-        Ok(()) => String::from_utf8(out).unwrap_or_else(|_| hex::encode(bytes)),
-        // Not reached: the buffer is exactly twice the input.
-        Err(_) => hex::encode(bytes),
+    encode_hex(bytes, &mut out);
+    String::from_utf8(out).unwrap_or_else(|_| hex::encode(bytes))
+}
+
+/// Each byte's two lowercase hex digits.
+const HEX_PAIRS: [[u8; 2]; 256] = {
+    const DIGITS: [u8; 16] = *b"0123456789abcdef";
+    let mut pairs = [[0u8; 2]; 256];
+    let mut byte = 0;
+    while byte < 256 {
+        #[allow(clippy::indexing_slicing, reason = "in bounds: a byte's nibbles, and 0..256")]
+        {
+            pairs[byte] = [DIGITS[byte >> 4], DIGITS[byte & 0xf]];
+        }
+        byte += 1;
+    }
+    pairs
+};
+
+/// `bytes` as lowercase hex into `out`, two digits a byte (`out` is twice as long as `bytes`;
+/// a shorter one takes the first bytes that fit).
+///
+/// Written by hand, a table lookup a byte: `hex::encode_to_slice` works out each nibble's
+/// digit and index (about 20 instructions a byte, against 4 here), and every call writes two
+/// or three digests and a trace id this way. `hex_lower_is_hex_encode` holds it to `hex`.
+fn encode_hex(bytes: &[u8], out: &mut [u8]) {
+    for (pair, byte) in out.chunks_exact_mut(2).zip(bytes) {
+        if let Some(digits) = HEX_PAIRS.get(usize::from(*byte)) {
+            pair.copy_from_slice(digits);
+        }
     }
 }
 
@@ -228,6 +249,13 @@ mod tests {
         for bytes in [&[][..], &[0u8], &[0xff, 0x0a, 0x5c], &[0xab; 33]] {
             assert_eq!(hex_lower(bytes), hex::encode(bytes));
         }
+        let every: Vec<u8> = (0..=255).collect();
+        assert_eq!(hex_lower(&every), hex::encode(&every));
+        let digest = Sha256Digest::of_bytes(b"warrant");
+        let expected = format!("sha256:{}", hex::encode(digest.as_bytes()));
+        assert_eq!(digest.text(), expected);
+        assert_eq!(digest.to_string(), expected);
+        assert_eq!(digest.hex(), expected.trim_start_matches("sha256:"));
     }
 
     fn canon(text: &str) -> String {
