@@ -68,7 +68,8 @@ impl std::fmt::Display for Sha256Digest {
 pub fn hex_lower(bytes: &[u8]) -> String {
     let mut out = vec![0u8; bytes.len() * 2];
     encode_hex(bytes, &mut out);
-    String::from_utf8(out).unwrap_or_else(|_| hex::encode(bytes))
+    // Always ASCII: the fallback is never taken.
+    String::from_utf8(out).unwrap_or_default()
 }
 
 /// Each byte's two lowercase hex digits.

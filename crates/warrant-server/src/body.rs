@@ -12,6 +12,16 @@ pub(crate) enum Unread {
     Failed,
 }
 
+impl From<Unread> for crate::error::ApiError {
+    /// 413 `PAYLOAD_TOO_LARGE` over the limit, else 400: every reader of a body answers alike.
+    fn from(unread: Unread) -> Self {
+        match unread {
+            Unread::TooLarge => crate::error::ApiError::payload_too_large(),
+            Unread::Failed => crate::error::ApiError::bad_request("the request body could not be read"),
+        }
+    }
+}
+
 /// The whole of `body`, at most `limit` bytes.
 ///
 /// The usual body is one frame followed by its end: a small request's body arrives with its

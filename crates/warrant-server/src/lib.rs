@@ -182,10 +182,7 @@ async fn edge(inner: Router, limits: EdgeLimits, request: Request) -> Response {
         biased;
         read = body::whole(body, limits.body_bytes) => match read {
             Ok(bytes) => bytes,
-            Err(body::Unread::TooLarge) => return ApiError::payload_too_large().into_response(),
-            Err(body::Unread::Failed) => {
-                return ApiError::bad_request("the request body could not be read").into_response();
-            }
+            Err(unread) => return ApiError::from(unread).into_response(),
         },
         () = &mut timer => {
             return if body_by <= answer_by { body_timed_out() } else { request_timed_out() };

@@ -256,7 +256,7 @@ async fn guard_request(guard: &Guard, request: Request) -> Guarded {
     }
     let bytes = match crate::body::whole(body, guard.max_body_bytes).await {
         Ok(bytes) => bytes,
-        Err(_) => return Guarded::Answered(ApiError::payload_too_large().into_response()),
+        Err(unread) => return Guarded::Answered(ApiError::from(unread).into_response()),
     };
     let limits = Limits {
         max_bytes: guard.max_body_bytes,

@@ -92,13 +92,7 @@ pub(crate) async fn propose(
     let approval_id = header_text(headers, &WARRANT_APPROVAL).map(str::to_owned);
     // Within the extractors' limit (`DefaultBodyLimit`, the edge's), as the `Bytes` extractor
     // reads it, without its copy of the list it gathers frames in (`crate::body::whole`).
-    let body = match crate::body::whole(request.with_limited_body().into_body(), usize::MAX).await {
-        Ok(body) => body,
-        Err(crate::body::Unread::TooLarge) => return Err(ApiError::payload_too_large()),
-        Err(crate::body::Unread::Failed) => {
-            return Err(ApiError::bad_request("the request body could not be read"));
-        }
-    };
+    let body = crate::body::whole(request.with_limited_body().into_body(), usize::MAX).await?;
     // The call is handed to the runtime, which runs it to a recorded end even if this request
     // is dropped (a client disconnect, the timeout layer): see `warrant_runtime::submit`.
     let call = OwnedCall {
