@@ -88,30 +88,30 @@ pub(crate) trait RowExt {
 }
 
 /// Runs statements: a transaction (writes) or a read connection (reads).
-pub(crate) trait Exec: Send {
+///
+/// No `Send` bound on the trait or its futures: SQLite's runs on the thread that owns its
+/// connection, holding statements that borrow it (`sqlite::Prepared`), and never leaves that
+/// thread; PostgreSQL's futures are `Send`, which callers see through the concrete types.
+pub(crate) trait Exec {
     /// The row type the backend returns.
     type Row: RowExt + Send;
 
     /// Runs a statement and answers the number of rows it changed.
-    fn execute(
-        &mut self,
-        sql: &str,
-        args: &[Arg<'_>],
-    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+    fn execute(&mut self, sql: &str, args: &[Arg<'_>]) -> impl Future<Output = Result<u64, StoreError>>;
 
     /// Runs a query and answers its first row, if any.
     fn fetch_optional(
         &mut self,
         sql: &str,
         args: &[Arg<'_>],
-    ) -> impl Future<Output = Result<Option<Self::Row>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Option<Self::Row>, StoreError>>;
 
     /// Runs a query and answers all its rows.
     fn fetch_all(
         &mut self,
         sql: &str,
         args: &[Arg<'_>],
-    ) -> impl Future<Output = Result<Vec<Self::Row>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Vec<Self::Row>, StoreError>>;
 
     /// Discards the transaction's changes when the operation returns (instead of committing
     /// them); the operation's answer is still returned. A no-op on read connections.

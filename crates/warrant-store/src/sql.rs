@@ -268,7 +268,7 @@ macro_rules! write_op {
             Backend::Sqlite(sqlite) => {
                 $(let $owned = $value;)*
                 sqlite
-                    .write(move |$ex: &mut SqliteExec<'_>| crate::sqlite::now(async move { $body }))
+                    .write(move |$ex: &mut SqliteExec<'_, '_>| crate::sqlite::now(async move { $body }))
                     .await
             }
             Backend::Postgres(pool) => {
@@ -294,7 +294,7 @@ macro_rules! read_op {
             Backend::Sqlite(sqlite) => {
                 $(let $owned = $value;)*
                 sqlite
-                    .read(move |$ex: &mut SqliteExec<'_>| crate::sqlite::now(async move { $body }))
+                    .read(move |$ex: &mut SqliteExec<'_, '_>| crate::sqlite::now(async move { $body }))
                     .await
             }
             Backend::Postgres(pool) => {

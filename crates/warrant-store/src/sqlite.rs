@@ -30,12 +30,10 @@
 //! are the shared ones of `sql.rs`, run through [`SqliteExec`].
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 use std::pin::pin;
-use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError};
 use std::sync::{Arc, Mutex};
@@ -43,7 +41,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use rusqlite::types::Value;
-use rusqlite::{CachedStatement, Connection, OpenFlags};
+use rusqlite::{Connection, OpenFlags};
 use tokio::sync::oneshot;
 use warrant_core::store::StoreError;
 
@@ -69,12 +67,13 @@ const READER_CACHE_KIB: i64 = -512;
 /// fills with cold leaves and stays resident.
 const WRITER_CACHE_KIB: i64 = -1024;
 
-/// Prepared statements kept per connection (the store uses about forty distinct ones).
-const STATEMENT_CACHE: usize = 96;
+/// rusqlite's statement cache per connection: only the checkpointer's one statement uses it
+/// (the store's own statements are kept by [`Prepared`]).
+const STATEMENT_CACHE: usize = 4;
 
 /// Statements against one connection, on the thread that owns it.
-pub(crate) struct SqliteExec<'c> {
-    conn: &'c mut Connection,
+pub(crate) struct SqliteExec<'e, 'c> {
+    prepared: &'e Prepared<'c>,
     rollback: bool,
 }
 
@@ -124,7 +123,7 @@ fn placeholder(name: &str) -> Option<usize> {
 /// Binds `args` to a statement's `$N` placeholders: `$N` takes `args[N - 1]`. SQLite numbers
 /// named parameters by first appearance, not by their digits (`$2 … $1` has `$2` first), so
 /// each parameter is bound by its name's number (`numbers`, from [`parameter_numbers`]); a
-/// placeholder past the end of `args` stays NULL.
+/// placeholder past the end of `args` stays NULL (every binding is cleared after a run).
 fn bind(stmt: &mut rusqlite::Statement<'_>, numbers: &[usize], args: &[Arg<'_>]) -> Result<(), StoreError> {
     for (index, number) in (1..).zip(numbers) {
         let Some(arg) = number.checked_sub(1).and_then(|at| args.get(at)) else {
@@ -140,53 +139,6 @@ fn bind(stmt: &mut rusqlite::Statement<'_>, numbers: &[usize], args: &[Arg<'_>])
     Ok(())
 }
 
-/// Prepares (from the connection's cache) and binds a statement. It is prepared as written:
-/// SQLite reads PostgreSQL's `$1` as a *named* parameter, `"$1"` (see [`bind`]); translating
-/// every statement to `?1` first cost a copy of its text per call.
-fn statement<'c>(
-    conn: &'c Connection,
-    sql: &str,
-    args: &[Arg<'_>],
-) -> Result<(CachedStatement<'c>, Arc<[String]>), StoreError> {
-    let known = PREPARED.with_borrow(|known| {
-        known
-            .get(&(sql.as_ptr().addr(), sql.len()))
-            .filter(|kept| *kept.text == *sql)
-            .map(|kept| {
-                (
-                    Rc::clone(&kept.sqlite),
-                    Rc::clone(&kept.numbers),
-                    Arc::clone(&kept.columns),
-                )
-            })
-    });
-    let (mut stmt, numbers, columns) = match known {
-        Some((text, numbers, columns)) => (
-            conn.prepare_cached(&text).map_err(from_rusqlite)?,
-            numbers,
-            columns,
-        ),
-        None => {
-            let text: Rc<str> = sqlite_text(sql).into();
-            let stmt = conn.prepare_cached(&text).map_err(from_rusqlite)?;
-            let numbers = parameter_numbers(&stmt)?;
-            let columns: Arc<[String]> = stmt.column_names().into_iter().map(str::to_owned).collect();
-            keep(
-                sql,
-                Kept {
-                    text: sql.into(),
-                    sqlite: text,
-                    numbers: Rc::clone(&numbers),
-                    columns: Arc::clone(&columns),
-                },
-            );
-            (stmt, numbers, columns)
-        }
-    };
-    bind(&mut stmt, &numbers, args)?;
-    Ok((stmt, columns))
-}
-
 /// A statement's text as SQLite is given it: `LIMIT $N` becomes `LIMIT +$N`. SQLite reads a
 /// bound `LIMIT` to plan with its value, and then prepares the statement again every time
 /// that parameter is bound anew — every run: the job and reconciliation claims, the ledger
@@ -198,45 +150,116 @@ fn sqlite_text(sql: &str) -> String {
     sql.replace("LIMIT $", "LIMIT +$")
 }
 
-/// Distinct statements a store thread keeps ([`PREPARED`]; the store has about forty; past
-/// this the map starts again, so statements built at run time cannot grow it).
+/// Distinct statements a store thread keeps ([`Prepared`]; the store has about forty; past
+/// this they are all finalized and prepared again as they come, so statements built at run
+/// time cannot grow the list).
 const KEPT_STATEMENTS: usize = 256;
 
-/// What a store thread keeps of a statement it has run (see [`PREPARED`]).
-struct Kept {
-    /// The statement as the store wrote it, to confirm a hit.
+/// The statements one store thread has prepared on its connection, kept for as long as the
+/// thread runs, with what follows from each one's text.
+///
+/// Kept here rather than in rusqlite's statement cache, which hashes a statement's whole text
+/// to take it out and again to put it back, clears its bindings every time, and keeps it in an
+/// LRU list: about 7,000 instructions a gateway call on the writer alone (a tenth of its work
+/// per call). Here a statement is found by its text's length and bytes in a short list.
+/// Hand-written because the cache is rusqlite's only way to keep statements beyond one borrow
+/// of the connection.
+pub(crate) struct Prepared<'c> {
+    conn: &'c Connection,
+    kept: RefCell<Vec<Kept<'c>>>,
+}
+
+/// One statement a store thread keeps (see [`Prepared`]).
+struct Kept<'c> {
+    /// The statement as the store wrote it.
     text: Box<str>,
-    /// The statement as SQLite is given it ([`sqlite_text`]).
-    sqlite: Rc<str>,
+    /// Prepared from its text as SQLite is given it ([`sqlite_text`]).
+    stmt: rusqlite::Statement<'c>,
     /// The `$N` of each parameter, in SQLite's order ([`parameter_numbers`]).
-    numbers: Rc<[usize]>,
+    numbers: Box<[usize]>,
     /// The names of its result's columns, shared by the rows it returns (read once: reading
     /// and copying them for every query cost about 1,700 instructions a query).
     columns: Arc<[String]>,
 }
 
-thread_local! {
-    /// The statements this thread has run, by the text's address and length (the texts are
-    /// mostly constants), with the text to confirm a hit. Each connection lives on one thread,
-    /// and all that is kept follows from a statement's text alone.
-    static PREPARED: RefCell<HashMap<(usize, usize), Kept>> = RefCell::new(HashMap::new());
-}
-
-/// Keeps what follows from a statement's text (see [`PREPARED`]).
-fn keep(sql: &str, kept: Kept) {
-    PREPARED.with_borrow_mut(|known| {
-        if known.len() >= KEPT_STATEMENTS {
-            known.clear();
+impl<'c> Prepared<'c> {
+    /// Nothing prepared yet on `conn`.
+    pub(crate) fn new(conn: &'c Connection) -> Self {
+        Self {
+            conn,
+            kept: RefCell::new(Vec::new()),
         }
-        known.insert((sql.as_ptr().addr(), sql.len()), kept);
-    });
+    }
+
+    /// Runs `run` with the statement of `sql` (prepared the first time this thread runs that
+    /// text) and its parameters bound to `args`. It is prepared as written: SQLite reads
+    /// PostgreSQL's `$1` as a *named* parameter, `"$1"` (see [`bind`]); translating every
+    /// statement to `?1` first cost a copy of its text per call.
+    fn with<R>(
+        &self,
+        sql: &str,
+        args: &[Arg<'_>],
+        run: impl FnOnce(&mut rusqlite::Statement<'c>, &Arc<[String]>) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        // Statements run one after another on a store thread: one is never run from inside
+        // another's `run`, so the list is never borrowed twice.
+        let mut kept = self
+            .kept
+            .try_borrow_mut()
+            .map_err(|_| StoreError::Database("a statement was run inside another".into()))?;
+        let at = match kept.iter().position(|k| *k.text == *sql) {
+            Some(at) => at,
+            None => {
+                // Persistent: SQLite then allocates the statement outside the connection's
+                // lookaside slots, which a few dozen kept statements would otherwise fill for
+                // good, sending every later small allocation of the connection to `malloc`
+                // (rusqlite's cache prepares its statements so too).
+                let stmt = self
+                    .conn
+                    .prepare_with_flags(&sqlite_text(sql), rusqlite::PrepFlags::SQLITE_PREPARE_PERSISTENT)
+                    .map_err(from_rusqlite)?;
+                let numbers = parameter_numbers(&stmt)?;
+                let columns = stmt.column_names().into_iter().map(str::to_owned).collect();
+                if kept.len() >= KEPT_STATEMENTS {
+                    kept.clear();
+                }
+                kept.push(Kept {
+                    text: sql.into(),
+                    stmt,
+                    numbers,
+                    columns,
+                });
+                kept.len() - 1
+            }
+        };
+        let Some(Kept {
+            stmt,
+            numbers,
+            columns,
+            ..
+        }) = kept.get_mut(at)
+        else {
+            return Err(StoreError::Database("a kept statement went missing".into()));
+        };
+        let ran = bind(stmt, numbers, args).and_then(|()| run(stmt, columns));
+        // Bound text is a copy SQLite holds until the binding is cleared: left bound in kept
+        // statements, those copies would hold lookaside slots between runs.
+        stmt.clear_bindings();
+        ran
+    }
+
+    /// How many statements this thread keeps.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.kept.borrow().len()
+    }
 }
 
 /// The `$N` of each of the statement's parameters, in SQLite's order (see [`bind`]): read from
 /// the statement the first time this thread runs its text, then kept. Reading them for every
 /// bind cost about 5,000 instructions per gateway call (thirty parameter names fetched,
 /// measured and parsed).
-fn parameter_numbers(stmt: &rusqlite::Statement<'_>) -> Result<Rc<[usize]>, StoreError> {
+fn parameter_numbers(stmt: &rusqlite::Statement<'_>) -> Result<Box<[usize]>, StoreError> {
     (1..=stmt.parameter_count())
         .map(|index| {
             let name = stmt.parameter_name(index).unwrap_or_default();
@@ -247,8 +270,21 @@ fn parameter_numbers(stmt: &rusqlite::Statement<'_>) -> Result<Rc<[usize]>, Stor
 }
 
 /// Runs a query to its end, keeping at most `keep` rows.
-fn query(conn: &Connection, sql: &str, args: &[Arg<'_>], keep: usize) -> Result<Vec<SqliteRow>, StoreError> {
-    let (mut stmt, columns) = statement(conn, sql, args)?;
+fn query(
+    prepared: &Prepared<'_>,
+    sql: &str,
+    args: &[Arg<'_>],
+    keep: usize,
+) -> Result<Vec<SqliteRow>, StoreError> {
+    prepared.with(sql, args, |stmt, columns| read_rows(stmt, columns, keep))
+}
+
+/// The rows of a bound statement, stepped to the end; at most `keep` of them kept.
+fn read_rows(
+    stmt: &mut rusqlite::Statement<'_>,
+    columns: &Arc<[String]>,
+    keep: usize,
+) -> Result<Vec<SqliteRow>, StoreError> {
     let mut rows = stmt.raw_query();
     let mut out = Vec::new();
     // Stepped to the end even when only one row is kept, so a statement with side effects
@@ -263,7 +299,7 @@ fn query(conn: &Connection, sql: &str, args: &[Arg<'_>], keep: usize) -> Result<
                 );
             }
             out.push(SqliteRow {
-                columns: Arc::clone(&columns),
+                columns: Arc::clone(columns),
                 values,
             });
         }
@@ -271,21 +307,22 @@ fn query(conn: &Connection, sql: &str, args: &[Arg<'_>], keep: usize) -> Result<
     Ok(out)
 }
 
-impl Exec for SqliteExec<'_> {
+impl Exec for SqliteExec<'_, '_> {
     type Row = SqliteRow;
 
     async fn execute(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<u64, StoreError> {
-        let (mut stmt, _) = statement(self.conn, sql, args)?;
-        let changed = stmt.raw_execute().map_err(from_rusqlite)?;
+        let changed = self
+            .prepared
+            .with(sql, args, |stmt, _| stmt.raw_execute().map_err(from_rusqlite))?;
         Ok(u64::try_from(changed).unwrap_or(u64::MAX))
     }
 
     async fn fetch_optional(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<Option<SqliteRow>, StoreError> {
-        Ok(query(self.conn, sql, args, 1)?.into_iter().next())
+        Ok(query(self.prepared, sql, args, 1)?.into_iter().next())
     }
 
     async fn fetch_all(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<SqliteRow>, StoreError> {
-        query(self.conn, sql, args, usize::MAX)
+        query(self.prepared, sql, args, usize::MAX)
     }
 
     fn rollback(&mut self) {
@@ -294,13 +331,15 @@ impl Exec for SqliteExec<'_> {
 }
 
 #[cfg(test)]
-impl SqliteExec<'_> {
-    /// How often the cached statement of `sql` was prepared again since it was first prepared
+impl SqliteExec<'_, '_> {
+    /// How often the kept statement of `sql` was prepared again since it was first prepared
     /// (SQLite's `SQLITE_STMTSTATUS_REPREPARE`).
     fn reprepares(&self, sql: &str) -> i32 {
-        self.conn
-            .prepare_cached(&sqlite_text(sql))
-            .map_or(-1, |stmt| stmt.get_status(rusqlite::StatementStatus::RePrepare))
+        self.prepared
+            .with(sql, &[], |stmt, _| {
+                Ok(stmt.get_status(rusqlite::StatementStatus::RePrepare))
+            })
+            .unwrap_or(-1)
     }
 }
 
@@ -358,7 +397,7 @@ fn closed() -> StoreError {
 /// One queued write: its operation, then its answer once the batch's fate is known.
 trait WriteJob: Send {
     /// Runs the operation; answers whether its changes are to be kept.
-    fn run(&mut self, ex: &mut SqliteExec<'_>) -> bool;
+    fn run(&mut self, ex: &mut SqliteExec<'_, '_>) -> bool;
     /// Answers the caller: the operation's result if the batch committed, else `error`.
     fn reply(self: Box<Self>, commit: Result<(), StoreError>);
     /// The inbox of the caller's thread, if it has one ([`deliver_answers_here`]).
@@ -385,9 +424,9 @@ fn guarded<R>(operation: impl FnOnce() -> Result<R, StoreError>) -> Result<R, St
 impl<R, F> WriteJob for Job<R, F>
 where
     R: Send,
-    F: FnOnce(&mut SqliteExec<'_>) -> Result<R, StoreError> + Send,
+    F: FnOnce(&mut SqliteExec<'_, '_>) -> Result<R, StoreError> + Send,
 {
-    fn run(&mut self, ex: &mut SqliteExec<'_>) -> bool {
+    fn run(&mut self, ex: &mut SqliteExec<'_, '_>) -> bool {
         let Some(operation) = self.operation.take() else {
             return false;
         };
@@ -564,7 +603,7 @@ enum WriteMsg {
     Stop(oneshot::Sender<()>),
 }
 
-type ReadJob = Box<dyn FnOnce(&mut SqliteExec<'_>) + Send>;
+type ReadJob = Box<dyn FnOnce(&mut SqliteExec<'_, '_>) + Send>;
 
 enum ReadMsg {
     Job(ReadJob),
@@ -720,7 +759,7 @@ impl Sqlite {
     pub(crate) async fn write<R, F>(&self, operation: F) -> Result<R, StoreError>
     where
         R: Send + 'static,
-        F: FnOnce(&mut SqliteExec<'_>) -> Result<R, StoreError> + Send + 'static,
+        F: FnOnce(&mut SqliteExec<'_, '_>) -> Result<R, StoreError> + Send + 'static,
     {
         let (answer, wait) = oneshot::channel();
         let job = Job {
@@ -738,7 +777,7 @@ impl Sqlite {
     pub(crate) async fn read<R, F>(&self, operation: F) -> Result<R, StoreError>
     where
         R: Send + 'static,
-        F: FnOnce(&mut SqliteExec<'_>) -> Result<R, StoreError> + Send + 'static,
+        F: FnOnce(&mut SqliteExec<'_, '_>) -> Result<R, StoreError> + Send + 'static,
     {
         let (answer, wait) = oneshot::channel();
         let span = tracing::Span::current();
@@ -848,7 +887,9 @@ fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> Result<(), StoreEr
 }
 
 /// The writer thread: batches, savepoints, one commit per batch.
-fn write_loop(mut conn: Connection, queue: &Receiver<WriteMsg>, nudge: &Nudge) {
+fn write_loop(connection: Connection, queue: &Receiver<WriteMsg>, nudge: &Nudge) {
+    let prepared = Prepared::new(&connection);
+    let conn = &prepared;
     let mut batch: Vec<Box<dyn WriteJob>> = Vec::new();
     let mut stop = None;
     while stop.is_none() {
@@ -860,7 +901,7 @@ fn write_loop(mut conn: Connection, queue: &Receiver<WriteMsg>, nudge: &Nudge) {
         if batch.is_empty() {
             continue;
         }
-        if let Err(e) = step(&conn, "BEGIN IMMEDIATE") {
+        if let Err(e) = step(conn, "BEGIN IMMEDIATE") {
             answer_batch(&mut batch, &Err(e));
             continue;
         }
@@ -873,9 +914,9 @@ fn write_loop(mut conn: Connection, queue: &Receiver<WriteMsg>, nudge: &Nudge) {
             // every page the write touches into the statement journal, and costs two more
             // statements; at one write per commit, that was every write.)
             let ran = if next == 0 {
-                Ok(run_alone(&mut conn, job.as_mut()))
+                Ok(run_alone(conn, job.as_mut()))
             } else {
-                run_in_savepoint(&mut conn, job.as_mut())
+                run_in_savepoint(conn, job.as_mut())
             };
             match ran {
                 Ok(false) if next == 0 => {
@@ -900,37 +941,37 @@ fn write_loop(mut conn: Connection, queue: &Receiver<WriteMsg>, nudge: &Nudge) {
         }
         let commit = match broken {
             Some(e) => Err(e),
-            None if discarded => step(&conn, "ROLLBACK"),
-            None => step(&conn, "COMMIT"),
+            None if discarded => step(conn, "ROLLBACK"),
+            None => step(conn, "COMMIT"),
         };
         if commit.is_err() {
-            let _ = step(&conn, "ROLLBACK");
+            let _ = step(conn, "ROLLBACK");
         }
         answer_batch(&mut batch, &commit);
         if commit.is_ok() && !discarded {
             nudge.committed();
         }
     }
-    drop(conn);
+    drop(prepared);
+    drop(connection);
     if let Some(ack) = stop {
         let _ = ack.send(());
     }
 }
 
-/// Runs one statement without parameters, prepared once per connection (the statement cache),
-/// not parsed again for every batch and write.
-fn step(conn: &Connection, sql: &str) -> Result<(), StoreError> {
-    conn.prepare_cached(sql)
-        .and_then(|mut stmt| stmt.execute([]))
-        .map(drop)
-        .map_err(from_rusqlite)
+/// Runs one statement without parameters, prepared once per connection ([`Prepared`]), not
+/// parsed again for every batch and write.
+fn step(prepared: &Prepared<'_>, sql: &str) -> Result<(), StoreError> {
+    prepared.with(sql, &[], |stmt, _| {
+        stmt.raw_execute().map(drop).map_err(from_rusqlite)
+    })
 }
 
 /// Runs a write as the first of its transaction; answers whether it is to be kept (if not,
 /// the caller rolls the transaction back).
-fn run_alone(conn: &mut Connection, job: &mut dyn WriteJob) -> bool {
+fn run_alone(prepared: &Prepared<'_>, job: &mut dyn WriteJob) -> bool {
     let mut ex = SqliteExec {
-        conn,
+        prepared,
         rollback: false,
     };
     job.run(&mut ex)
@@ -938,7 +979,7 @@ fn run_alone(conn: &mut Connection, job: &mut dyn WriteJob) -> bool {
 
 /// Runs a write after others in its own savepoint, rolled back to if the write is not to be
 /// kept; answers whether it was kept.
-fn run_in_savepoint(conn: &mut Connection, job: &mut dyn WriteJob) -> Result<bool, StoreError> {
+fn run_in_savepoint(conn: &Prepared<'_>, job: &mut dyn WriteJob) -> Result<bool, StoreError> {
     step(conn, "SAVEPOINT op")?;
     let keep = run_alone(conn, job);
     if !keep {
@@ -949,7 +990,8 @@ fn run_in_savepoint(conn: &mut Connection, job: &mut dyn WriteJob) -> Result<boo
 }
 
 /// A reader thread: takes the next read from the shared queue until told to stop.
-fn read_loop(mut conn: Connection, queue: &Mutex<Receiver<ReadMsg>>) {
+fn read_loop(conn: Connection, queue: &Mutex<Receiver<ReadMsg>>) {
+    let prepared = Prepared::new(&conn);
     loop {
         let msg = match queue.lock() {
             Ok(queue) => queue.recv(),
@@ -958,12 +1000,13 @@ fn read_loop(mut conn: Connection, queue: &Mutex<Receiver<ReadMsg>>) {
         match msg {
             Ok(ReadMsg::Job(job)) => {
                 let mut ex = SqliteExec {
-                    conn: &mut conn,
+                    prepared: &prepared,
                     rollback: false,
                 };
                 job(&mut ex);
             }
             Ok(ReadMsg::Stop(ack)) => {
+                drop(prepared);
                 drop(conn);
                 let _ = ack.send(());
                 return;
@@ -983,11 +1026,12 @@ mod tests {
     #[test]
     fn each_dollar_placeholder_takes_the_argument_of_its_number() {
         let conn = Connection::open_in_memory().unwrap();
+        let conn = Prepared::new(&conn);
         // `$2` appears first, `$2` twice, `'$1'` is text, `$3` has no argument.
         let sql = "SELECT $2 AS a, $1 AS b, $2 AS c, '$1' AS d, $3 AS e";
         let runs: [(&str, i64, &[Arg<'_>], Option<&str>); 2] = [
             ("one", 2, &[Arg::Text("three")], Some("three")),
-            // The same statement again, from the cache: it keeps no earlier binding.
+            // The same statement again, kept: it keeps no earlier binding.
             ("uno", 20, &[], None),
         ];
         for (one, two, more, three) in runs {
@@ -1012,6 +1056,7 @@ mod tests {
     #[test]
     fn kept_parameter_numbers_follow_the_text_not_its_address() {
         let conn = Connection::open_in_memory().unwrap();
+        let conn = Prepared::new(&conn);
         // Texts built at run time, of one length, each dropped before the next is built: the
         // allocator hands out the same address again, and the kept numbers must not be reused
         // for another text found there.
@@ -1027,19 +1072,20 @@ mod tests {
             assert_eq!(row.opt_int("a").unwrap(), Some(a), "{sql}");
             assert_eq!(row.opt_int("b").unwrap(), Some(b), "{sql}");
         }
-        // Statements built at run time cannot grow the map without bound.
+        // Statements built at run time cannot grow the list without bound.
         for n in 0..(KEPT_STATEMENTS * 2) {
             let sql = format!("SELECT $1 AS a, {n} AS n");
             query(&conn, &sql, &[Arg::Int(1)], 1).unwrap();
         }
-        assert!(PREPARED.with_borrow(HashMap::len) <= KEPT_STATEMENTS);
+        assert!(conn.len() <= KEPT_STATEMENTS);
     }
 
     #[test]
     fn a_bound_limit_does_not_prepare_the_statement_again() {
-        let mut conn = Connection::open_in_memory().unwrap();
+        let conn = Connection::open_in_memory().unwrap();
         conn.execute_batch("CREATE TABLE t (k INTEGER); INSERT INTO t VALUES (1), (2), (3);")
             .unwrap();
+        let conn = Prepared::new(&conn);
         let sql = "SELECT k FROM t ORDER BY k LIMIT $1";
         for limit in [1, 2, 3, 1, 2] {
             assert_eq!(
@@ -1048,10 +1094,12 @@ mod tests {
             );
         }
         let ex = SqliteExec {
-            conn: &mut conn,
+            prepared: &conn,
             rollback: false,
         };
         assert_eq!(ex.reprepares(sql), 0, "the statement was prepared again");
+        // One statement kept for the five runs, not one per run.
+        assert_eq!(conn.len(), 1);
     }
 
     async fn store() -> (tempfile::TempDir, Arc<Sqlite>) {
@@ -1072,7 +1120,7 @@ mod tests {
     fn insert(
         k: String,
         v: i64,
-    ) -> impl FnOnce(&mut SqliteExec<'_>) -> Result<u64, StoreError> + Send + 'static {
+    ) -> impl FnOnce(&mut SqliteExec<'_, '_>) -> Result<u64, StoreError> + Send + 'static {
         move |ex| {
             now(async move {
                 ex.execute("INSERT INTO t (k, v) VALUES ($1, $2)", &args![&k, v])
@@ -1511,9 +1559,10 @@ mod tests {
     #[test]
     fn placeholders_bind_by_number_in_any_order() {
         let dir = tempfile::tempdir().unwrap();
-        let mut conn = connect(&dir.path().join("p.db"), false).unwrap();
+        let conn = connect(&dir.path().join("p.db"), false).unwrap();
+        let prepared = Prepared::new(&conn);
         let mut ex = SqliteExec {
-            conn: &mut conn,
+            prepared: &prepared,
             rollback: false,
         };
         let row = now(ex.fetch_optional(
