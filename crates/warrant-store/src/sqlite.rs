@@ -159,9 +159,10 @@ const KEPT_STATEMENTS: usize = 256;
 /// thread runs, with what follows from each one's text.
 ///
 /// Kept here rather than in rusqlite's statement cache, which hashes a statement's whole text
-/// to take it out and again to put it back, clears its bindings every time, and keeps it in an
-/// LRU list: about 7,000 instructions a gateway call on the writer alone (a tenth of its work
-/// per call). Here a statement is found by its text's length and bytes in a short list.
+/// to take it out and again to put it back, trims it, and keeps it in an LRU list, behind a
+/// map of this store's own: about 7,000 instructions a gateway call on the writer alone (a
+/// tenth of its work per call). Here a statement is found by its text's length and bytes in a
+/// short list.
 /// Hand-written because the cache is rusqlite's only way to keep statements beyond one borrow
 /// of the connection.
 pub(crate) struct Prepared<'c> {
