@@ -67,10 +67,6 @@ const READER_CACHE_KIB: i64 = -512;
 /// fills with cold leaves and stays resident.
 const WRITER_CACHE_KIB: i64 = -1024;
 
-/// rusqlite's statement cache per connection: only the checkpointer's one statement uses it
-/// (the store's own statements are kept by [`Prepared`]).
-const STATEMENT_CACHE: usize = 4;
-
 /// Statements against one connection, on the thread that owns it.
 pub(crate) struct SqliteExec<'e, 'c> {
     prepared: &'e Prepared<'c>,
@@ -715,7 +711,6 @@ fn connect(path: &Path, read_only: bool) -> Result<Connection, StoreError> {
         conn.pragma_update(None, "cache_size", READER_CACHE_KIB)
             .map_err(from_rusqlite)?;
     }
-    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     Ok(conn)
 }
 
@@ -848,12 +843,11 @@ async fn stop<M>(queue: &SyncSender<M>, mut msg: M) -> bool {
 /// stopped. Without commits it sleeps: an idle gateway's store wakes no thread (it used to
 /// check every 250 ms, each time preparing the checkpoint statement again).
 fn checkpoint_loop(conn: &Connection, nudges: &Receiver<CheckpointMsg>, nudge: &Nudge) {
+    let prepared = Prepared::new(conn);
     let checkpoint = || {
         // A failed checkpoint is retried after the next commit; the writer's own
         // autocheckpoint is the backstop.
-        let _ = conn
-            .prepare_cached("PRAGMA wal_checkpoint(PASSIVE)")
-            .and_then(|mut stmt| stmt.query_row([], |_| Ok(())));
+        let _ = query(&prepared, "PRAGMA wal_checkpoint(PASSIVE)", &[], 1);
     };
     let stopped = |ack: oneshot::Sender<()>| {
         checkpoint();
@@ -888,9 +882,8 @@ fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> Result<(), StoreEr
 }
 
 /// The writer thread: batches, savepoints, one commit per batch.
-fn write_loop(connection: Connection, queue: &Receiver<WriteMsg>, nudge: &Nudge) {
-    let prepared = Prepared::new(&connection);
-    let conn = &prepared;
+fn write_loop(conn: Connection, queue: &Receiver<WriteMsg>, nudge: &Nudge) {
+    let prepared = Prepared::new(&conn);
     let mut batch: Vec<Box<dyn WriteJob>> = Vec::new();
     let mut stop = None;
     while stop.is_none() {
@@ -902,7 +895,7 @@ fn write_loop(connection: Connection, queue: &Receiver<WriteMsg>, nudge: &Nudge)
         if batch.is_empty() {
             continue;
         }
-        if let Err(e) = step(conn, "BEGIN IMMEDIATE") {
+        if let Err(e) = step(&prepared, "BEGIN IMMEDIATE") {
             answer_batch(&mut batch, &Err(e));
             continue;
         }
@@ -915,9 +908,9 @@ fn write_loop(connection: Connection, queue: &Receiver<WriteMsg>, nudge: &Nudge)
             // every page the write touches into the statement journal, and costs two more
             // statements; at one write per commit, that was every write.)
             let ran = if next == 0 {
-                Ok(run_alone(conn, job.as_mut()))
+                Ok(run_alone(&prepared, job.as_mut()))
             } else {
-                run_in_savepoint(conn, job.as_mut())
+                run_in_savepoint(&prepared, job.as_mut())
             };
             match ran {
                 Ok(false) if next == 0 => {
@@ -942,11 +935,11 @@ fn write_loop(connection: Connection, queue: &Receiver<WriteMsg>, nudge: &Nudge)
         }
         let commit = match broken {
             Some(e) => Err(e),
-            None if discarded => step(conn, "ROLLBACK"),
-            None => step(conn, "COMMIT"),
+            None if discarded => step(&prepared, "ROLLBACK"),
+            None => step(&prepared, "COMMIT"),
         };
         if commit.is_err() {
-            let _ = step(conn, "ROLLBACK");
+            let _ = step(&prepared, "ROLLBACK");
         }
         answer_batch(&mut batch, &commit);
         if commit.is_ok() && !discarded {
@@ -954,7 +947,7 @@ fn write_loop(connection: Connection, queue: &Receiver<WriteMsg>, nudge: &Nudge)
         }
     }
     drop(prepared);
-    drop(connection);
+    drop(conn);
     if let Some(ack) = stop {
         let _ = ack.send(());
     }
@@ -980,13 +973,13 @@ fn run_alone(prepared: &Prepared<'_>, job: &mut dyn WriteJob) -> bool {
 
 /// Runs a write after others in its own savepoint, rolled back to if the write is not to be
 /// kept; answers whether it was kept.
-fn run_in_savepoint(conn: &Prepared<'_>, job: &mut dyn WriteJob) -> Result<bool, StoreError> {
-    step(conn, "SAVEPOINT op")?;
-    let keep = run_alone(conn, job);
+fn run_in_savepoint(prepared: &Prepared<'_>, job: &mut dyn WriteJob) -> Result<bool, StoreError> {
+    step(prepared, "SAVEPOINT op")?;
+    let keep = run_alone(prepared, job);
     if !keep {
-        step(conn, "ROLLBACK TO op")?;
+        step(prepared, "ROLLBACK TO op")?;
     }
-    step(conn, "RELEASE op")?;
+    step(prepared, "RELEASE op")?;
     Ok(keep)
 }
 
