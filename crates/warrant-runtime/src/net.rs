@@ -17,14 +17,15 @@
 //! - the response body is capped while it streams, a connect timeout bounds each dial and one
 //!   overall timeout bounds the whole exchange, redirects included.
 //!
-//! Built on hyper 1 and hyper-util's legacy pooled client with our own connector
-//! (`connect::GuardedConnector`: resolve, vet, dial) beneath `hyper_rustls` for TLS; the Host
-//! header and the TLS server name are the URL's host. `reqwest` was considered and rejected:
+//! Built on hyper 1's HTTP/1 connections with our own connector (`connect::GuardedConnector`:
+//! resolve, vet, dial) beneath `hyper_rustls` for TLS, and our own pool of idle connections
+//! (`pool`); the Host header and the TLS server name are the URL's host. `reqwest` was considered and rejected:
 //! IP-literal URLs bypass its resolver, and its connector layer cannot see the resolved address,
 //! so neither a guard on the dialed address nor a test dialer beneath the guard is possible.
 
 mod connect;
 mod guard;
+mod pool;
 
 use std::error::Error as StdError;
 use std::net::{IpAddr, SocketAddr};
@@ -37,14 +38,13 @@ use http::{Method, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use url::{Host, Url};
 
 pub use guard::is_public;
 
 use connect::{GuardedConnector, Shared};
 use guard::{Guard, Target};
+use pool::{Origin, Pool, Sender};
 
 /// What outbound requests may reach and how much they may take.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -228,12 +228,13 @@ impl NetError {
     }
 }
 
-type HyperClient = Client<HttpsConnector<GuardedConnector>, Full<Bytes>>;
-
 struct Inner {
     policy: NetPolicy,
     shared: Arc<Shared>,
-    client: HyperClient,
+    /// Dials (vetted), then TLS for `https`.
+    connector: HttpsConnector<GuardedConnector>,
+    /// Idle connections, closed after 30 s unused.
+    pool: Pool,
 }
 
 /// The SSRF-safe HTTP/1.1 client. Cheap to clone (one `Arc`); clones share the connection pool.
@@ -304,15 +305,12 @@ impl SafeClient {
             .https_or_http()
             .enable_http1()
             .wrap_connector(GuardedConnector::new(Arc::clone(&shared)));
-        let client = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build(connector);
         Self {
             inner: Arc::new(Inner {
                 policy,
                 shared,
-                client,
+                connector,
+                pool: Pool::new(IDLE_TIMEOUT),
             }),
         }
     }
@@ -376,16 +374,13 @@ impl SafeClient {
         let mut redirects: u8 = 0;
         loop {
             let uri = self.check(&url)?;
+            let (origin, path, host) = target_of(&uri)?;
             let mut outgoing = http::Request::new(Full::new(body.clone()));
             *outgoing.method_mut() = method.clone();
-            *outgoing.uri_mut() = uri;
+            *outgoing.uri_mut() = path;
             *outgoing.headers_mut() = headers.clone();
-            let response = self
-                .inner
-                .client
-                .request(outgoing)
-                .await
-                .map_err(|err| classify(&err))?;
+            outgoing.headers_mut().insert(header::HOST, host);
+            let (response, sender) = self.request(&origin, &uri, outgoing).await?;
             let status = response.status();
             if follow_redirects && is_redirect(status) {
                 if let Some(location) = response.headers().get(header::LOCATION) {
@@ -421,6 +416,8 @@ impl SafeClient {
                 || status == StatusCode::NOT_MODIFIED;
             let max = self.inner.policy.max_response_bytes;
             let body = read_capped(incoming, &parts.headers, bodiless, max).await?;
+            // Read to its end: the connection may carry the next request.
+            self.inner.pool.put(origin, sender);
             return Ok(OutboundResponse {
                 status,
                 headers: parts.headers,
@@ -428,6 +425,62 @@ impl SafeClient {
                 final_url: url,
             });
         }
+    }
+
+    /// Sends `outgoing` on an idle connection to `origin`, or on a new one. A request that an
+    /// idle connection gives back unwritten (its peer closed it meanwhile) goes on the next
+    /// one; once hyper may have written any of it, a failure is [`NetError::Lost`].
+    async fn request(
+        &self,
+        origin: &Origin,
+        uri: &Uri,
+        mut outgoing: http::Request<Full<Bytes>>,
+    ) -> Result<(http::Response<Incoming>, Sender), NetError> {
+        while let Some(mut sender) = self.inner.pool.checkout(origin) {
+            if sender.ready().await.is_err() {
+                continue;
+            }
+            match sender.try_send_request(outgoing).await {
+                Ok(response) => return Ok((response, sender)),
+                Err(mut failed) => match failed.take_message() {
+                    Some(unsent) => outgoing = unsent,
+                    None => return Err(NetError::Lost(describe(failed.error()))),
+                },
+            }
+        }
+        let mut sender = self.connect(uri).await?;
+        match sender.try_send_request(outgoing).await {
+            Ok(response) => Ok((response, sender)),
+            Err(mut failed) => Err(match failed.take_message() {
+                Some(_) => NetError::Connect(format!(
+                    "the connection closed before the request was sent: {}",
+                    describe(failed.error())
+                )),
+                None => NetError::Lost(describe(failed.error())),
+            }),
+        }
+    }
+
+    /// A new connection to `uri`'s origin: dialed by the guarded connector (TLS above it for
+    /// `https`), its HTTP/1 state driven by a task of its own until either side closes it.
+    async fn connect(&self, uri: &Uri) -> Result<Sender, NetError> {
+        use tower_service::Service as _;
+        let mut connector = self.inner.connector.clone();
+        let io = async {
+            std::future::poll_fn(|cx| connector.poll_ready(cx)).await?;
+            connector.call(uri.clone()).await
+        }
+        .await
+        .map_err(|err| connect_error(err.as_ref()))?;
+        let (sender, connection) = hyper::client::conn::http1::handshake(io)
+            .await
+            .map_err(|err| NetError::Connect(describe(&err)))?;
+        tokio::spawn(async move {
+            if let Err(err) = connection.await {
+                tracing::debug!(error = %describe(&err), "upstream connection ended");
+            }
+        });
+        Ok(sender)
     }
 
     /// The checks that need no resolution (scheme, host, credentials, literals, loopback and
@@ -508,18 +561,32 @@ async fn read_capped(
     Ok(buffer.freeze())
 }
 
-/// Maps a client error onto a `NetError`: one raised by our connector is returned as is; any
-/// other failure while connecting comes from the TLS layer above it; anything later happened
-/// on an established connection, after the request may have been written.
-fn classify(err: &hyper_util::client::legacy::Error) -> NetError {
-    if let Some(net) = find_net_error(err) {
-        return net;
-    }
-    if err.is_connect() {
-        NetError::Tls(describe(err))
-    } else {
-        NetError::Lost(describe(err))
-    }
+/// How long an idle upstream connection is kept.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A request's origin (its pool key), its origin-form target (`/path?query`) and its `Host`
+/// header (the authority: the URL parser has dropped a default port).
+fn target_of(uri: &Uri) -> Result<(Origin, Uri, http::HeaderValue), NetError> {
+    let authority = uri
+        .authority()
+        .ok_or_else(|| NetError::InvalidRequest("the url has no host".into()))?;
+    let host = http::HeaderValue::from_str(authority.as_str())
+        .map_err(|err| NetError::InvalidRequest(format!("host: {err}")))?;
+    let path = match uri.path_and_query() {
+        Some(path) if path.as_str() != "/" => Uri::from(path.clone()),
+        _ => Uri::from_static("/"),
+    };
+    let origin = Origin {
+        https: uri.scheme() == Some(&http::uri::Scheme::HTTPS),
+        authority: authority.as_str().into(),
+    };
+    Ok((origin, path, host))
+}
+
+/// Maps a failure to connect onto a `NetError`: one raised by our connector is returned as
+/// is; any other comes from the TLS layer above it. Nothing was sent either way.
+fn connect_error(err: &(dyn StdError + Send + Sync + 'static)) -> NetError {
+    find_net_error(err).unwrap_or_else(|| NetError::Tls(describe(err)))
 }
 
 /// The first `NetError` among an error and its sources.

@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -882,6 +883,54 @@ async fn a_connection_closed_before_the_answer_is_lost_and_may_have_been_sent() 
         .unwrap_err();
     assert!(matches!(err, NetError::Lost(_)), "{err:?}");
     assert!(err.maybe_sent());
+}
+
+/// Answers one request per connection (keep-alive, as far as the client can tell), then
+/// closes it a moment later; counts the requests it read.
+async fn serve_once_per_connection(requests: Arc<AtomicUsize>) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let requests = Arc::clone(&requests);
+            tokio::spawn(async move {
+                read_head(&mut stream).await;
+                requests.fetch_add(1, Ordering::SeqCst);
+                stream
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello")
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                drop(stream);
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_kept_connection_the_upstream_closed_is_not_used_and_nothing_is_sent_twice() {
+    let requests = Arc::new(AtomicUsize::new(0));
+    let server = serve_once_per_connection(Arc::clone(&requests)).await;
+    let harness = Harness::allowing(&["127.0.0.1"]);
+    let url = Url::parse(&format!("http://{server}/credits")).unwrap();
+    for _ in 0..3 {
+        let response = harness
+            .client
+            .send(OutboundRequest::post(url.clone(), "{}"))
+            .await
+            .unwrap();
+        assert_eq!(response.body, "hello");
+        // The upstream closes the kept connection meanwhile.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        requests.load(Ordering::SeqCst),
+        3,
+        "each request reached the upstream once"
+    );
+    assert_eq!(harness.dialed(), vec![server; 3], "a new connection for each");
 }
 
 #[tokio::test]
