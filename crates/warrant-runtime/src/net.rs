@@ -707,6 +707,111 @@ mod tests {
     }
 
     #[test]
+    fn a_request_goes_in_origin_form_with_the_authority_as_host() {
+        let target = |url: &str| target_of(&url.parse::<Uri>().unwrap()).unwrap();
+        let (origin, path, host) = target("https://example.com:8443/a/b?c=d");
+        assert_eq!(
+            origin,
+            Origin {
+                https: true,
+                authority: "example.com:8443".into()
+            }
+        );
+        assert_eq!(path.to_string(), "/a/b?c=d");
+        assert_eq!(host, "example.com:8443");
+        let (origin, path, host) = target("http://[::1]:9000");
+        assert!(!origin.https);
+        assert_eq!(path.to_string(), "/");
+        assert_eq!(host, "[::1]:9000");
+    }
+
+    /// A loopback server answering every request on a connection with `hello`, keep-alive.
+    async fn keep_alive_server() -> SocketAddr {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                tokio::spawn(async move {
+                    let mut seen = Vec::new();
+                    let mut buffer = [0_u8; 1024];
+                    loop {
+                        let Ok(read) = stream.read(&mut buffer).await else {
+                            return;
+                        };
+                        if read == 0 {
+                            return;
+                        }
+                        seen.extend_from_slice(&buffer[..read]);
+                        while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                            seen.drain(..end + 4);
+                            let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello";
+                            if stream.write_all(answer).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    fn loopback_client() -> SafeClient {
+        SafeClient::new(NetPolicy {
+            allow_hosts: vec!["127.0.0.1".into()],
+            ..NetPolicy::default()
+        })
+    }
+
+    #[tokio::test]
+    async fn a_connection_read_to_its_end_is_kept_and_used_again() {
+        let server = keep_alive_server().await;
+        let client = loopback_client();
+        let url = Url::parse(&format!("http://{server}/orders")).unwrap();
+        for _ in 0..3 {
+            let response = client.send(OutboundRequest::get(url.clone())).await.unwrap();
+            assert_eq!(response.body, "hello");
+            assert_eq!(client.inner.pool.idle(), 1, "one connection, kept between calls");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_connection_idle_too_long_is_closed_not_used() {
+        let server = keep_alive_server().await;
+        let client = loopback_client();
+        let url = Url::parse(&format!("http://{server}/orders")).unwrap();
+        client.send(OutboundRequest::get(url)).await.unwrap();
+        let origin = Origin {
+            https: false,
+            authority: server.to_string().into(),
+        };
+        let Some(sender) = client.inner.pool.checkout(&origin) else {
+            panic!("the connection was not kept");
+        };
+        let pool = Pool::new(Duration::ZERO);
+        pool.put(origin.clone(), sender);
+        assert_eq!(pool.idle(), 1);
+        assert!(pool.checkout(&origin).is_none(), "idle past the timeout");
+        assert_eq!(pool.idle(), 0, "and closed");
+    }
+
+    #[tokio::test]
+    async fn a_response_not_read_to_its_end_does_not_keep_its_connection() {
+        let server = keep_alive_server().await;
+        let client = SafeClient::new(NetPolicy {
+            allow_hosts: vec!["127.0.0.1".into()],
+            max_response_bytes: 2,
+            ..NetPolicy::default()
+        });
+        let url = Url::parse(&format!("http://{server}/orders")).unwrap();
+        let err = client.send(OutboundRequest::get(url)).await.unwrap_err();
+        assert_eq!(err, NetError::TooLarge);
+        assert_eq!(client.inner.pool.idle(), 0);
+    }
+
+    #[test]
     fn connector_errors_are_found_in_the_chain() {
         #[derive(Debug, thiserror::Error)]
         #[error("outer")]
