@@ -368,8 +368,12 @@ impl SafeClient {
                 "the CONNECT method is not supported".into(),
             ));
         }
-        for name in OWNED_HEADERS {
-            headers.remove(name);
+        // Looked for in one pass over the few headers a caller sets (a standard name compares
+        // as a constant), removed only when there: a removal hashes the name and probes.
+        if headers.keys().any(|name| OWNED_HEADERS.contains(name)) {
+            for name in OWNED_HEADERS {
+                headers.remove(name);
+            }
         }
         let mut redirects: u8 = 0;
         loop {
@@ -378,7 +382,12 @@ impl SafeClient {
             let mut outgoing = http::Request::new(Full::new(body.clone()));
             *outgoing.method_mut() = method.clone();
             *outgoing.uri_mut() = path;
-            *outgoing.headers_mut() = headers.clone();
+            // Kept for the next hop only when a redirect may be followed.
+            *outgoing.headers_mut() = if follow_redirects {
+                headers.clone()
+            } else {
+                std::mem::take(&mut headers)
+            };
             outgoing.headers_mut().insert(header::HOST, host);
             let (response, sender) = self.request(&origin, &uri, outgoing).await?;
             let status = response.status();
@@ -507,11 +516,14 @@ impl SafeClient {
             ));
         }
         self.inner.shared.guard.plan(https, &target)?;
-        let mut bare = url.clone();
-        bare.set_fragment(None);
-        bare.as_str()
-            .parse::<Uri>()
-            .map_err(|err| NetError::InvalidRequest(format!("url: {err}")))
+        let parsed = if url.fragment().is_none() {
+            url.as_str().parse::<Uri>()
+        } else {
+            let mut bare = url.clone();
+            bare.set_fragment(None);
+            bare.as_str().parse::<Uri>()
+        };
+        parsed.map_err(|err| NetError::InvalidRequest(format!("url: {err}")))
     }
 }
 
@@ -578,7 +590,7 @@ fn target_of(uri: &Uri) -> Result<(Origin, Uri, http::HeaderValue), NetError> {
     };
     let origin = Origin {
         https: uri.scheme() == Some(&http::uri::Scheme::HTTPS),
-        authority: authority.as_str().into(),
+        authority: authority.clone(),
     };
     Ok((origin, path, host))
 }
@@ -714,7 +726,7 @@ mod tests {
             origin,
             Origin {
                 https: true,
-                authority: "example.com:8443".into()
+                authority: http::uri::Authority::from_static("example.com:8443")
             }
         );
         assert_eq!(path.to_string(), "/a/b?c=d");
@@ -785,7 +797,7 @@ mod tests {
         client.send(OutboundRequest::get(url)).await.unwrap();
         let origin = Origin {
             https: false,
-            authority: server.to_string().into(),
+            authority: server.to_string().parse().unwrap(),
         };
         let Some(sender) = client.inner.pool.checkout(&origin) else {
             panic!("the connection was not kept");

@@ -12,6 +12,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use http::uri::Authority;
 use http_body_util::Full;
 use hyper::client::conn::http1::SendRequest;
 
@@ -22,11 +23,12 @@ const MAX_IDLE: usize = 256;
 pub(super) type Sender = SendRequest<Full<Bytes>>;
 
 /// Where a connection goes: its scheme and authority, as the request's URI spells them (the
-/// URL parser has lower-cased the host and dropped a default port).
+/// URL parser has lower-cased the host and dropped a default port; `Authority` compares
+/// without regard to case anyway).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Origin {
     pub(super) https: bool,
-    pub(super) authority: Box<str>,
+    pub(super) authority: Authority,
 }
 
 /// The idle connections, newest last.
