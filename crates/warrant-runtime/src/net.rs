@@ -233,7 +233,7 @@ struct Inner {
     shared: Arc<Shared>,
     /// Dials (vetted), then TLS for `https`.
     connector: HttpsConnector<GuardedConnector>,
-    /// Idle connections, closed after 30 s unused.
+    /// Idle connections; one idle for [`IDLE_TIMEOUT`] is not used again.
     pool: Pool,
 }
 
@@ -438,35 +438,35 @@ impl SafeClient {
 
     /// Sends `outgoing` on an idle connection to `origin`, or on a new one. A request that an
     /// idle connection gives back unwritten (its peer closed it meanwhile) goes on the next
-    /// one; once hyper may have written any of it, a failure is [`NetError::Lost`].
+    /// one; a new connection that gives it back is a failed connect (nothing was sent); once
+    /// hyper may have written any of it, a failure is [`NetError::Lost`].
     async fn request(
         &self,
         origin: &Origin,
         uri: &Uri,
         mut outgoing: http::Request<Full<Bytes>>,
     ) -> Result<(http::Response<Incoming>, Sender), NetError> {
-        while let Some(mut sender) = self.inner.pool.checkout(origin) {
-            if sender.ready().await.is_err() {
+        loop {
+            let (mut sender, kept) = match self.inner.pool.checkout(origin) {
+                Some(sender) => (sender, true),
+                None => (self.connect(uri).await?, false),
+            };
+            if kept && sender.ready().await.is_err() {
                 continue;
             }
             match sender.try_send_request(outgoing).await {
                 Ok(response) => return Ok((response, sender)),
                 Err(mut failed) => match failed.take_message() {
-                    Some(unsent) => outgoing = unsent,
+                    Some(unsent) if kept => outgoing = unsent,
+                    Some(_) => {
+                        return Err(NetError::Connect(format!(
+                            "the connection closed before the request was sent: {}",
+                            describe(failed.error())
+                        )));
+                    }
                     None => return Err(NetError::Lost(describe(failed.error()))),
                 },
             }
-        }
-        let mut sender = self.connect(uri).await?;
-        match sender.try_send_request(outgoing).await {
-            Ok(response) => Ok((response, sender)),
-            Err(mut failed) => Err(match failed.take_message() {
-                Some(_) => NetError::Connect(format!(
-                    "the connection closed before the request was sent: {}",
-                    describe(failed.error())
-                )),
-                None => NetError::Lost(describe(failed.error())),
-            }),
         }
     }
 
@@ -516,14 +516,10 @@ impl SafeClient {
             ));
         }
         self.inner.shared.guard.plan(https, &target)?;
-        let parsed = if url.fragment().is_none() {
-            url.as_str().parse::<Uri>()
-        } else {
-            let mut bare = url.clone();
-            bare.set_fragment(None);
-            bare.as_str().parse::<Uri>()
-        };
-        parsed.map_err(|err| NetError::InvalidRequest(format!("url: {err}")))
+        // The URL's text without its fragment, sliced rather than copied.
+        url[..url::Position::AfterQuery]
+            .parse::<Uri>()
+            .map_err(|err| NetError::InvalidRequest(format!("url: {err}")))
     }
 }
 
@@ -573,7 +569,8 @@ async fn read_capped(
     Ok(buffer.freeze())
 }
 
-/// How long an idle upstream connection is kept.
+/// How long an idle upstream connection may be used again; past it, the pool closes it when
+/// it next looks (a checkout), unless the upstream has closed it first.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A request's origin (its pool key), its origin-form target (`/path?query`) and its `Host`
