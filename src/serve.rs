@@ -840,6 +840,10 @@ pub fn run(args: &ServeArgs) -> Result<Exit> {
         );
         let store: Arc<dyn Store> = sql.clone();
         let gateway = Gateway::start(loaded.gateway(store, public_url.clone())).await?;
+        if tokio::runtime::Handle::current().runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread {
+            // One request thread: at one request at a time, its writes skip the writer thread.
+            warrant_store::write_here_when_alone(Arc::clone(&gateway.state.requests_in_flight));
+        }
         let contracts = gateway.state.store.list_contracts().await?.len();
         println!("warrant is listening on {public_url}");
         println!("  API        {public_url}/v1");

@@ -365,6 +365,7 @@ impl Gateway {
             webhook_secrets,
             argument_seal,
             inbound_due: Arc::new(tokio::sync::Notify::new()),
+            requests_in_flight: Arc::default(),
             inbound_refusals: Arc::new(governor::RateLimiter::keyed(crate::inbound::refusals_quota())),
         });
         if config.background && !config.contract_sync_every.is_zero() {

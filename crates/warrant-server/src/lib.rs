@@ -26,6 +26,7 @@ pub mod webhooks;
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -82,7 +83,9 @@ pub fn router(state: Arc<AppState>, limits: HttpLimits) -> Router {
             )
             .into_response()
         });
+    let requests = Arc::clone(&state.requests_in_flight);
     let edge = Edge {
+        requests,
         inner: api.with_state(state),
         body_limit: axum::extract::DefaultBodyLimit::max(limits.body_bytes),
         limiter: auth::AuthLimiter::new(limits.auth_failures_per_minute),
@@ -134,6 +137,8 @@ struct EdgeLimits {
 /// answer).
 #[derive(Clone)]
 struct Edge {
+    /// The requests being answered ([`AppState::requests_in_flight`]).
+    requests: Arc<AtomicUsize>,
     inner: Router,
     body_limit: axum::extract::DefaultBodyLimit,
     limiter: auth::AuthLimiter,
@@ -154,13 +159,31 @@ impl tower::Service<Request> for Edge {
         request.extensions_mut().insert(self.limiter.clone());
         self.body_limit.apply(&mut request);
         let answer = edge(self.inner.clone(), self.limits, request);
+        let counted = InFlight::count(&self.requests);
         Box::pin(async move {
+            let _counted = counted;
             let response = std::panic::AssertUnwindSafe(answer)
                 .catch_unwind()
                 .await
                 .unwrap_or_else(|_| ApiError::internal(&"a request handler panicked").into_response());
             Ok(json_errors(response))
         })
+    }
+}
+
+/// One request counted in [`Edge::requests`] until its answer is done or dropped.
+struct InFlight(Arc<AtomicUsize>);
+
+impl InFlight {
+    fn count(requests: &Arc<AtomicUsize>) -> Self {
+        requests.fetch_add(1, Ordering::AcqRel);
+        InFlight(Arc::clone(requests))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -408,6 +431,7 @@ mod tests {
 
     fn edge(inner: Router) -> Router {
         Router::new().fallback_service(Edge {
+            requests: Arc::default(),
             inner,
             body_limit: axum::extract::DefaultBodyLimit::max(64),
             limiter: auth::AuthLimiter::new(10),
@@ -434,6 +458,44 @@ mod tests {
             .header(header::CONTENT_TYPE, "application/json")
             .body(body)
             .unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_edge_counts_the_requests_it_is_answering() {
+        let requests = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::clone(&requests);
+        let inner = Router::new()
+            .route(
+                "/",
+                get(move || {
+                    let now = seen.load(Ordering::SeqCst);
+                    async move { axum::Json(now) }
+                }),
+            )
+            .route("/forever", get(|| std::future::pending::<()>()));
+        let app = Router::new().fallback_service(Edge {
+            requests: Arc::clone(&requests),
+            inner,
+            body_limit: axum::extract::DefaultBodyLimit::max(64),
+            limiter: auth::AuthLimiter::new(10),
+            limits: EdgeLimits {
+                body_bytes: 64,
+                body_timeout: Duration::from_millis(100),
+                request_timeout: Duration::from_millis(300),
+            },
+        });
+        let (status, body, _) = answer(&app, Request::get("/").body(Body::empty()).unwrap()).await;
+        assert_eq!((status, body), (StatusCode::OK, serde_json::json!(1)));
+        assert_eq!(requests.load(Ordering::SeqCst), 0);
+        // A request dropped before its answer is no longer counted either.
+        let mut pending = Box::pin(
+            app.clone()
+                .oneshot(Request::get("/forever").body(Body::empty()).unwrap()),
+        );
+        assert!(tokio::time::timeout(Duration::ZERO, &mut pending).await.is_err());
+        assert_eq!(requests.load(Ordering::SeqCst), 1);
+        drop(pending);
+        assert_eq!(requests.load(Ordering::SeqCst), 0);
     }
 
     #[tokio::test]

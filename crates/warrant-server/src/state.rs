@@ -136,6 +136,10 @@ pub struct AppState {
     pub(crate) argument_seal: crate::webhooks::SecretBox,
     /// Wakes the inbound worker when this node accepted an event.
     pub(crate) inbound_due: Arc<tokio::sync::Notify>,
+    /// The HTTP requests this server is answering now (counted at its edge, every lane):
+    /// the embedded store writes on the request thread itself when it answers only one
+    /// (`warrant_store::write_here_when_alone`).
+    pub requests_in_flight: Arc<std::sync::atomic::AtomicUsize>,
     /// How many refused inbound deliveries per source are written to its record.
     pub(crate) inbound_refusals: Arc<governor::DefaultKeyedRateLimiter<String>>,
 }

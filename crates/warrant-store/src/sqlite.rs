@@ -34,7 +34,7 @@ use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 use std::pin::pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
@@ -67,10 +67,39 @@ const READER_CACHE_KIB: i64 = -512;
 /// fills with cold leaves and stays resident.
 const WRITER_CACHE_KIB: i64 = -1024;
 
-/// Statements against one connection, on the thread that owns it.
+/// Statements against one connection, on the thread that owns it or holds it.
 pub(crate) struct SqliteExec<'e, 'c> {
-    prepared: &'e Prepared<'c>,
+    prepared: Statements<'e, 'c>,
     rollback: bool,
+}
+
+/// Where a connection's statements are kept: by its store thread ([`Prepared`]), or inside
+/// the connection itself, for the inline writer that any request thread may hold ([`Cached`]).
+#[derive(Clone, Copy)]
+pub(crate) enum Statements<'e, 'c> {
+    Kept(&'e Prepared<'c>),
+    Cached(&'e Cached),
+}
+
+impl<'e, 'c> From<&'e Prepared<'c>> for Statements<'e, 'c> {
+    fn from(prepared: &'e Prepared<'c>) -> Self {
+        Statements::Kept(prepared)
+    }
+}
+
+impl Statements<'_, '_> {
+    /// Runs `run` with the statement of `sql` and its parameters bound to `args`.
+    fn with<R>(
+        self,
+        sql: &str,
+        args: &[Arg<'_>],
+        run: impl FnOnce(&mut rusqlite::Statement<'_>, &Arc<[String]>) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        match self {
+            Statements::Kept(prepared) => prepared.with(sql, args, run),
+            Statements::Cached(cached) => cached.with(sql, args, run),
+        }
+    }
 }
 
 /// A row read into owned values.
@@ -196,7 +225,7 @@ impl<'c> Prepared<'c> {
         &self,
         sql: &str,
         args: &[Arg<'_>],
-        run: impl FnOnce(&mut rusqlite::Statement<'c>, &Arc<[String]>) -> Result<R, StoreError>,
+        run: impl FnOnce(&mut rusqlite::Statement<'_>, &Arc<[String]>) -> Result<R, StoreError>,
     ) -> Result<R, StoreError> {
         // Statements run one after another on a store thread: one is never run from inside
         // another's `run`, so the list is never borrowed twice.
@@ -252,6 +281,83 @@ impl<'c> Prepared<'c> {
     }
 }
 
+/// The inline writer's connection with its statements ([`Sqlite::write`]): kept in rusqlite's
+/// own cache, inside the connection, so that the connection moves to whichever thread holds it
+/// (a statement of rusqlite cannot leave its thread, so [`Prepared`] cannot serve here). What
+/// follows from each statement's text is kept beside it, found as in [`Prepared`].
+pub(crate) struct Cached {
+    conn: Connection,
+    kept: RefCell<Vec<CachedText>>,
+}
+
+/// What [`Cached`] keeps of one statement's text.
+struct CachedText {
+    /// The statement as the store wrote it.
+    text: Box<str>,
+    /// As SQLite is given it ([`sqlite_text`]), the key of rusqlite's cache.
+    sqlite: Box<str>,
+    /// The `$N` of each parameter, in SQLite's order ([`parameter_numbers`]).
+    numbers: Box<[usize]>,
+    /// The names of its result's columns.
+    columns: Arc<[String]>,
+}
+
+impl Cached {
+    fn new(conn: Connection) -> Self {
+        conn.set_prepared_statement_cache_capacity(KEPT_STATEMENTS);
+        Self {
+            conn,
+            kept: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// As [`Prepared::with`], with the statement taken from rusqlite's cache.
+    fn with<R>(
+        &self,
+        sql: &str,
+        args: &[Arg<'_>],
+        run: impl FnOnce(&mut rusqlite::Statement<'_>, &Arc<[String]>) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        let mut kept = self
+            .kept
+            .try_borrow_mut()
+            .map_err(|_| StoreError::Database("a statement was run inside another".into()))?;
+        let at = match kept.iter().position(|k| *k.text == *sql) {
+            Some(at) => at,
+            None => {
+                let sqlite = sqlite_text(sql);
+                let stmt = self.conn.prepare_cached(&sqlite).map_err(from_rusqlite)?;
+                let numbers = parameter_numbers(&stmt)?;
+                let columns = stmt.column_names().into_iter().map(str::to_owned).collect();
+                drop(stmt);
+                if kept.len() >= KEPT_STATEMENTS {
+                    kept.clear();
+                }
+                kept.push(CachedText {
+                    text: sql.into(),
+                    sqlite: sqlite.into(),
+                    numbers,
+                    columns,
+                });
+                kept.len() - 1
+            }
+        };
+        let Some(CachedText {
+            sqlite,
+            numbers,
+            columns,
+            ..
+        }) = kept.get(at)
+        else {
+            return Err(StoreError::Database("a kept statement went missing".into()));
+        };
+        let mut stmt = self.conn.prepare_cached(sqlite).map_err(from_rusqlite)?;
+        let ran = bind(&mut stmt, numbers, args).and_then(|()| run(&mut stmt, columns));
+        stmt.clear_bindings();
+        ran
+    }
+}
+
 /// The `$N` of each of the statement's parameters, in SQLite's order (see [`bind`]): read from
 /// the statement the first time this thread runs its text, then kept. Reading them for every
 /// bind cost about 5,000 instructions per gateway call (thirty parameter names fetched,
@@ -267,13 +373,15 @@ fn parameter_numbers(stmt: &rusqlite::Statement<'_>) -> Result<Box<[usize]>, Sto
 }
 
 /// Runs a query to its end, keeping at most `keep` rows.
-fn query(
-    prepared: &Prepared<'_>,
+fn query<'e, 'c: 'e>(
+    prepared: impl Into<Statements<'e, 'c>>,
     sql: &str,
     args: &[Arg<'_>],
     keep: usize,
 ) -> Result<Vec<SqliteRow>, StoreError> {
-    prepared.with(sql, args, |stmt, columns| read_rows(stmt, columns, keep))
+    prepared
+        .into()
+        .with(sql, args, |stmt, columns| read_rows(stmt, columns, keep))
 }
 
 /// The rows of a bound statement, stepped to the end; at most `keep` of them kept.
@@ -622,6 +730,65 @@ pub(crate) struct Sqlite {
     reader_count: usize,
     /// The checkpointer's queue, and what the writer tells it.
     nudge: Arc<Nudge>,
+    /// Who writes: the writer thread or, on an idle store, the caller ([`Sqlite::write`]).
+    gate: Arc<Gate>,
+}
+
+/// The one right to run a write transaction, and the inline writer's connection behind it.
+///
+/// The writer thread holds [`Gate::token`] for each batch, from its `BEGIN` to its `COMMIT`; a
+/// caller that writes inline holds it for its one write. So the two connections never both
+/// write, and neither waits on SQLite's busy handler for the other.
+struct Gate {
+    /// The inline writer's connection (`None` once the store is closed).
+    token: Mutex<Option<Cached>>,
+    /// Writes handed to the writer thread and not yet answered.
+    queued: AtomicUsize,
+}
+
+impl Gate {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Cached>> {
+        self.token
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A write run inline ([`Sqlite::write_inline`]), or handed back to be queued.
+enum Inline<R, F> {
+    Done(Result<R, StoreError>),
+    Queue(F),
+}
+
+thread_local! {
+    /// The gauge of requests in flight of this thread's server, once
+    /// [`write_here_when_alone`] gave it.
+    static ALONE: RefCell<Option<Arc<AtomicUsize>>> = const { RefCell::new(None) };
+}
+
+/// Lets the SQLite store run a write on this thread, inside the caller's own call, instead of
+/// handing it to the writer thread and waiting to be woken, when nothing else waits for it:
+/// no other write is queued or running and `requests_in_flight` (the server's gauge of the
+/// requests it is answering) is at most one, the caller's own.
+///
+/// At one request at a time the two thread hops of a write (the writer woken to take it, the
+/// caller woken by its answer) cost more than the write itself on a virtual machine: each
+/// wakes an idle core. Under load, writes still go to the writer thread and share its group
+/// commits, and no request waits behind another's `fsync` on this thread. Call it on a
+/// server's request thread (a current-thread runtime).
+pub fn write_here_when_alone(requests_in_flight: Arc<AtomicUsize>) {
+    ALONE.with(|alone| *alone.borrow_mut() = Some(requests_in_flight));
+}
+
+/// Whether this thread's server answers at most one request now (see
+/// [`write_here_when_alone`]); `false` on a thread that did not opt in.
+fn alone_here() -> bool {
+    ALONE.with(|alone| {
+        alone
+            .borrow()
+            .as_ref()
+            .is_some_and(|requests| requests.load(Ordering::Acquire) <= 1)
+    })
 }
 
 /// How the writer tells the checkpointer there is something to copy back: a message for the
@@ -720,6 +887,14 @@ impl Sqlite {
     pub(crate) fn open(path: &Path, readers: usize, queue_capacity: usize) -> Result<Self, StoreError> {
         let capacity = queue_capacity.max(1);
         let writer_conn = connect(path, false)?;
+        let inline_conn = connect(path, false)?;
+        // Never waits on SQLite's busy handler: a write lock held by another process sends the
+        // write to the writer thread, which waits for it without holding up a request thread.
+        inline_conn.busy_timeout(Duration::ZERO).map_err(from_rusqlite)?;
+        let gate = Arc::new(Gate {
+            token: Mutex::new(Some(Cached::new(inline_conn))),
+            queued: AtomicUsize::new(0),
+        });
         let checkpoint_conn = connect(path, false)?;
         let reader_conns = (0..readers.max(1))
             .map(|_| connect(path, true))
@@ -729,8 +904,9 @@ impl Sqlite {
         let (checkpointer, nudges) = mpsc::sync_channel(1);
         let nudge = Arc::new(Nudge::new(checkpointer));
         let writer_nudge = Arc::clone(&nudge);
+        let writer_gate = Arc::clone(&gate);
         spawn("warrant-sqlite-w", move || {
-            write_loop(writer_conn, &write_rx, &writer_nudge)
+            write_loop(writer_conn, &write_rx, &writer_nudge, &writer_gate)
         })?;
         let (reader_tx, read_rx) = mpsc::sync_channel(capacity);
         let read_rx = Arc::new(Mutex::new(read_rx));
@@ -748,15 +924,23 @@ impl Sqlite {
             readers: reader_tx,
             reader_count,
             nudge,
+            gate,
         })
     }
 
-    /// Runs a write operation in the next batch; answers once the batch is durable.
+    /// Runs a write operation in the next batch; answers once the batch is durable. On an
+    /// idle store, on a thread that opted in, it runs here instead
+    /// ([`write_here_when_alone`]).
     pub(crate) async fn write<R, F>(&self, operation: F) -> Result<R, StoreError>
     where
         R: Send + 'static,
         F: FnOnce(&mut SqliteExec<'_, '_>) -> Result<R, StoreError> + Send + 'static,
     {
+        let operation = match self.write_inline(operation) {
+            Inline::Done(result) => return result,
+            Inline::Queue(operation) => operation,
+        };
+        self.gate.queued.fetch_add(1, Ordering::AcqRel);
         let (answer, wait) = oneshot::channel();
         let job = Job {
             operation: Some(operation),
@@ -765,8 +949,57 @@ impl Sqlite {
             span: tracing::Span::current(),
             inbox: Inbox::current(),
         };
-        queue(&self.writer, WriteMsg::Job(Box::new(job)), "write")?;
+        if let Err(e) = queue(&self.writer, WriteMsg::Job(Box::new(job)), "write") {
+            self.gate.queued.fetch_sub(1, Ordering::AcqRel);
+            return Err(e);
+        }
         wait.await.map_err(|_| closed())?
+    }
+
+    /// Runs a write here, as the only write of its transaction (as the first write of a
+    /// batch runs on the writer thread: no savepoint; discarded, it rolls the transaction
+    /// back), when this thread opted in and is alone, no write is queued or running, and the
+    /// write lock is free; else hands the operation back to be queued.
+    fn write_inline<R, F>(&self, operation: F) -> Inline<R, F>
+    where
+        F: FnOnce(&mut SqliteExec<'_, '_>) -> Result<R, StoreError>,
+    {
+        if self.gate.queued.load(Ordering::Acquire) != 0 || !alone_here() {
+            return Inline::Queue(operation);
+        }
+        let token = match self.gate.token.try_lock() {
+            Ok(token) => token,
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return Inline::Queue(operation),
+        };
+        let Some(cached) = token.as_ref() else {
+            return Inline::Queue(operation);
+        };
+        let statements = Statements::Cached(cached);
+        // Busy (another process writes) or failing: the writer thread takes it from here.
+        if step(statements, "BEGIN IMMEDIATE").is_err() {
+            return Inline::Queue(operation);
+        }
+        let mut ex = SqliteExec {
+            prepared: statements,
+            rollback: false,
+        };
+        let result = guarded(|| operation(&mut ex));
+        let keep = result.is_ok() && !ex.rollback;
+        let end = step(statements, if keep { "COMMIT" } else { "ROLLBACK" });
+        if end.is_err() {
+            let _ = step(statements, "ROLLBACK");
+        }
+        drop(token);
+        Inline::Done(match end {
+            Ok(()) => {
+                if keep {
+                    self.nudge.committed();
+                }
+                result
+            }
+            Err(e) => Err(e),
+        })
     }
 
     /// Runs a read operation on a reader connection.
@@ -806,6 +1039,8 @@ impl Sqlite {
         for done in acks {
             let _ = done.await;
         }
+        // The inline writer's connection: closed, and no write runs inline after this.
+        drop(self.gate.lock().take());
     }
 }
 
@@ -882,7 +1117,7 @@ fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> Result<(), StoreEr
 }
 
 /// The writer thread: batches, savepoints, one commit per batch.
-fn write_loop(conn: Connection, queue: &Receiver<WriteMsg>, nudge: &Nudge) {
+fn write_loop(conn: Connection, queue: &Receiver<WriteMsg>, nudge: &Nudge, gate: &Gate) {
     let prepared = Prepared::new(&conn);
     let mut batch: Vec<Box<dyn WriteJob>> = Vec::new();
     let mut stop = None;
@@ -895,7 +1130,11 @@ fn write_loop(conn: Connection, queue: &Receiver<WriteMsg>, nudge: &Nudge) {
         if batch.is_empty() {
             continue;
         }
+        // Waits while a caller writes inline: at most that one write.
+        let token = gate.lock();
         if let Err(e) = step(&prepared, "BEGIN IMMEDIATE") {
+            drop(token);
+            gate.queued.fetch_sub(batch.len(), Ordering::AcqRel);
             answer_batch(&mut batch, &Err(e));
             continue;
         }
@@ -941,6 +1180,8 @@ fn write_loop(conn: Connection, queue: &Receiver<WriteMsg>, nudge: &Nudge) {
         if commit.is_err() {
             let _ = step(&prepared, "ROLLBACK");
         }
+        drop(token);
+        gate.queued.fetch_sub(batch.len(), Ordering::AcqRel);
         answer_batch(&mut batch, &commit);
         if commit.is_ok() && !discarded {
             nudge.committed();
@@ -955,8 +1196,8 @@ fn write_loop(conn: Connection, queue: &Receiver<WriteMsg>, nudge: &Nudge) {
 
 /// Runs one statement without parameters, prepared once per connection ([`Prepared`]), not
 /// parsed again for every batch and write.
-fn step(prepared: &Prepared<'_>, sql: &str) -> Result<(), StoreError> {
-    prepared.with(sql, &[], |stmt, _| {
+fn step<'e, 'c: 'e>(prepared: impl Into<Statements<'e, 'c>>, sql: &str) -> Result<(), StoreError> {
+    prepared.into().with(sql, &[], |stmt, _| {
         stmt.raw_execute().map(drop).map_err(from_rusqlite)
     })
 }
@@ -965,7 +1206,7 @@ fn step(prepared: &Prepared<'_>, sql: &str) -> Result<(), StoreError> {
 /// the caller rolls the transaction back).
 fn run_alone(prepared: &Prepared<'_>, job: &mut dyn WriteJob) -> bool {
     let mut ex = SqliteExec {
-        prepared,
+        prepared: prepared.into(),
         rollback: false,
     };
     job.run(&mut ex)
@@ -994,7 +1235,7 @@ fn read_loop(conn: Connection, queue: &Mutex<Receiver<ReadMsg>>) {
         match msg {
             Ok(ReadMsg::Job(job)) => {
                 let mut ex = SqliteExec {
-                    prepared: &prepared,
+                    prepared: (&prepared).into(),
                     rollback: false,
                 };
                 job(&mut ex);
@@ -1088,7 +1329,7 @@ mod tests {
             );
         }
         let ex = SqliteExec {
-            prepared: &conn,
+            prepared: (&conn).into(),
             rollback: false,
         };
         assert_eq!(ex.reprepares(sql), 0, "the statement was prepared again");
@@ -1401,9 +1642,24 @@ mod tests {
 
     #[tokio::test]
     async fn the_first_write_of_a_batch_is_discarded_whole_and_alone() {
+        discarded_whole_and_alone(false).await;
+    }
+
+    /// A write run inline ([`write_here_when_alone`]) is kept, discarded or failed exactly as
+    /// the first write of a batch on the writer thread.
+    #[tokio::test]
+    async fn a_write_run_inline_is_discarded_whole_and_alone() {
+        discarded_whole_and_alone(true).await;
+    }
+
+    /// The caller's thread opted in (`inline`) or not.
+    async fn discarded_whole_and_alone(inline: bool) {
         // Each awaited on its own: each is the first (and only) write of its batch, run
         // without a savepoint, so a discarded one rolls back the whole transaction.
         let (_dir, sqlite) = store().await;
+        if inline {
+            write_here_when_alone(Arc::new(AtomicUsize::new(1)));
+        }
         sqlite.write(insert("before".into(), 0)).await.unwrap();
         let rolled_back = sqlite
             .write(|ex| {
@@ -1435,6 +1691,74 @@ mod tests {
         // Only the write before them, and the writer goes on.
         assert_eq!(count(&sqlite).await, 1);
         assert_eq!(sqlite.write(insert("after".into(), 6)).await.unwrap(), 1);
+        assert_eq!(count(&sqlite).await, 2);
+    }
+
+    fn this_thread() -> Option<String> {
+        std::thread::current().name().map(str::to_owned)
+    }
+
+    #[tokio::test]
+    async fn an_idle_store_writes_on_the_callers_thread_and_a_busy_one_on_its_writer() {
+        let (_dir, sqlite) = store().await;
+        // A thread that did not opt in hands every write to the writer thread.
+        let ran_on = sqlite.write(|_| Ok(this_thread())).await.unwrap();
+        assert_eq!(ran_on.as_deref(), Some("warrant-sqlite-w"));
+        let requests = Arc::new(AtomicUsize::new(1));
+        write_here_when_alone(Arc::clone(&requests));
+        // Alone: the write runs here, and is committed like any other.
+        let ran_on = sqlite
+            .write(|ex| {
+                now(async { ex.execute("INSERT INTO t (k, v) VALUES ('here', 1)", &[]).await })?;
+                Ok(this_thread())
+            })
+            .await
+            .unwrap();
+        assert_eq!(ran_on, this_thread());
+        assert_eq!(count(&sqlite).await, 1);
+        // Another request in flight: this thread has other work, the writer thread writes.
+        requests.store(2, Ordering::SeqCst);
+        let ran_on = sqlite.write(|_| Ok(this_thread())).await.unwrap();
+        assert_eq!(ran_on.as_deref(), Some("warrant-sqlite-w"));
+        // Alone again, with a write queued: the next one waits behind it, in its batch.
+        let (release, running, blocked) = hold_writer(&sqlite);
+        running.await.unwrap();
+        requests.store(1, Ordering::SeqCst);
+        let mut queued = Box::pin(sqlite.write(|_| Ok(this_thread())));
+        assert!(tokio::time::timeout(Duration::ZERO, &mut queued).await.is_err());
+        release.send(()).unwrap();
+        assert_eq!(blocked.await.unwrap().unwrap(), 1);
+        assert_eq!(queued.await.unwrap().as_deref(), Some("warrant-sqlite-w"));
+        // Answered, nothing queued: inline again.
+        assert_eq!(sqlite.write(|_| Ok(this_thread())).await.unwrap(), this_thread());
+        // Closed: no write runs anywhere.
+        sqlite.close().await;
+        assert!(matches!(
+            sqlite.write(|_| Ok(this_thread())).await,
+            Err(StoreError::Unavailable(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_write_lock_held_by_another_process_sends_the_write_to_the_writer_thread() {
+        let (dir, sqlite) = store().await;
+        write_here_when_alone(Arc::new(AtomicUsize::new(1)));
+        let other = Connection::open(dir.path().join("t.db")).unwrap();
+        other
+            .execute_batch("BEGIN IMMEDIATE; INSERT INTO t (k, v) VALUES ('other', 0);")
+            .unwrap();
+        let mut write = Box::pin(sqlite.write(|ex| {
+            now(async { ex.execute("INSERT INTO t (k, v) VALUES ('mine', 1)", &[]).await })?;
+            Ok(this_thread())
+        }));
+        // The request thread did not wait for the lock: the write waits on the writer thread.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), &mut write)
+                .await
+                .is_err()
+        );
+        other.execute_batch("COMMIT").unwrap();
+        assert_eq!(write.await.unwrap().as_deref(), Some("warrant-sqlite-w"));
         assert_eq!(count(&sqlite).await, 2);
     }
 
@@ -1556,7 +1880,7 @@ mod tests {
         let conn = connect(&dir.path().join("p.db"), false).unwrap();
         let prepared = Prepared::new(&conn);
         let mut ex = SqliteExec {
-            prepared: &prepared,
+            prepared: (&prepared).into(),
             rollback: false,
         };
         let row = now(ex.fetch_optional(
