@@ -430,8 +430,13 @@ mod tests {
     use super::*;
 
     fn edge(inner: Router) -> Router {
+        counted_edge(inner, Arc::default())
+    }
+
+    /// [`edge`], counting its requests in `requests`.
+    fn counted_edge(inner: Router, requests: Arc<AtomicUsize>) -> Router {
         Router::new().fallback_service(Edge {
-            requests: Arc::default(),
+            requests,
             inner,
             body_limit: axum::extract::DefaultBodyLimit::max(64),
             limiter: auth::AuthLimiter::new(10),
@@ -473,17 +478,7 @@ mod tests {
                 }),
             )
             .route("/forever", get(|| std::future::pending::<()>()));
-        let app = Router::new().fallback_service(Edge {
-            requests: Arc::clone(&requests),
-            inner,
-            body_limit: axum::extract::DefaultBodyLimit::max(64),
-            limiter: auth::AuthLimiter::new(10),
-            limits: EdgeLimits {
-                body_bytes: 64,
-                body_timeout: Duration::from_millis(100),
-                request_timeout: Duration::from_millis(300),
-            },
-        });
+        let app = counted_edge(inner, Arc::clone(&requests));
         let (status, body, _) = answer(&app, Request::get("/").body(Body::empty()).unwrap()).await;
         assert_eq!((status, body), (StatusCode::OK, serde_json::json!(1)));
         assert_eq!(requests.load(Ordering::SeqCst), 0);

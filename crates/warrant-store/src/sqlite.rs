@@ -227,15 +227,12 @@ impl<'c> Prepared<'c> {
         args: &[Arg<'_>],
         run: impl FnOnce(&mut rusqlite::Statement<'_>, &Arc<[String]>) -> Result<R, StoreError>,
     ) -> Result<R, StoreError> {
-        // Statements run one after another on a store thread: one is never run from inside
-        // another's `run`, so the list is never borrowed twice.
-        let mut kept = self
-            .kept
-            .try_borrow_mut()
-            .map_err(|_| StoreError::Database("a statement was run inside another".into()))?;
-        let at = match kept.iter().position(|k| *k.text == *sql) {
-            Some(at) => at,
-            None => {
+        let mut kept = borrow_kept(&self.kept)?;
+        let at = find_or_keep(
+            &mut kept,
+            |k| &k.text,
+            sql,
+            || {
                 // Persistent: SQLite then allocates the statement outside the connection's
                 // lookaside slots, which a few dozen kept statements would otherwise fill for
                 // good, sending every later small allocation of the connection to `malloc`
@@ -244,20 +241,15 @@ impl<'c> Prepared<'c> {
                     .conn
                     .prepare_with_flags(&sqlite_text(sql), rusqlite::PrepFlags::SQLITE_PREPARE_PERSISTENT)
                     .map_err(from_rusqlite)?;
-                let numbers = parameter_numbers(&stmt)?;
-                let columns = stmt.column_names().into_iter().map(str::to_owned).collect();
-                if kept.len() >= KEPT_STATEMENTS {
-                    kept.clear();
-                }
-                kept.push(Kept {
+                let (numbers, columns) = describe(&stmt)?;
+                Ok(Kept {
                     text: sql.into(),
                     stmt,
                     numbers,
                     columns,
-                });
-                kept.len() - 1
-            }
-        };
+                })
+            },
+        )?;
         let Some(Kept {
             stmt,
             numbers,
@@ -318,30 +310,23 @@ impl Cached {
         args: &[Arg<'_>],
         run: impl FnOnce(&mut rusqlite::Statement<'_>, &Arc<[String]>) -> Result<R, StoreError>,
     ) -> Result<R, StoreError> {
-        let mut kept = self
-            .kept
-            .try_borrow_mut()
-            .map_err(|_| StoreError::Database("a statement was run inside another".into()))?;
-        let at = match kept.iter().position(|k| *k.text == *sql) {
-            Some(at) => at,
-            None => {
+        let mut kept = borrow_kept(&self.kept)?;
+        let at = find_or_keep(
+            &mut kept,
+            |k| &k.text,
+            sql,
+            || {
                 let sqlite = sqlite_text(sql);
-                let stmt = self.conn.prepare_cached(&sqlite).map_err(from_rusqlite)?;
-                let numbers = parameter_numbers(&stmt)?;
-                let columns = stmt.column_names().into_iter().map(str::to_owned).collect();
-                drop(stmt);
-                if kept.len() >= KEPT_STATEMENTS {
-                    kept.clear();
-                }
-                kept.push(CachedText {
+                let (numbers, columns) =
+                    describe(&*self.conn.prepare_cached(&sqlite).map_err(from_rusqlite)?)?;
+                Ok(CachedText {
                     text: sql.into(),
                     sqlite: sqlite.into(),
                     numbers,
                     columns,
-                });
-                kept.len() - 1
-            }
-        };
+                })
+            },
+        )?;
         let Some(CachedText {
             sqlite,
             numbers,
@@ -356,6 +341,45 @@ impl Cached {
         stmt.clear_bindings();
         ran
     }
+}
+
+/// A store thread's list of what it keeps per statement text, borrowed. Statements run one
+/// after another on a store thread: one is never run from inside another's `run`, so the list
+/// is never borrowed twice.
+fn borrow_kept<T>(kept: &RefCell<Vec<T>>) -> Result<std::cell::RefMut<'_, Vec<T>>, StoreError> {
+    kept.try_borrow_mut()
+        .map_err(|_| StoreError::Database("a statement was run inside another".into()))
+}
+
+/// Where `sql`'s entry is in `kept`, found by its text (`text_of`), made by `make` the first
+/// time. Past [`KEPT_STATEMENTS`] the list starts over, so statements built at run time
+/// cannot grow it without bound.
+fn find_or_keep<T>(
+    kept: &mut Vec<T>,
+    text_of: impl Fn(&T) -> &str,
+    sql: &str,
+    make: impl FnOnce() -> Result<T, StoreError>,
+) -> Result<usize, StoreError> {
+    if let Some(at) = kept.iter().position(|k| text_of(k) == sql) {
+        return Ok(at);
+    }
+    let made = make()?;
+    if kept.len() >= KEPT_STATEMENTS {
+        kept.clear();
+    }
+    kept.push(made);
+    Ok(kept.len() - 1)
+}
+
+/// What follows from a statement's text: its parameters' `$N`, in SQLite's order, and the
+/// names of its result's columns.
+type Described = (Box<[usize]>, Arc<[String]>);
+
+/// What follows from a prepared statement's text ([`Described`]).
+fn describe(stmt: &rusqlite::Statement<'_>) -> Result<Described, StoreError> {
+    let numbers = parameter_numbers(stmt)?;
+    let columns = stmt.column_names().into_iter().map(str::to_owned).collect();
+    Ok((numbers, columns))
 }
 
 /// The `$N` of each of the statement's parameters, in SQLite's order (see [`bind`]): read from
