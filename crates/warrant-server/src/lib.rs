@@ -477,7 +477,7 @@ mod tests {
                     async move { axum::Json(now) }
                 }),
             )
-            .route("/forever", get(|| std::future::pending::<()>()));
+            .route("/forever", get(std::future::pending::<()>));
         let app = counted_edge(inner, Arc::clone(&requests));
         let (status, body, _) = answer(&app, Request::get("/").body(Body::empty()).unwrap()).await;
         assert_eq!((status, body), (StatusCode::OK, serde_json::json!(1)));
