@@ -1135,11 +1135,14 @@ pub async fn a_call_outlives_its_request_timeout(h: &Harness) {
         "arguments": {"customer_id": "cus_1", "amount_cents": 13, "reason": "slow"}});
     let effects = h.upstream.total();
     let approval = approved(h, &slow).await;
-    // Node 0's state behind a router whose request timeout (100 ms) is shorter than the
-    // upstream (500 ms).
+    let sent = *h.upstream.requests.lock().unwrap();
+    // Node 0's state behind a router whose request timeout (300 ms) is shorter than the
+    // upstream (500 ms), and long enough for the call to reach the upstream on a busy machine
+    // (at 100 ms, a loaded CI host once timed the request out before its call began, and the
+    // call sent again was the first).
     let gateway = &h.nodes[0].gateway;
     let limits = warrant_server::HttpLimits {
-        request_timeout: std::time::Duration::from_millis(100),
+        request_timeout: std::time::Duration::from_millis(300),
         ..gateway.limits
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -1159,6 +1162,12 @@ pub async fn a_call_outlives_its_request_timeout(h: &Harness) {
     assert_eq!(r.status().as_u16(), 503);
     let cut: Value = r.json().await.unwrap();
     assert_eq!(cut["error"]["code"], "TIMEOUT", "{cut}");
+    // The request was cut while its call was under way at the upstream.
+    assert_eq!(
+        *h.upstream.requests.lock().unwrap(),
+        sent + 1,
+        "the call had begun"
+    );
     server.abort();
     // The call still runs to its recorded end.
     assert_replayed_once_finished(h, &slow, &approval).await;
