@@ -228,7 +228,12 @@ impl<'c> Prepared<'c> {
         run: impl FnOnce(&mut rusqlite::Statement<'_>, &Arc<[String]>) -> Result<R, StoreError>,
     ) -> Result<R, StoreError> {
         let mut kept = borrow_kept(&self.kept)?;
-        let at = find_or_keep(
+        let Kept {
+            stmt,
+            numbers,
+            columns,
+            ..
+        } = find_or_keep(
             &mut kept,
             |k| &k.text,
             sql,
@@ -250,15 +255,6 @@ impl<'c> Prepared<'c> {
                 })
             },
         )?;
-        let Some(Kept {
-            stmt,
-            numbers,
-            columns,
-            ..
-        }) = kept.get_mut(at)
-        else {
-            return Err(StoreError::Database("a kept statement went missing".into()));
-        };
         let ran = bind(stmt, numbers, args).and_then(|()| run(stmt, columns));
         // Bound text is a copy SQLite holds until the binding is cleared: left bound in kept
         // statements, those copies would hold lookaside slots between runs.
@@ -311,7 +307,12 @@ impl Cached {
         run: impl FnOnce(&mut rusqlite::Statement<'_>, &Arc<[String]>) -> Result<R, StoreError>,
     ) -> Result<R, StoreError> {
         let mut kept = borrow_kept(&self.kept)?;
-        let at = find_or_keep(
+        let CachedText {
+            sqlite,
+            numbers,
+            columns,
+            ..
+        } = find_or_keep(
             &mut kept,
             |k| &k.text,
             sql,
@@ -327,15 +328,6 @@ impl Cached {
                 })
             },
         )?;
-        let Some(CachedText {
-            sqlite,
-            numbers,
-            columns,
-            ..
-        }) = kept.get(at)
-        else {
-            return Err(StoreError::Database("a kept statement went missing".into()));
-        };
         let mut stmt = self.conn.prepare_cached(sqlite).map_err(from_rusqlite)?;
         let ran = bind(&mut stmt, numbers, args).and_then(|()| run(&mut stmt, columns));
         stmt.clear_bindings();
@@ -354,21 +346,25 @@ fn borrow_kept<T>(kept: &RefCell<Vec<T>>) -> Result<std::cell::RefMut<'_, Vec<T>
 /// Where `sql`'s entry is in `kept`, found by its text (`text_of`), made by `make` the first
 /// time. Past [`KEPT_STATEMENTS`] the list starts over, so statements built at run time
 /// cannot grow it without bound.
-fn find_or_keep<T>(
-    kept: &mut Vec<T>,
+fn find_or_keep<'k, T>(
+    kept: &'k mut Vec<T>,
     text_of: impl Fn(&T) -> &str,
     sql: &str,
     make: impl FnOnce() -> Result<T, StoreError>,
-) -> Result<usize, StoreError> {
-    if let Some(at) = kept.iter().position(|k| text_of(k) == sql) {
-        return Ok(at);
-    }
-    let made = make()?;
-    if kept.len() >= KEPT_STATEMENTS {
-        kept.clear();
-    }
-    kept.push(made);
-    Ok(kept.len() - 1)
+) -> Result<&'k mut T, StoreError> {
+    let at = match kept.iter().position(|k| text_of(k) == sql) {
+        Some(at) => at,
+        None => {
+            let made = make()?;
+            if kept.len() >= KEPT_STATEMENTS {
+                kept.clear();
+            }
+            kept.push(made);
+            kept.len() - 1
+        }
+    };
+    kept.get_mut(at)
+        .ok_or_else(|| StoreError::Database("a kept statement went missing".into()))
 }
 
 /// What follows from a statement's text: its parameters' `$N`, in SQLite's order, and the
