@@ -40,7 +40,7 @@ pub fn run(args: &McpArgs) -> Result<Exit> {
         .unwrap_or_else(|| format!("http://{}", loaded.listen.as_deref().unwrap_or(DEFAULT_LISTEN)));
     let key = args.key.trim().to_owned();
 
-    let rt = crate::serve::runtime(loaded.workers)?;
+    let rt = crate::serve::runtime(loaded.workers, None)?;
     rt.block_on(async move {
         let sql = Arc::new(
             SqlStore::open(&database, &loaded.store_options)
@@ -52,7 +52,7 @@ pub fn run(args: &McpArgs) -> Result<Exit> {
         if !store.has_api_keys().await? {
             bail!("this store has no API keys yet: run `warrant serve` once to create the first keys");
         }
-        let gateway = Gateway::start(loaded.gateway(store, public_url)).await?;
+        let gateway = Gateway::start(loaded.gateway(store, public_url, Arc::default())).await?;
         // stdout is the protocol's: what `serve` prints in its banner is logged here.
         for u in &gateway.unusable_bindings {
             tracing::warn!(contract = u.contract, id = u.id, error = %u.reason, "adapter binding unusable; its calls will fail");

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -71,17 +72,35 @@ pub(crate) fn default_workers() -> usize {
 /// atomics and a second thread for the accept loop (measured alone: 0.93× the CPU per MCP read
 /// at 16 connections, docs/benchmarks.md).
 ///
+/// Given the server's gauge of requests in flight, every request thread may run a write on an
+/// idle SQLite store itself ([`warrant_store::write_here_when_alone`]): the current-thread
+/// runtime's one thread, which is this thread (it runs whatever `block_on` is given), or each
+/// worker of a multi-thread runtime as it starts. `None` for a server whose requests the gauge
+/// does not count (`warrant mcp` over stdio).
+///
 /// # Errors
 /// The runtime cannot start.
-pub(crate) fn runtime(workers: Option<usize>) -> std::io::Result<tokio::runtime::Runtime> {
+pub(crate) fn runtime(
+    workers: Option<usize>,
+    requests_in_flight: Option<&Arc<AtomicUsize>>,
+) -> std::io::Result<tokio::runtime::Runtime> {
     let workers = workers.unwrap_or_else(default_workers).max(1);
     if workers == 1 {
-        return tokio::runtime::Builder::new_current_thread().enable_all().build();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        if let Some(gauge) = requests_in_flight {
+            warrant_store::write_here_when_alone(Arc::clone(gauge));
+        }
+        return Ok(rt);
     }
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
-        .enable_all()
-        .build()
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.worker_threads(workers).enable_all();
+    if let Some(gauge) = requests_in_flight {
+        let gauge = Arc::clone(gauge);
+        builder.on_thread_start(move || warrant_store::write_here_when_alone(Arc::clone(&gauge)));
+    }
+    builder.build()
 }
 
 /// Where a server listens when neither `--listen` nor `server.listen` says.
@@ -624,7 +643,12 @@ pub(crate) struct Loaded {
 
 impl Loaded {
     /// The gateway over `store`, reached by clients at `public_url`.
-    pub(crate) fn gateway(self, store: Arc<dyn Store>, public_url: String) -> GatewayConfig {
+    pub(crate) fn gateway(
+        self,
+        store: Arc<dyn Store>,
+        public_url: String,
+        requests_in_flight: Arc<AtomicUsize>,
+    ) -> GatewayConfig {
         GatewayConfig {
             store,
             contracts_dir: self.contracts_dir,
@@ -641,6 +665,7 @@ impl Loaded {
             background: true,
             contract_sync_every: self.contract_sync_every,
             review_mail: self.review_mail,
+            requests_in_flight,
         }
     }
 }
@@ -820,7 +845,9 @@ pub fn run(args: &ServeArgs) -> Result<Exit> {
     };
     let first_tenant = loaded.first_tenant.clone();
 
-    let rt = runtime(args.workers.or(loaded.workers))?;
+    // Counted at the edge; made first, for the request threads to be given as they start.
+    let requests_in_flight = Arc::new(AtomicUsize::new(0));
+    let rt = runtime(args.workers.or(loaded.workers), Some(&requests_in_flight))?;
     rt.block_on(async move {
         if tokio::runtime::Handle::current().runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread {
             // One request thread: the store's answers reach it with one wake per commit.
@@ -839,11 +866,7 @@ pub fn run(args: &ServeArgs) -> Result<Exit> {
                 .with_context(|| format!("cannot open {}", database.redacted()))?,
         );
         let store: Arc<dyn Store> = sql.clone();
-        let gateway = Gateway::start(loaded.gateway(store, public_url.clone())).await?;
-        if tokio::runtime::Handle::current().runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread {
-            // One request thread: at one request at a time, its writes skip the writer thread.
-            warrant_store::write_here_when_alone(Arc::clone(&gateway.state.requests_in_flight));
-        }
+        let gateway = Gateway::start(loaded.gateway(store, public_url.clone(), requests_in_flight)).await?;
         let contracts = gateway.state.store.list_contracts().await?.len();
         println!("warrant is listening on {public_url}");
         println!("  API        {public_url}/v1");
@@ -882,10 +905,31 @@ mod tests {
     #[test]
     fn one_request_thread_is_the_current_thread_runtime() {
         use tokio::runtime::RuntimeFlavor;
-        let flavor = |workers| runtime(Some(workers)).unwrap().handle().runtime_flavor();
+        let flavor = |workers| runtime(Some(workers), None).unwrap().handle().runtime_flavor();
         assert_eq!(flavor(0), RuntimeFlavor::CurrentThread);
         assert_eq!(flavor(1), RuntimeFlavor::CurrentThread);
         assert_eq!(flavor(2), RuntimeFlavor::MultiThread);
+    }
+
+    #[test]
+    fn every_request_thread_may_write_on_an_idle_store() {
+        let gauge = Arc::new(AtomicUsize::new(0));
+        let on_a_worker = |rt: &tokio::runtime::Runtime| {
+            rt.block_on(async { tokio::spawn(async { warrant_store::writes_here_when_alone() }).await })
+                .unwrap()
+        };
+        // Workers of a multi-thread runtime, given the gauge as they start: each of them.
+        let rt = runtime(Some(2), Some(&gauge)).unwrap();
+        for _ in 0..8 {
+            assert!(on_a_worker(&rt));
+        }
+        // Not given it (`warrant mcp` over stdio counts no requests): none.
+        assert!(!on_a_worker(&runtime(Some(2), None).unwrap()));
+        // The current-thread runtime runs on the thread that made it.
+        assert!(!warrant_store::writes_here_when_alone());
+        let rt = runtime(Some(1), Some(&gauge)).unwrap();
+        assert!(warrant_store::writes_here_when_alone());
+        assert!(on_a_worker(&rt));
     }
 
     #[test]

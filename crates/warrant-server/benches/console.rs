@@ -129,6 +129,7 @@ fn main() {
             first_tenant: "acme".into(),
             background: false,
             contract_sync_every: Duration::ZERO,
+            requests_in_flight: Default::default(),
             review_mail: None,
         })
         .await

@@ -128,6 +128,7 @@ async fn gateway(store: Arc<dyn Store>, dir: &std::path::Path, upstream: SocketA
         first_tenant: "acme".into(),
         background: false,
         contract_sync_every: Duration::ZERO,
+        requests_in_flight: Default::default(),
         review_mail: None,
     })
     .await

@@ -165,6 +165,7 @@ async fn main() {
         first_tenant: "acme".into(),
         background: false,
         contract_sync_every: Duration::ZERO,
+        requests_in_flight: Default::default(),
         review_mail: None,
     })
     .await

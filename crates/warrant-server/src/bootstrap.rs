@@ -98,6 +98,11 @@ pub struct GatewayConfig {
     /// How often the background contract sync looks for contracts registered or retired by
     /// other nodes on the same store (default [`crate::CONTRACT_SYNC_EVERY`]); zero turns it off.
     pub contract_sync_every: Duration,
+    /// The gauge of requests being answered, counted at the edge
+    /// ([`crate::AppState::requests_in_flight`]). Made by the caller, so that threads started
+    /// before the gateway — a multi-thread runtime's workers — can be given it; a fresh
+    /// `Default::default()` where nothing else reads it.
+    pub requests_in_flight: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -365,7 +370,7 @@ impl Gateway {
             webhook_secrets,
             argument_seal,
             inbound_due: Arc::new(tokio::sync::Notify::new()),
-            requests_in_flight: Arc::default(),
+            requests_in_flight: config.requests_in_flight,
             inbound_refusals: Arc::new(governor::RateLimiter::keyed(crate::inbound::refusals_quota())),
         });
         if config.background && !config.contract_sync_every.is_zero() {

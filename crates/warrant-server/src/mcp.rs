@@ -561,6 +561,7 @@ mod tests {
             first_tenant: "acme".into(),
             background: false,
             contract_sync_every: crate::CONTRACT_SYNC_EVERY,
+            requests_in_flight: Default::default(),
             review_mail: None,
         })
         .await

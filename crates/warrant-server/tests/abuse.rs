@@ -63,6 +63,7 @@ async fn start(limits: HttpLimits) -> Server {
         first_tenant: "acme".into(),
         background: false,
         contract_sync_every: Duration::ZERO,
+        requests_in_flight: Default::default(),
         review_mail: None,
     })
     .await

@@ -84,6 +84,7 @@ async fn gateway(
         first_tenant: "acme".into(),
         background: false,
         contract_sync_every: warrant_server::CONTRACT_SYNC_EVERY,
+        requests_in_flight: Default::default(),
         review_mail: relay_port.map(|_| ReviewMail {
             from: "warrant@example.com".into(),
             reviewers: BTreeMap::from([("acme".to_owned(), vec!["sup@acme.example".to_owned()])]),

@@ -100,6 +100,7 @@ impl Harness {
             first_tenant: "acme".into(),
             background: false,
             contract_sync_every: warrant_server::CONTRACT_SYNC_EVERY,
+            requests_in_flight: Default::default(),
             review_mail: None,
         })
         .await

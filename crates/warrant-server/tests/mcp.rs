@@ -264,6 +264,7 @@ async fn start_gateway(store: Arc<dyn Store>, contracts_dir: std::path::PathBuf,
         first_tenant: "acme".into(),
         background: false,
         contract_sync_every: warrant_server::CONTRACT_SYNC_EVERY,
+        requests_in_flight: Default::default(),
         review_mail: None,
     })
     .await

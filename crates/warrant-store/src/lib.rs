@@ -21,7 +21,7 @@ use time::OffsetDateTime;
 
 pub use memory::MemoryStore;
 pub use sql::{DatabaseUrl, SqlStore, StoreOptions};
-pub use sqlite::{OVERLOADED_METRIC, deliver_answers_here, write_here_when_alone};
+pub use sqlite::{OVERLOADED_METRIC, deliver_answers_here, write_here_when_alone, writes_here_when_alone};
 pub use warrant_core::records::*;
 pub use warrant_core::store::{Store, StoreError};
 

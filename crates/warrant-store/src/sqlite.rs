@@ -794,10 +794,18 @@ thread_local! {
 /// At one request at a time the two thread hops of a write (the writer woken to take it, the
 /// caller woken by its answer) cost more than the write itself on a virtual machine: each
 /// wakes an idle core. Under load, writes still go to the writer thread and share its group
-/// commits, and no request waits behind another's `fsync` on this thread. Call it on a
-/// server's request thread (a current-thread runtime).
+/// commits, and no request waits behind another's `fsync` on this thread. Call it on each of a
+/// server's request threads: the one thread of a current-thread runtime, or every worker of a
+/// multi-thread one as it starts, all given the same gauge.
 pub fn write_here_when_alone(requests_in_flight: Arc<AtomicUsize>) {
     ALONE.with(|alone| *alone.borrow_mut() = Some(requests_in_flight));
+}
+
+/// Whether this thread was given a gauge by [`write_here_when_alone`], and so may write on an
+/// idle store itself.
+#[must_use]
+pub fn writes_here_when_alone() -> bool {
+    ALONE.with(|alone| alone.borrow().is_some())
 }
 
 /// Whether this thread's server answers at most one request now (see

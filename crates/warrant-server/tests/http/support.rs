@@ -266,6 +266,7 @@ async fn start_node(store: Arc<dyn Store>, dir: &std::path::Path, upstream: Sock
         first_tenant: "acme".into(),
         background: false,
         contract_sync_every: warrant_server::CONTRACT_SYNC_EVERY,
+        requests_in_flight: Default::default(),
         review_mail: None,
     })
     .await
