@@ -878,6 +878,24 @@ fn summarize(
     })
 }
 
+/// The ratio of `case`'s CPU per call to `other`'s in each round (the measured binary's, at
+/// `connections`), smallest first.
+fn round_ratios(measured: &[Measured], connections: usize, case: Case, other: Case) -> Vec<f64> {
+    let cpu = |round: usize, c: Case| {
+        measured
+            .iter()
+            .find(|m| m.round == round && m.server == 0 && m.connections == connections && m.case == Some(c))
+            .and_then(|m| m.cpu_per_call)
+            .map(|d| d.as_secs_f64())
+    };
+    let rounds = measured.iter().map(|m| m.round).max().unwrap_or(0);
+    let mut ratios: Vec<f64> = (1..=rounds)
+        .filter_map(|r| Some(cpu(r, case)? / cpu(r, other)?))
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    ratios
+}
+
 fn us(ms: f64) -> String {
     if ms.is_nan() {
         "—".to_owned()
@@ -1338,8 +1356,17 @@ fn main() {
     for &connections in &levels {
         for (mcp, http) in [(Case::McpRead, Case::HttpRead), (Case::McpWrite, Case::HttpWrite)] {
             if let (Some(m), Some(h)) = (at(connections, mcp), at(connections, http)) {
+                // The two lanes of one round ran a few seconds apart: their ratio, round by
+                // round, shows how far the host moved the medians' ratio.
+                let per_round = round_ratios(&measured, connections, mcp, http);
+                let spread = match (per_round.first(), per_round.last()) {
+                    (Some(low), Some(high)) if per_round.len() > 1 => {
+                        format!("; round by round {low:.2}–{high:.2}×")
+                    }
+                    _ => String::new(),
+                };
                 println!(
-                    "- MCP lane no dearer than HTTP ({}, {connections} connections): {} ({:.3} ms against {:.3} ms of CPU per call, {:.2}×)",
+                    "- MCP lane no dearer than HTTP ({}, {connections} connections): {} ({:.3} ms against {:.3} ms of CPU per call, {:.2}×{spread})",
                     if mcp == Case::McpRead { "read" } else { "write" },
                     verdict(m.cpu_ms <= h.cpu_ms),
                     m.cpu_ms,
