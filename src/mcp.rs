@@ -40,7 +40,11 @@ pub fn run(args: &McpArgs) -> Result<Exit> {
         .unwrap_or_else(|| format!("http://{}", loaded.listen.as_deref().unwrap_or(DEFAULT_LISTEN)));
     let key = args.key.trim().to_owned();
 
-    let rt = crate::serve::runtime(loaded.workers, None)?;
+    // The requests of the session being answered (counted by the stdio transport), for the
+    // request threads to be given as they start: at one request at a time, a write on an idle
+    // store runs on the request thread.
+    let requests_in_flight = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let rt = crate::serve::runtime(loaded.workers, Some(&requests_in_flight))?;
     rt.block_on(async move {
         let sql = Arc::new(
             SqlStore::open(&database, &loaded.store_options)
@@ -52,7 +56,7 @@ pub fn run(args: &McpArgs) -> Result<Exit> {
         if !store.has_api_keys().await? {
             bail!("this store has no API keys yet: run `warrant serve` once to create the first keys");
         }
-        let gateway = Gateway::start(loaded.gateway(store, public_url, Arc::default())).await?;
+        let gateway = Gateway::start(loaded.gateway(store, public_url, requests_in_flight)).await?;
         // stdout is the protocol's: what `serve` prints in its banner is logged here.
         for u in &gateway.unusable_bindings {
             tracing::warn!(contract = u.contract, id = u.id, error = %u.reason, "adapter binding unusable; its calls will fail");

@@ -75,8 +75,8 @@ pub(crate) fn default_workers() -> usize {
 /// Given the server's gauge of requests in flight, every request thread may run a write on an
 /// idle SQLite store itself ([`warrant_store::write_here_when_alone`]): the current-thread
 /// runtime's one thread, which is this thread (it runs whatever `block_on` is given), or each
-/// worker of a multi-thread runtime as it starts. `None` for a server whose requests the gauge
-/// does not count (`warrant mcp` over stdio).
+/// worker of a multi-thread runtime as it starts. `None`: every write goes to the writer
+/// thread.
 ///
 /// # Errors
 /// The runtime cannot start.
@@ -923,7 +923,7 @@ mod tests {
         for _ in 0..8 {
             assert!(on_a_worker(&rt));
         }
-        // Not given it (`warrant mcp` over stdio counts no requests): none.
+        // Not given it: none.
         assert!(!on_a_worker(&runtime(Some(2), None).unwrap()));
         // The current-thread runtime runs on the thread that made it.
         assert!(!warrant_store::writes_here_when_alone());

@@ -224,7 +224,7 @@ where
     R: tokio::io::AsyncRead + Unpin + Send + 'static,
     W: tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let transport = lines::StrictLines::new(reader, writer);
+    let transport = lines::StrictLines::new(reader, writer, Arc::clone(&state.requests_in_flight));
     let running = Gateway::new(state, Some(key))
         .serve(transport)
         .await

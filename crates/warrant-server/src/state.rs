@@ -136,7 +136,8 @@ pub struct AppState {
     pub(crate) argument_seal: crate::webhooks::SecretBox,
     /// Wakes the inbound worker when this node accepted an event.
     pub(crate) inbound_due: Arc<tokio::sync::Notify>,
-    /// The HTTP requests this server is answering now (counted at its edge, every lane):
+    /// The requests this server is answering now (the HTTP lanes counted at their edge, an MCP
+    /// stdio session by its transport):
     /// the embedded store writes on the request thread itself when it answers only one
     /// (`warrant_store::write_here_when_alone`).
     pub requests_in_flight: Arc<std::sync::atomic::AtomicUsize>,

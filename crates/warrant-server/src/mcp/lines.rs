@@ -4,11 +4,13 @@
 //! codec because that one hands lines straight to `serde_json`, which keeps the last of
 //! duplicate keys and forgets how numbers were written.
 
+use std::collections::HashSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rmcp::RoleServer;
 use rmcp::model::GetExtensions;
-use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::model::{ClientJsonRpcMessage, ClientNotification, RequestId, ServerJsonRpcMessage};
 use rmcp::transport::Transport;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
@@ -35,6 +37,43 @@ pub(crate) struct StrictLines<R, W> {
     line: Vec<u8>,
     /// Whether the line read so far is over [`MAX_LINE_BYTES`] (its bytes are dropped).
     too_long: bool,
+    /// The requests read and not yet answered, counted on the server's gauge.
+    open: Arc<Open>,
+}
+
+/// The requests of a stdio session that are being answered, by id, counted on the server's
+/// gauge of requests in flight (`AppState::requests_in_flight`, which the HTTP lanes count at
+/// their edge): a request counts from the line that brings it to its answer, or to the client's
+/// `notifications/cancelled` for it (a cancelled request gets no answer).
+struct Open {
+    ids: std::sync::Mutex<HashSet<RequestId>>,
+    gauge: Arc<AtomicUsize>,
+}
+
+impl Open {
+    fn started(&self, id: &RequestId) {
+        if self.ids().insert(id.clone()) {
+            self.gauge.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    fn ended(&self, id: &RequestId) {
+        if self.ids().remove(id) {
+            self.gauge.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    fn ids(&self) -> std::sync::MutexGuard<'_, HashSet<RequestId>> {
+        self.ids.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl Drop for Open {
+    /// A session that ends with requests unanswered no longer counts them.
+    fn drop(&mut self) {
+        let open = self.ids().len();
+        self.gauge.fetch_sub(open, Ordering::AcqRel);
+    }
 }
 
 enum Line {
@@ -48,12 +87,18 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    pub(crate) fn new(reader: R, writer: W) -> Self {
+    /// The transport over `reader` and `writer`, counting the requests it is answering on
+    /// `in_flight`.
+    pub(crate) fn new(reader: R, writer: W, in_flight: Arc<AtomicUsize>) -> Self {
         StrictLines {
             reader: BufReader::new(reader),
             writer: Arc::new(Mutex::new(writer)),
             line: Vec::new(),
             too_long: false,
+            open: Arc::new(Open {
+                ids: std::sync::Mutex::default(),
+                gauge: in_flight,
+            }),
         }
     }
 
@@ -121,6 +166,14 @@ where
         item: ServerJsonRpcMessage,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         let writer = self.writer.clone();
+        let answered = match &item {
+            ServerJsonRpcMessage::Response(response) => Some(response.id.clone()),
+            ServerJsonRpcMessage::Error(error) => error.id.clone(),
+            ServerJsonRpcMessage::Request(_) | ServerJsonRpcMessage::Notification(_) => None,
+        };
+        if let Some(id) = answered {
+            self.open.ended(&id);
+        }
         async move {
             let mut line = serde_json::to_vec(&item)?;
             line.push(b'\n');
@@ -182,6 +235,18 @@ where
                     {
                         request.request.extensions_mut().insert(call);
                     }
+                    match &message {
+                        ClientJsonRpcMessage::Request(request) => self.open.started(&request.id),
+                        ClientJsonRpcMessage::Notification(notification) => {
+                            if let ClientNotification::CancelledNotification(cancelled) =
+                                &notification.notification
+                                && let Some(id) = &cancelled.params.request_id
+                            {
+                                self.open.ended(id);
+                            }
+                        }
+                        ClientJsonRpcMessage::Response(_) | ClientJsonRpcMessage::Error(_) => {}
+                    }
                     return Some(message);
                 }
                 Err(e) => {
@@ -223,7 +288,7 @@ mod tests {
             "\u{feff}{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"ping\"}\n",
         );
         let (mut client, server_out) = tokio::io::duplex(4096);
-        let mut lines = StrictLines::new(input.as_bytes(), server_out);
+        let mut lines = StrictLines::new(input.as_bytes(), server_out, Arc::default());
         let message = lines.receive().await.expect("the valid ping");
         assert!(serde_json::to_string(&message).unwrap().contains("\"id\":8"));
         assert!(lines.receive().await.is_none());
@@ -245,7 +310,7 @@ mod tests {
     async fn a_line_read_in_parts_survives_a_cancelled_receive() {
         let (mut input, server_in) = tokio::io::duplex(1 << 16);
         let (_client, server_out) = tokio::io::duplex(1 << 16);
-        let mut lines = StrictLines::new(server_in, server_out);
+        let mut lines = StrictLines::new(server_in, server_out, Arc::default());
         let message = b"{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"ping\"}\n";
         let (head, tail) = message.split_at(20);
         tokio::io::AsyncWriteExt::write_all(&mut input, head)
@@ -264,12 +329,50 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_request_counts_as_in_flight_until_its_answer_or_its_cancellation() {
+        let gauge = Arc::new(AtomicUsize::new(0));
+        let input = concat!(
+            "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n",
+            "{\"jsonrpc\":\"2.0\",\"id\":\"two\",\"method\":\"ping\"}\n",
+            "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n",
+            "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":\"two\"}}\n",
+            "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"ping\"}\n",
+        );
+        let (_client, server_out) = tokio::io::duplex(1 << 16);
+        let mut lines = StrictLines::new(input.as_bytes(), server_out, Arc::clone(&gauge));
+        let in_flight = || gauge.load(Ordering::SeqCst);
+        let answer = |id: i64| {
+            ServerJsonRpcMessage::response(rmcp::model::ServerResult::empty(()), RequestId::Number(id))
+        };
+        lines.receive().await.unwrap();
+        assert_eq!(in_flight(), 1);
+        lines.receive().await.unwrap();
+        assert_eq!(in_flight(), 2);
+        // A notification is not a request.
+        lines.receive().await.unwrap();
+        assert_eq!(in_flight(), 2);
+        // A cancelled request gets no answer: it stops counting when cancelled.
+        lines.receive().await.unwrap();
+        assert_eq!(in_flight(), 1);
+        lines.send(answer(1)).await.unwrap();
+        assert_eq!(in_flight(), 0);
+        // An answer to nothing open counts nothing.
+        lines.send(answer(1)).await.unwrap();
+        assert_eq!(in_flight(), 0);
+        lines.receive().await.unwrap();
+        assert_eq!(in_flight(), 1);
+        // The session ends with a request unanswered: it no longer counts.
+        drop(lines);
+        assert_eq!(in_flight(), 0);
+    }
+
+    #[tokio::test]
     async fn overlong_lines_are_refused_and_skipped() {
         let mut input = vec![b'x'; MAX_LINE_BYTES + 10];
         input.push(b'\n');
         input.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n");
         let (mut client, server_out) = tokio::io::duplex(1 << 16);
-        let mut lines = StrictLines::new(std::io::Cursor::new(input), server_out);
+        let mut lines = StrictLines::new(std::io::Cursor::new(input), server_out, Arc::default());
         assert!(lines.receive().await.is_some());
         drop(lines);
         let mut out = String::new();
