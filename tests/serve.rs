@@ -390,6 +390,101 @@ fn mcp_reads_warrant_toml_like_serve() {
     assert_eq!(status.code(), Some(0), "{err}");
 }
 
+/// `warrant mcp` reads and writes its stdio through the runtime's reactor when they are pipes
+/// or sockets (a client on libuv hands a server a socket pair), and through blocking reads and
+/// writes otherwise (a file): every kind carries the same session to the same answers, and
+/// the end of stdin ends it.
+#[test]
+fn mcp_answers_over_pipes_sockets_and_files() {
+    use std::os::unix::net::UnixStream;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let served = common::serve::serve(|cmd| {
+        cmd.arg("--data-dir").arg(&store);
+    });
+    let agent = served.keys["agent"].clone();
+    drop(served);
+    let session = concat!(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+        "\n",
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        "\n",
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+        "\n",
+    );
+    // Runs one session: `stdin` and `stdout` for the child, what to write the session to
+    // (`None`: stdin is a file that holds it), where to read the answers from.
+    let run = |stdin: Stdio, stdout: Stdio, to: Option<Box<dyn Write>>, from: Box<dyn Read + Send>| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_warrant"))
+            .current_dir(dir.path())
+            .arg("mcp")
+            .arg("--data-dir")
+            .arg(&store)
+            .env("WARRANT_KEY", &agent)
+            .env("WARRANT_LOG", "warn")
+            .env_remove("WARRANT_CONFIG")
+            .env_remove("WARRANT_DATABASE")
+            .stdin(stdin)
+            .stdout(stdout)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        if let Some(mut to) = to {
+            to.write_all(session.as_bytes()).unwrap();
+            // The end of stdin ends the session once its answers are written.
+            drop(to);
+        }
+        let answers: Vec<serde_json::Value> = BufReader::new(from)
+            .lines()
+            .map(|line| serde_json::from_str(&line.unwrap()).unwrap())
+            .collect();
+        let status = child.wait().unwrap();
+        let mut err = String::new();
+        child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        assert_eq!(status.code(), Some(0), "{err}");
+        let tools = answers
+            .iter()
+            .find(|a| a["id"] == 2)
+            .unwrap_or_else(|| panic!("no tools/list answer in {answers:?}; stderr: {err}"));
+        let names: Vec<&str> = tools["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert!(names.contains(&"lookup_order"), "{tools}");
+    };
+
+    // Pipes.
+    let (in_read, in_write) = std::io::pipe().unwrap();
+    let (out_read, out_write) = std::io::pipe().unwrap();
+    run(
+        Stdio::from(in_read),
+        Stdio::from(out_write),
+        Some(Box::new(in_write)),
+        Box::new(out_read),
+    );
+    // A socket pair each way.
+    let (in_ours, in_theirs) = UnixStream::pair().unwrap();
+    let (out_ours, out_theirs) = UnixStream::pair().unwrap();
+    run(
+        Stdio::from(std::os::fd::OwnedFd::from(in_theirs)),
+        Stdio::from(std::os::fd::OwnedFd::from(out_theirs)),
+        Some(Box::new(in_ours)),
+        Box::new(out_ours),
+    );
+    // A file as stdin, read through blocking reads.
+    let file = dir.path().join("session.jsonl");
+    std::fs::write(&file, session).unwrap();
+    let (out_read, out_write) = std::io::pipe().unwrap();
+    run(
+        Stdio::from(std::fs::File::open(&file).unwrap()),
+        Stdio::from(out_write),
+        None,
+        Box::new(out_read),
+    );
+}
+
 /// The banner of `serve` in the repository root with an empty store, with the parts that
 /// change per run (address, store path, keys) replaced as the README writes them.
 fn normalized_banner(served: &common::serve::Served) -> Vec<String> {

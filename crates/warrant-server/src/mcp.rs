@@ -211,7 +211,72 @@ struct Direct {
 /// # Errors
 /// The handshake or the streams fail.
 pub async fn serve_stdio(state: Arc<AppState>, key: String) -> std::io::Result<()> {
-    serve_io(state, key, tokio::io::stdin(), tokio::io::stdout()).await
+    serve_io(state, key, stdio_in(), stdio_out()).await
+}
+
+/// This process's stdin, read by the runtime's reactor when it is a pipe or a socket (as MCP
+/// clients start a server: a pipe, or a socket pair where the client runs on libuv), else
+/// tokio's stdin, whose every read is handed to a blocking thread and back (a terminal, a file).
+///
+/// The reactor reads a descriptor of its own (a duplicate of 0) set non-blocking; nothing else
+/// in `warrant mcp` reads stdin.
+fn stdio_in() -> Box<dyn tokio::io::AsyncRead + Unpin + Send> {
+    match own_stdio(&std::io::stdin()) {
+        Some(Own::Pipe(fd)) => match tokio::net::unix::pipe::Receiver::from_owned_fd(fd) {
+            Ok(pipe) => return Box::new(pipe),
+            Err(e) => tracing::debug!(error = %e, "mcp stdio: stdin read through a blocking thread"),
+        },
+        Some(Own::Socket(socket)) => match socket_stream(socket) {
+            Ok(stream) => return Box::new(stream),
+            Err(e) => tracing::debug!(error = %e, "mcp stdio: stdin read through a blocking thread"),
+        },
+        None => {}
+    }
+    Box::new(tokio::io::stdin())
+}
+
+/// This process's stdout, written by the runtime's reactor when it is a pipe or a socket, else
+/// tokio's stdout (see [`stdio_in`]). Nothing else in `warrant mcp` writes to stdout: it is the
+/// protocol's (what `serve` prints in its banner is logged, to stderr).
+fn stdio_out() -> Box<dyn tokio::io::AsyncWrite + Unpin + Send> {
+    match own_stdio(&std::io::stdout()) {
+        Some(Own::Pipe(fd)) => match tokio::net::unix::pipe::Sender::from_owned_fd(fd) {
+            Ok(pipe) => return Box::new(pipe),
+            Err(e) => tracing::debug!(error = %e, "mcp stdio: stdout written through a blocking thread"),
+        },
+        Some(Own::Socket(socket)) => match socket_stream(socket) {
+            Ok(stream) => return Box::new(stream),
+            Err(e) => tracing::debug!(error = %e, "mcp stdio: stdout written through a blocking thread"),
+        },
+        None => {}
+    }
+    Box::new(tokio::io::stdout())
+}
+
+/// A duplicate of a standard stream's descriptor, by what it is.
+enum Own {
+    Pipe(std::os::fd::OwnedFd),
+    Socket(std::os::unix::net::UnixStream),
+}
+
+fn own_stdio(stream: &impl std::os::fd::AsFd) -> Option<Own> {
+    let fd = stream.as_fd().try_clone_to_owned().ok()?;
+    if std::fs::File::from(fd.try_clone().ok()?)
+        .metadata()
+        .ok()
+        .is_some_and(|m| std::os::unix::fs::FileTypeExt::is_fifo(&m.file_type()))
+    {
+        return Some(Own::Pipe(fd));
+    }
+    let socket = std::os::unix::net::UnixStream::from(fd);
+    // Only a Unix socket has a local address; anything else (a terminal, a file) stays with
+    // tokio's blocking reads and writes.
+    socket.local_addr().ok().map(|_| Own::Socket(socket))
+}
+
+fn socket_stream(socket: std::os::unix::net::UnixStream) -> std::io::Result<tokio::net::UnixStream> {
+    socket.set_nonblocking(true)?;
+    tokio::net::UnixStream::from_std(socket)
 }
 
 /// Serves MCP over a pair of byte streams (newline-delimited JSON-RPC) as the holder of the
