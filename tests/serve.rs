@@ -314,12 +314,9 @@ fn nix_kill(pid: u32) {
     assert!(status.success());
 }
 
-/// `warrant mcp` started in a directory whose `warrant.toml` names the store: it finds the
-/// keys `warrant serve` created there (without the file it would open `./warrant-data`, an
-/// empty store, and stop) and lists that store's tools; a malformed value in the file stops it
-/// with the key named, as it stops `warrant serve`.
-#[test]
-fn mcp_reads_warrant_toml_like_serve() {
+/// A directory with a store in `store/` that `warrant serve` started once (so it has its first
+/// keys), and the agent key it printed.
+fn store_with_keys() -> (tempfile::TempDir, std::path::PathBuf, String) {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
     let served = common::serve::serve(|cmd| {
@@ -327,6 +324,16 @@ fn mcp_reads_warrant_toml_like_serve() {
     });
     let agent = served.keys["agent"].clone();
     drop(served);
+    (dir, store, agent)
+}
+
+/// `warrant mcp` started in a directory whose `warrant.toml` names the store: it finds the
+/// keys `warrant serve` created there (without the file it would open `./warrant-data`, an
+/// empty store, and stop) and lists that store's tools; a malformed value in the file stops it
+/// with the key named, as it stops `warrant serve`.
+#[test]
+fn mcp_reads_warrant_toml_like_serve() {
+    let (dir, store, agent) = store_with_keys();
 
     let mcp = |toml: &str| {
         std::fs::write(dir.path().join("warrant.toml"), toml).unwrap();
@@ -397,13 +404,7 @@ fn mcp_reads_warrant_toml_like_serve() {
 #[test]
 fn mcp_answers_over_pipes_sockets_and_files() {
     use std::os::unix::net::UnixStream;
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("store");
-    let served = common::serve::serve(|cmd| {
-        cmd.arg("--data-dir").arg(&store);
-    });
-    let agent = served.keys["agent"].clone();
-    drop(served);
+    let (dir, store, agent) = store_with_keys();
     let session = concat!(
         r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
         "\n",

@@ -220,37 +220,47 @@ pub async fn serve_stdio(state: Arc<AppState>, key: String) -> std::io::Result<(
 ///
 /// The reactor reads a descriptor of its own (a duplicate of 0) set non-blocking; nothing else
 /// in `warrant mcp` reads stdin.
-fn stdio_in() -> Box<dyn tokio::io::AsyncRead + Unpin + Send> {
-    match own_stdio(&std::io::stdin()) {
-        Some(Own::Pipe(fd)) => match tokio::net::unix::pipe::Receiver::from_owned_fd(fd) {
-            Ok(pipe) => return Box::new(pipe),
-            Err(e) => tracing::debug!(error = %e, "mcp stdio: stdin read through a blocking thread"),
-        },
-        Some(Own::Socket(socket)) => match socket_stream(socket) {
-            Ok(stream) => return Box::new(stream),
-            Err(e) => tracing::debug!(error = %e, "mcp stdio: stdin read through a blocking thread"),
-        },
-        None => {}
-    }
-    Box::new(tokio::io::stdin())
+fn stdio_in() -> Box<StdioIn> {
+    through_reactor(
+        &std::io::stdin(),
+        |fd| Ok(Box::new(tokio::net::unix::pipe::Receiver::from_owned_fd(fd)?) as Box<StdioIn>),
+        |socket| Box::new(socket) as Box<StdioIn>,
+    )
+    .unwrap_or_else(|| Box::new(tokio::io::stdin()))
 }
+
+/// What `warrant mcp` reads its session from.
+type StdioIn = dyn tokio::io::AsyncRead + Unpin + Send;
+
+/// What `warrant mcp` writes its session to.
+type StdioOut = dyn tokio::io::AsyncWrite + Unpin + Send;
 
 /// This process's stdout, written by the runtime's reactor when it is a pipe or a socket, else
 /// tokio's stdout (see [`stdio_in`]). Nothing else in `warrant mcp` writes to stdout: it is the
 /// protocol's (what `serve` prints in its banner is logged, to stderr).
-fn stdio_out() -> Box<dyn tokio::io::AsyncWrite + Unpin + Send> {
-    match own_stdio(&std::io::stdout()) {
-        Some(Own::Pipe(fd)) => match tokio::net::unix::pipe::Sender::from_owned_fd(fd) {
-            Ok(pipe) => return Box::new(pipe),
-            Err(e) => tracing::debug!(error = %e, "mcp stdio: stdout written through a blocking thread"),
-        },
-        Some(Own::Socket(socket)) => match socket_stream(socket) {
-            Ok(stream) => return Box::new(stream),
-            Err(e) => tracing::debug!(error = %e, "mcp stdio: stdout written through a blocking thread"),
-        },
-        None => {}
-    }
-    Box::new(tokio::io::stdout())
+fn stdio_out() -> Box<StdioOut> {
+    through_reactor(
+        &std::io::stdout(),
+        |fd| Ok(Box::new(tokio::net::unix::pipe::Sender::from_owned_fd(fd)?) as Box<StdioOut>),
+        |socket| Box::new(socket) as Box<StdioOut>,
+    )
+    .unwrap_or_else(|| Box::new(tokio::io::stdout()))
+}
+
+/// A standard stream as the reactor's: `pipe` or `socket` over a duplicate of its descriptor;
+/// `None` when it is neither, or cannot be made non-blocking.
+fn through_reactor<T: ?Sized>(
+    stream: &impl std::os::fd::AsFd,
+    pipe: impl FnOnce(std::os::fd::OwnedFd) -> std::io::Result<Box<T>>,
+    socket: impl FnOnce(tokio::net::UnixStream) -> Box<T>,
+) -> Option<Box<T>> {
+    let owned = match own_stdio(stream)? {
+        Own::Pipe(fd) => pipe(fd),
+        Own::Socket(unix) => socket_stream(unix).map(socket),
+    };
+    owned
+        .inspect_err(|e| tracing::debug!(error = %e, "mcp stdio: through a blocking thread"))
+        .ok()
 }
 
 /// A duplicate of a standard stream's descriptor, by what it is.
