@@ -387,6 +387,12 @@ fn mcp_reads_warrant_toml_like_serve() {
     let mut err = String::new();
     child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
     let tools = tools.unwrap_or_else(|| panic!("no tools/list answer; stderr: {err}"));
+    assert_lists_lookup_order(&tools);
+    assert_eq!(status.code(), Some(0), "{err}");
+}
+
+/// A `tools/list` answer names the example read tool.
+fn assert_lists_lookup_order(tools: &serde_json::Value) {
     let names: Vec<&str> = tools["result"]["tools"]
         .as_array()
         .unwrap()
@@ -394,7 +400,6 @@ fn mcp_reads_warrant_toml_like_serve() {
         .map(|t| t["name"].as_str().unwrap())
         .collect();
     assert!(names.contains(&"lookup_order"), "{tools}");
-    assert_eq!(status.code(), Some(0), "{err}");
 }
 
 /// `warrant mcp` reads and writes its stdio through the runtime's reactor when they are pipes
@@ -447,13 +452,7 @@ fn mcp_answers_over_pipes_sockets_and_files() {
             .iter()
             .find(|a| a["id"] == 2)
             .unwrap_or_else(|| panic!("no tools/list answer in {answers:?}; stderr: {err}"));
-        let names: Vec<&str> = tools["result"]["tools"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t["name"].as_str().unwrap())
-            .collect();
-        assert!(names.contains(&"lookup_order"), "{tools}");
+        assert_lists_lookup_order(tools);
     };
 
     // Pipes.
