@@ -473,6 +473,34 @@ fn mcp_answers_over_pipes_sockets_and_files() {
         Some(Box::new(in_ours)),
         Box::new(out_ours),
     );
+    // stderr into the same pipe as stdout: stdout stays blocking, the session is the same.
+    let (in_read, in_write) = std::io::pipe().unwrap();
+    let (out_read, out_write) = std::io::pipe().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_warrant"))
+        .current_dir(dir.path())
+        .args(["mcp", "--data-dir"])
+        .arg(&store)
+        .env("WARRANT_KEY", &agent)
+        .env("WARRANT_LOG", "warn")
+        .env_remove("WARRANT_CONFIG")
+        .env_remove("WARRANT_DATABASE")
+        .stdin(Stdio::from(in_read))
+        .stderr(Stdio::from(out_write.try_clone().unwrap()))
+        .stdout(Stdio::from(out_write))
+        .spawn()
+        .unwrap();
+    let mut to = in_write;
+    to.write_all(session.as_bytes()).unwrap();
+    drop(to);
+    // Read to the end (the child's exit closes the pipe), logs and answers alike.
+    let lines: Vec<String> = BufReader::new(out_read).lines().map(Result::unwrap).collect();
+    let tools = lines
+        .iter()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|a| a["id"] == 2)
+        .unwrap_or_else(|| panic!("no tools/list answer in {lines:?}"));
+    assert_lists_lookup_order(&tools);
+    assert_eq!(child.wait().unwrap().code(), Some(0));
     // A file as stdin, read through blocking reads.
     let file = dir.path().join("session.jsonl");
     std::fs::write(&file, session).unwrap();

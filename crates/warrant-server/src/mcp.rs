@@ -270,6 +270,22 @@ enum Own {
 }
 
 fn own_stdio(stream: &impl std::os::fd::AsFd) -> Option<Own> {
+    // A stream that is also stderr (`2>&1`, or one socket for all three) stays blocking: the
+    // logs are written to stderr with blocking writes, which a non-blocking descriptor would
+    // answer with `WouldBlock` when the pipe is full.
+    let file = |fd: std::os::fd::BorrowedFd<'_>| {
+        let meta = std::fs::File::from(fd.try_clone_to_owned().ok()?)
+            .metadata()
+            .ok()?;
+        Some((
+            std::os::unix::fs::MetadataExt::dev(&meta),
+            std::os::unix::fs::MetadataExt::ino(&meta),
+        ))
+    };
+    let stderr = std::io::stderr();
+    if file(stream.as_fd()).is_none_or(|f| file(std::os::fd::AsFd::as_fd(&stderr)) == Some(f)) {
+        return None;
+    }
     let fd = stream.as_fd().try_clone_to_owned().ok()?;
     if std::fs::File::from(fd.try_clone().ok()?)
         .metadata()
