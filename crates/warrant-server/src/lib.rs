@@ -171,11 +171,13 @@ impl tower::Service<Request> for Edge {
     }
 }
 
-/// One request counted in [`Edge::requests`] until its answer is done or dropped.
-struct InFlight(Arc<AtomicUsize>);
+/// One request counted on a gauge of requests in flight ([`AppState::requests_in_flight`])
+/// until this is dropped: with its answer, or with the request (the edge's, an MCP stdio
+/// session's).
+pub(crate) struct InFlight(Arc<AtomicUsize>);
 
 impl InFlight {
-    fn count(requests: &Arc<AtomicUsize>) -> Self {
+    pub(crate) fn count(requests: &Arc<AtomicUsize>) -> Self {
         requests.fetch_add(1, Ordering::AcqRel);
         InFlight(Arc::clone(requests))
     }

@@ -270,31 +270,27 @@ enum Own {
 }
 
 fn own_stdio(stream: &impl std::os::fd::AsFd) -> Option<Own> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    // A duplicate of the stream's descriptor, and what it is (one `fstat`).
+    let owned = |fd: std::os::fd::BorrowedFd<'_>| {
+        let file = std::fs::File::from(fd.try_clone_to_owned().ok()?);
+        let meta = file.metadata().ok()?;
+        Some((file, meta))
+    };
+    let (file, meta) = owned(stream.as_fd())?;
     // A stream that is also stderr (`2>&1`, or one socket for all three) stays blocking: the
     // logs are written to stderr with blocking writes, which a non-blocking descriptor would
     // answer with `WouldBlock` when the pipe is full.
-    let file = |fd: std::os::fd::BorrowedFd<'_>| {
-        let meta = std::fs::File::from(fd.try_clone_to_owned().ok()?)
-            .metadata()
-            .ok()?;
-        Some((
-            std::os::unix::fs::MetadataExt::dev(&meta),
-            std::os::unix::fs::MetadataExt::ino(&meta),
-        ))
-    };
     let stderr = std::io::stderr();
-    if file(stream.as_fd()).is_none_or(|f| file(std::os::fd::AsFd::as_fd(&stderr)) == Some(f)) {
+    if owned(std::os::fd::AsFd::as_fd(&stderr))
+        .is_none_or(|(_, err)| (err.dev(), err.ino()) == (meta.dev(), meta.ino()))
+    {
         return None;
     }
-    let fd = stream.as_fd().try_clone_to_owned().ok()?;
-    if std::fs::File::from(fd.try_clone().ok()?)
-        .metadata()
-        .ok()
-        .is_some_and(|m| std::os::unix::fs::FileTypeExt::is_fifo(&m.file_type()))
-    {
-        return Some(Own::Pipe(fd));
+    if meta.file_type().is_fifo() {
+        return Some(Own::Pipe(file.into()));
     }
-    let socket = std::os::unix::net::UnixStream::from(fd);
+    let socket = std::os::unix::net::UnixStream::from(std::os::fd::OwnedFd::from(file));
     // Only a Unix socket has a local address; anything else (a terminal, a file) stays with
     // tokio's blocking reads and writes.
     socket.local_addr().ok().map(|_| Own::Socket(socket))

@@ -255,11 +255,7 @@ impl<'c> Prepared<'c> {
                 })
             },
         )?;
-        let ran = bind(stmt, numbers, args).and_then(|()| run(stmt, columns));
-        // Bound text is a copy SQLite holds until the binding is cleared: left bound in kept
-        // statements, those copies would hold lookaside slots between runs.
-        stmt.clear_bindings();
-        ran
+        run_bound(stmt, numbers, columns, args, run)
     }
 
     /// How many statements this thread keeps.
@@ -329,10 +325,23 @@ impl Cached {
             },
         )?;
         let mut stmt = self.conn.prepare_cached(sqlite).map_err(from_rusqlite)?;
-        let ran = bind(&mut stmt, numbers, args).and_then(|()| run(&mut stmt, columns));
-        stmt.clear_bindings();
-        ran
+        run_bound(&mut stmt, numbers, columns, args, run)
     }
+}
+
+/// Runs `run` with `stmt`'s parameters (numbered `numbers`) bound to `args`, then clears them:
+/// bound text is a copy SQLite holds until the binding is cleared, and left bound in a kept
+/// statement those copies would hold lookaside slots between runs.
+fn run_bound<R>(
+    stmt: &mut rusqlite::Statement<'_>,
+    numbers: &[usize],
+    columns: &Arc<[String]>,
+    args: &[Arg<'_>],
+    run: impl FnOnce(&mut rusqlite::Statement<'_>, &Arc<[String]>) -> Result<R, StoreError>,
+) -> Result<R, StoreError> {
+    let ran = bind(stmt, numbers, args).and_then(|()| run(stmt, columns));
+    stmt.clear_bindings();
+    ran
 }
 
 /// A store thread's list of what it keeps per statement text, borrowed. Statements run one

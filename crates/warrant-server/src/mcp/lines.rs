@@ -4,9 +4,10 @@
 //! codec because that one hands lines straight to `serde_json`, which keeps the last of
 //! duplicate keys and forgets how numbers were written.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 
 use rmcp::RoleServer;
 use rmcp::model::GetExtensions;
@@ -18,6 +19,7 @@ use tokio::sync::Mutex;
 use warrant_core::json::Limits;
 
 use super::raw;
+use crate::InFlight;
 
 /// The longest line accepted; longer ones are skipped up to their newline and answered with
 /// a parse error.
@@ -37,43 +39,14 @@ pub(crate) struct StrictLines<R, W> {
     line: Vec<u8>,
     /// Whether the line read so far is over [`MAX_LINE_BYTES`] (its bytes are dropped).
     too_long: bool,
-    /// The requests read and not yet answered, counted on the server's gauge.
-    open: Arc<Open>,
-}
-
-/// The requests of a stdio session that are being answered, by id, counted on the server's
-/// gauge of requests in flight (`AppState::requests_in_flight`, which the HTTP lanes count at
-/// their edge): a request counts from the line that brings it to its answer, or to the client's
-/// `notifications/cancelled` for it (a cancelled request gets no answer).
-struct Open {
-    ids: std::sync::Mutex<HashSet<RequestId>>,
-    gauge: Arc<AtomicUsize>,
-}
-
-impl Open {
-    fn started(&self, id: &RequestId) {
-        if self.ids().insert(id.clone()) {
-            self.gauge.fetch_add(1, Ordering::AcqRel);
-        }
-    }
-
-    fn ended(&self, id: &RequestId) {
-        if self.ids().remove(id) {
-            self.gauge.fetch_sub(1, Ordering::AcqRel);
-        }
-    }
-
-    fn ids(&self) -> std::sync::MutexGuard<'_, HashSet<RequestId>> {
-        self.ids.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
-impl Drop for Open {
-    /// A session that ends with requests unanswered no longer counts them.
-    fn drop(&mut self) {
-        let open = self.ids().len();
-        self.gauge.fetch_sub(open, Ordering::AcqRel);
-    }
+    /// The requests read and not yet answered, by id, each counted on the server's gauge of
+    /// requests in flight (`AppState::requests_in_flight`, which the HTTP lanes count at their
+    /// edge) from the line that brings it to its answer, or to the client's
+    /// `notifications/cancelled` for it (a cancelled request gets no answer). Dropped with the
+    /// session, whatever it left open stops counting.
+    open: HashMap<RequestId, InFlight>,
+    /// That gauge.
+    in_flight: Arc<AtomicUsize>,
 }
 
 enum Line {
@@ -95,10 +68,8 @@ where
             writer: Arc::new(Mutex::new(writer)),
             line: Vec::new(),
             too_long: false,
-            open: Arc::new(Open {
-                ids: std::sync::Mutex::default(),
-                gauge: in_flight,
-            }),
+            open: HashMap::new(),
+            in_flight,
         }
     }
 
@@ -172,7 +143,7 @@ where
             ServerJsonRpcMessage::Request(_) | ServerJsonRpcMessage::Notification(_) => None,
         };
         if let Some(id) = answered {
-            self.open.ended(&id);
+            self.open.remove(&id);
         }
         async move {
             let mut line = serde_json::to_vec(&item)?;
@@ -236,13 +207,17 @@ where
                         request.request.extensions_mut().insert(call);
                     }
                     match &message {
-                        ClientJsonRpcMessage::Request(request) => self.open.started(&request.id),
+                        ClientJsonRpcMessage::Request(request) => {
+                            if let Entry::Vacant(open) = self.open.entry(request.id.clone()) {
+                                open.insert(InFlight::count(&self.in_flight));
+                            }
+                        }
                         ClientJsonRpcMessage::Notification(notification) => {
                             if let ClientNotification::CancelledNotification(cancelled) =
                                 &notification.notification
                                 && let Some(id) = &cancelled.params.request_id
                             {
-                                self.open.ended(id);
+                                self.open.remove(id);
                             }
                         }
                         ClientJsonRpcMessage::Response(_) | ClientJsonRpcMessage::Error(_) => {}
@@ -340,7 +315,7 @@ mod tests {
         );
         let (_client, server_out) = tokio::io::duplex(1 << 16);
         let mut lines = StrictLines::new(input.as_bytes(), server_out, Arc::clone(&gauge));
-        let in_flight = || gauge.load(Ordering::SeqCst);
+        let in_flight = || gauge.load(std::sync::atomic::Ordering::SeqCst);
         let answer = |id: i64| {
             ServerJsonRpcMessage::response(rmcp::model::ServerResult::empty(()), RequestId::Number(id))
         };
