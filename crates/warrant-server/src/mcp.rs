@@ -311,12 +311,35 @@ where
     R: tokio::io::AsyncRead + Unpin + Send + 'static,
     W: tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let transport = lines::StrictLines::new(reader, writer, Arc::clone(&state.requests_in_flight));
+    serve_lines(state, key, reader, writer, true).await
+}
+
+/// [`serve_io`], with plain `tools/call`s answered by the transport (`direct_calls`, see
+/// `lines`) or, off, every message served by the SDK: the reference the direct answers are
+/// tested against.
+async fn serve_lines<R, W>(
+    state: Arc<AppState>,
+    key: String,
+    reader: R,
+    writer: W,
+    direct_calls: bool,
+) -> std::io::Result<()>
+where
+    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let mut transport = lines::StrictLines::new(reader, writer, Arc::clone(&state.requests_in_flight));
+    let answering = direct_calls.then(|| transport.answer_calls(Arc::clone(&state), &key));
     let running = Gateway::new(state, Some(key))
         .serve(transport)
         .await
         .map_err(std::io::Error::other)?;
     running.waiting().await.map_err(std::io::Error::other)?;
+    // The calls the transport was answering when the client closed its end are answered.
+    if let Some(calls) = answering {
+        calls.close();
+        calls.wait().await;
+    }
     Ok(())
 }
 
@@ -391,8 +414,7 @@ async fn guard_request(guard: &Guard, request: Request) -> Guarded {
     Guarded::Forward(Request::from_parts(parts, Body::from(body)))
 }
 
-/// Answers a plain `tools/call` without the SDK's service (see `direct`): the handler's
-/// [`tools::call`] with the caller, trace id and raw arguments it would get from the SDK.
+/// Answers a plain `tools/call` over HTTP without the SDK's service (see `direct`).
 ///
 /// The call comes boxed and stays in its box: this future holds a pointer, not the call.
 async fn call_directly(state: &Arc<AppState>, mut direct: Box<Direct>) -> Response {
@@ -402,20 +424,41 @@ async fn call_directly(state: &Arc<AppState>, mut direct: Box<Direct>) -> Respon
         raw,
         call,
     } = &mut *direct;
+    match answer_directly(state, principal.clone(), std::mem::take(trace), raw, call).await {
+        Ok(body) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, direct::JSON)],
+            Body::from(body),
+        )
+            .into_response(),
+        Err(e) => ApiError::internal(&e).into_response(),
+    }
+}
+
+/// The JSON-RPC answer to a plain `tools/call` answered without the SDK's service (see
+/// `direct`; over HTTP and over stdio): the handler's [`tools::call`] with the caller, trace id
+/// and raw arguments it would get from the SDK, answered as the SDK answers it.
+async fn answer_directly(
+    state: &Arc<AppState>,
+    principal: Principal,
+    trace: String,
+    raw: &raw::RawCall,
+    call: &direct::DirectCall,
+) -> Result<Vec<u8>, serde_json::Error> {
     // A direct call is one the SDK would serve on a legacy protocol without capabilities: its
     // held answer is the tool error (`native::Native::default()`). Its id and name are the
     // raw call's (`direct::call_of`).
     let called = tools::call(
         state,
-        principal.clone(),
-        std::mem::take(trace),
+        principal,
+        trace,
         None,
         raw,
         call.meta.view(),
         native::Native::default(),
     )
     .await;
-    let body = match called.committed() {
+    match called.committed() {
         // The call that is most of the traffic: its answer written from its parts.
         Some((execution, result, trace)) => direct::committed(&call.id, execution, result, trace),
         None => {
@@ -427,16 +470,17 @@ async fn call_directly(state: &Arc<AppState>, mut direct: Box<Direct>) -> Respon
             };
             direct::answer(call.id.clone(), result)
         }
-    };
-    match body {
-        Ok(body) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, direct::JSON)],
-            Body::from(body),
-        )
-            .into_response(),
-        Err(e) => ApiError::internal(&e).into_response(),
     }
+}
+
+/// The principal of the stdio lane's API key, checked on every request like a bearer key
+/// (through the same cache, so a revocation reaches a running session).
+async fn key_holder(state: &AppState, key: &str) -> Result<Principal, ErrorData> {
+    authenticate(state, key)
+        .await
+        .map_err(|e| internal_error(&format!("cannot check the API key: {e:?}")))?
+        .map(|caller| caller.principal)
+        .ok_or_else(|| ErrorData::invalid_request("the API key is unknown, revoked or malformed", None))
 }
 
 /// The trace id of a request: a `traceparent` in `_meta` (SEP-414) wins; otherwise the id the
@@ -474,13 +518,7 @@ impl Gateway {
         let parts = context.extensions.get::<axum::http::request::Parts>();
         let trace = trace_of(tools::Meta::Object(&context.meta.0.0), parts);
         if let Some(key) = &self.key {
-            let caller = authenticate(&self.state, key)
-                .await
-                .map_err(|e| internal_error(&format!("cannot check the API key: {e:?}")))?
-                .ok_or_else(|| {
-                    ErrorData::invalid_request("the API key is unknown, revoked or malformed", None)
-                })?;
-            return Ok((caller.principal, trace));
+            return Ok((key_holder(&self.state, key).await?, trace));
         }
         parts
             .and_then(|p| p.extensions.get::<Caller>())
@@ -612,7 +650,7 @@ mod tests {
     use super::*;
 
     /// A gateway over a memory store with one read tool, `pay`, and the first keys.
-    async fn gateway(dir: &std::path::Path) -> (crate::Gateway, String) {
+    pub(super) async fn gateway(dir: &std::path::Path) -> (crate::Gateway, String) {
         use warrant_runtime::adapters::AdapterConfig;
         use warrant_runtime::net::{NetPolicy, SafeClient};
         std::fs::write(
@@ -868,6 +906,123 @@ mod tests {
                 answers.push((status, content_type, normalized(&bytes)));
             }
             assert_eq!(answers[0], answers[1], "{headers:?} {body}");
+        }
+    }
+
+    /// One stdio session: `lines` written, then the answers to the requests among them, by id
+    /// (normalized), read until every request is answered; then the client closes its end.
+    async fn stdio_session(
+        state: &Arc<AppState>,
+        key: &str,
+        lines: &[String],
+        direct: bool,
+    ) -> std::collections::BTreeMap<String, String> {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        let requests = lines
+            .iter()
+            .filter(|l| serde_json::from_str::<serde_json::Value>(l).is_ok_and(|v| v.get("id").is_some()))
+            .count();
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let (read, write) = tokio::io::split(server);
+        let served = tokio::spawn(serve_lines(state.clone(), key.to_owned(), read, write, direct));
+        let (read, mut write) = tokio::io::split(client);
+        for line in lines {
+            write.write_all(format!("{line}\n").as_bytes()).await.unwrap();
+        }
+        let mut out = tokio::io::BufReader::new(read).lines();
+        let mut answers = std::collections::BTreeMap::new();
+        while answers.len() < requests {
+            let line = tokio::time::timeout(std::time::Duration::from_secs(30), out.next_line())
+                .await
+                .expect("an answer to every request")
+                .unwrap()
+                .expect("the session still open");
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+            answers.insert(v["id"].to_string(), normalized(line.as_bytes()));
+        }
+        drop(write);
+        drop(out);
+        // The handshake of a session the SDK refuses fails; either way the session ends.
+        let _ = served.await.unwrap();
+        answers
+    }
+
+    /// Over stdio, the plain calls the transport answers itself (`lines`) are answered exactly
+    /// as the SDK answers them: the same messages, with and without the transport's answers,
+    /// after every kind of handshake (versions it serves and ones it leaves to the SDK, a
+    /// client with the tasks extension, a key that does not authenticate, a session begun
+    /// without `initialize`).
+    #[tokio::test]
+    async fn stdio_direct_answers_are_the_sdks() {
+        let dir = tempfile::tempdir().unwrap();
+        let (gateway, key) = gateway(dir.path()).await;
+        let initialize = |version: &str, capabilities: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"protocolVersion":"{version}","capabilities":{capabilities},"clientInfo":{{"name":"t","version":"1"}}}}}}"#
+            )
+        };
+        let call = |id: &str, args: &str, meta: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"pay","arguments":{args}{meta}}}}}"#
+            )
+        };
+        let messages = [
+            call("1", r#"{"n":3}"#, ""),
+            call("\"s-1\"", r#"{"n":7.0}"#, ""),
+            call("2", r#"{"n":3,"n":4}"#, ""),
+            call("3", r#"{"m":1}"#, r#","_meta":{"idempotency_key":"k-1"}"#),
+            call("4", "{}", r#","_meta":{"idempotency_key":5}"#),
+            call(
+                "5",
+                "{}",
+                r#","_meta":{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}"#,
+            ),
+            call("6", "{}", r#","_meta":{"io.modelcontextprotocol/protocolVersion":"2025-06-18"}"#),
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"nope","arguments":{}}}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","id":8,"method":"tools/list"}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"pay","arguments":{"n":2},"task":{"ttl":1}}}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","id":10,"method":"ping"}"#.to_owned(),
+        ];
+        let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_owned();
+        let tasks = r#"{"extensions":{"io.modelcontextprotocol/tasks":{}}}"#;
+        let sessions: Vec<(&str, Vec<String>)> = vec![
+            (&key, vec![initialize("2025-06-18", "{}"), initialized.clone()]),
+            (&key, vec![initialize("2025-11-25", "{}"), initialized.clone()]),
+            (&key, vec![initialize("2024-11-05", "{}")]),
+            (&key, vec![initialize("2025-11-25", tasks), initialized.clone()]),
+            (
+                &key,
+                vec![
+                    initialize("2026-07-28", r#"{"elicitation":{"url":{}}}"#),
+                    initialized.clone(),
+                ],
+            ),
+            (
+                "wk_not_a_key",
+                vec![initialize("2025-06-18", "{}"), initialized.clone()],
+            ),
+            // No `initialize`: the SDK's lifecycle from each request's own metadata.
+            (&key, Vec::new()),
+            // A ping may come first; a second `initialize` is the SDK's to answer.
+            (
+                &key,
+                vec![
+                    r#"{"jsonrpc":"2.0","id":"p","method":"ping"}"#.to_owned(),
+                    initialize("2025-06-18", "{}"),
+                    initialized.clone(),
+                    initialize("2025-06-18", "{}").replace(r#""id":0"#, r#""id":"again""#),
+                ],
+            ),
+        ];
+        for (key, handshake) in sessions {
+            let lines = [handshake.as_slice(), &messages].concat();
+            let direct = stdio_session(&gateway.state, key, &lines, true).await;
+            let sdk = stdio_session(&gateway.state, key, &lines, false).await;
+            assert_eq!(direct, sdk, "{handshake:?}");
+            assert_eq!(
+                direct.len(),
+                lines.len() - usize::from(lines.contains(&initialized))
+            );
         }
     }
 

@@ -36,6 +36,12 @@ use super::raw;
 /// versions before per-request negotiation), as the `MCP-Protocol-Version` header names them.
 const ONE_SHOT_VERSIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
 
+/// Whether a session that negotiated `version` at its `initialize` is served as the SDK serves
+/// these versions' one-shot requests (the stdio lane's direct answers, `lines`).
+pub(crate) fn serves_version(version: &str) -> bool {
+    ONE_SHOT_VERSIONS.contains(&version)
+}
+
 /// The `_meta` keys reserved by the protocol (`io.modelcontextprotocol/…`): a request that
 /// carries any goes to the SDK, which reads them.
 const PROTOCOL_META_PREFIX: &str = "io.modelcontextprotocol/";

@@ -3,23 +3,30 @@
 //! the request's extensions for the handler). Written here rather than using the SDK's own line
 //! codec because that one hands lines straight to `serde_json`, which keeps the last of
 //! duplicate keys and forgets how numbers were written.
+//!
+//! Once the session's handshake allows it, a plain `tools/call` is answered here, as the HTTP
+//! lane answers one ([`Direct`]), and never reaches the SDK.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use rmcp::RoleServer;
 use rmcp::model::GetExtensions;
-use rmcp::model::{ClientJsonRpcMessage, ClientNotification, RequestId, ServerJsonRpcMessage};
+use rmcp::model::{
+    ClientJsonRpcMessage, ClientNotification, ClientRequest, RequestId, ServerJsonRpcMessage, ServerResult,
+};
 use rmcp::transport::Transport;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::Mutex;
+use tokio_util::task::TaskTracker;
 use warrant_core::json::Limits;
 
-use super::raw;
+use super::{direct, raw};
 use crate::InFlight;
+use crate::state::AppState;
 
 /// The longest line accepted; longer ones are skipped up to their newline and answered with
 /// a parse error.
@@ -47,6 +54,50 @@ pub(crate) struct StrictLines<R, W> {
     open: HashMap<RequestId, InFlight>,
     /// That gauge.
     in_flight: Arc<AtomicUsize>,
+    /// The session's plain `tools/call`s answered here, when on.
+    direct: Option<Direct>,
+}
+
+/// A session's plain `tools/call`s answered by the transport, as the HTTP lane answers them
+/// (`super::direct`), from the same framing, through the same handler, in the same words.
+///
+/// For each request the SDK decodes the whole message with `serde_json` (the arguments into a
+/// map the handler does not read: it reads the client's own bytes), spawns the handler and a
+/// task to send its answer, makes a cancellation token, passes the answer through a channel,
+/// and encodes it field by field. Here a plain call is spawned once and its answer written
+/// from its parts.
+///
+/// Taken only where the SDK would have served the call as the HTTP lane's direct path serves
+/// one: after the session's `initialize` was answered with a version before `2026-07-28` (no
+/// negotiation per request), to a client that declared no tasks extension (so a call held for
+/// review is answered with the tool error, `Native::default()`). Before that handshake, after
+/// any other, and for every other message, the SDK serves the session.
+struct Direct {
+    state: Arc<AppState>,
+    /// The session's API key, checked on every call as the SDK's handler checks it.
+    key: Arc<str>,
+    /// The calls being answered, for the session's end to wait for.
+    tasks: TaskTracker,
+    handshake: Handshake,
+    /// The calls being answered, by id, each with the flag its `notifications/cancelled`
+    /// raises: a cancelled request gets no answer (as from the SDK). Pruned of calls answered
+    /// whenever a call is added.
+    calls: HashMap<RequestId, Arc<AtomicBool>>,
+}
+
+/// Where the session's handshake stands, as far as answering calls here goes.
+#[derive(Debug, PartialEq, Eq)]
+enum Handshake {
+    /// No `initialize` yet.
+    Awaiting,
+    /// The client's `initialize` was read and goes to the SDK: its id, and whether the client
+    /// declared the tasks extension.
+    Asked { id: RequestId, tasks: bool },
+    /// The SDK answered it with a version and to a client this path serves as the SDK would.
+    Answered,
+    /// Anything else (another version, tasks, a second `initialize`, a session begun without
+    /// one): every message goes to the SDK.
+    Sdk,
 }
 
 enum Line {
@@ -70,7 +121,24 @@ where
             too_long: false,
             open: HashMap::new(),
             in_flight,
+            direct: None,
         }
+    }
+
+    /// Answers the session's plain `tools/call`s in the transport once its handshake allows
+    /// (see [`Direct`]), as the holder of `key`. The tracker returned holds the calls being
+    /// answered: the session's end waits for it, so a call read before the client closed its
+    /// end is still answered.
+    pub(crate) fn answer_calls(&mut self, state: Arc<AppState>, key: &str) -> TaskTracker {
+        let tasks = TaskTracker::new();
+        self.direct = Some(Direct {
+            state,
+            key: Arc::from(key),
+            tasks: tasks.clone(),
+            handshake: Handshake::Awaiting,
+            calls: HashMap::new(),
+        });
+        tasks
     }
 
     /// Reads one line (without its newline), keeping at most [`MAX_LINE_BYTES`]. Cancel-safe:
@@ -125,6 +193,89 @@ where
     }
 }
 
+impl Direct {
+    /// Follows the handshake through a request read for the SDK.
+    fn read(&mut self, id: &RequestId, request: &ClientRequest) {
+        self.handshake = match (&self.handshake, request) {
+            (Handshake::Awaiting, ClientRequest::InitializeRequest(initialize)) => Handshake::Asked {
+                id: id.clone(),
+                tasks: initialize.params.capabilities.supports_tasks(),
+            },
+            // A ping may come before `initialize`.
+            (_, ClientRequest::PingRequest(_)) => return,
+            // A second `initialize`, or a request before any (a session the SDK begins from
+            // the request's own metadata).
+            (Handshake::Awaiting | Handshake::Asked { .. }, _) | (_, ClientRequest::InitializeRequest(_)) => {
+                Handshake::Sdk
+            }
+            (Handshake::Answered | Handshake::Sdk, _) => return,
+        };
+    }
+
+    /// Follows the handshake through a message the SDK sends: the answer to `initialize`.
+    fn sent(&mut self, message: &ServerJsonRpcMessage) {
+        let Handshake::Asked { id, tasks } = &self.handshake else {
+            return;
+        };
+        self.handshake = match message {
+            ServerJsonRpcMessage::Response(response) if response.id == *id => match &response.result {
+                ServerResult::InitializeResult(result)
+                    if !tasks && direct::serves_version(result.protocol_version.as_str()) =>
+                {
+                    Handshake::Answered
+                }
+                _ => Handshake::Sdk,
+            },
+            ServerJsonRpcMessage::Error(error) if error.id.as_ref() == Some(id) => Handshake::Sdk,
+            _ => return,
+        };
+    }
+
+    /// Answers a plain call in a task of its own, counted on the gauge (`counted`) until its
+    /// answer is written.
+    fn answer<W>(
+        &mut self,
+        raw: raw::RawCall,
+        call: direct::DirectCall,
+        counted: InFlight,
+        writer: Arc<Mutex<W>>,
+    ) where
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        // Only a call still being answered shares its flag.
+        self.calls.retain(|_, cancelled| Arc::strong_count(cancelled) > 1);
+        let cancelled = Arc::new(AtomicBool::new(false));
+        self.calls.insert(call.id.clone(), Arc::clone(&cancelled));
+        let (state, key) = (Arc::clone(&self.state), Arc::clone(&self.key));
+        self.tasks.spawn(async move {
+            let trace = super::trace_of(call.meta.view(), None);
+            let answer = match super::key_holder(&state, &key).await {
+                Ok(principal) => super::answer_directly(&state, principal, trace, &raw, &call).await,
+                Err(refused) => {
+                    serde_json::to_vec(&ServerJsonRpcMessage::error(refused, Some(call.id.clone())))
+                }
+            };
+            let mut line = answer.unwrap_or_else(|e| {
+                tracing::error!(error = %e, "mcp stdio: cannot write an answer");
+                let id = serde_json::to_value(&call.id).unwrap_or_default();
+                error_line(&id, -32603, "internal error").into_bytes()
+            });
+            line.push(b'\n');
+            if !cancelled.load(Ordering::Acquire) {
+                let mut writer = writer.lock().await;
+                let written = async {
+                    writer.write_all(&line).await?;
+                    writer.flush().await
+                };
+                if let Err(e) = written.await {
+                    tracing::warn!(error = %e, "mcp stdio: cannot write an answer");
+                }
+            }
+            drop(counted);
+        });
+    }
+}
+
 impl<R, W> Transport<RoleServer> for StrictLines<R, W>
 where
     R: AsyncRead + Unpin + Send + 'static,
@@ -144,6 +295,9 @@ where
         };
         if let Some(id) = answered {
             self.open.remove(&id);
+        }
+        if let Some(direct) = &mut self.direct {
+            direct.sent(&item);
         }
         async move {
             let mut line = serde_json::to_vec(&item)?;
@@ -198,6 +352,15 @@ where
                     continue;
                 }
             };
+            if let Some(direct) = &mut self.direct
+                && direct.handshake == Handshake::Answered
+                && let Some(call) = direct::call_of(&framed)
+                && let Some(raw) = framed.call
+            {
+                let counted = InFlight::count(&self.in_flight);
+                direct.answer(raw, call, counted, Arc::clone(&self.writer));
+                continue;
+            }
             let sdk = framed.message();
             match serde_json::from_slice::<ClientJsonRpcMessage>(&sdk) {
                 Ok(mut message) => {
@@ -211,6 +374,9 @@ where
                             if let Entry::Vacant(open) = self.open.entry(request.id.clone()) {
                                 open.insert(InFlight::count(&self.in_flight));
                             }
+                            if let Some(direct) = &mut self.direct {
+                                direct.read(&request.id, &request.request);
+                            }
                         }
                         ClientJsonRpcMessage::Notification(notification) => {
                             if let ClientNotification::CancelledNotification(cancelled) =
@@ -218,6 +384,10 @@ where
                                 && let Some(id) = &cancelled.params.request_id
                             {
                                 self.open.remove(id);
+                                if let Some(cancelled) = self.direct.as_mut().and_then(|d| d.calls.remove(id))
+                                {
+                                    cancelled.store(true, Ordering::Release);
+                                }
                             }
                         }
                         ClientJsonRpcMessage::Response(_) | ClientJsonRpcMessage::Error(_) => {}
@@ -249,6 +419,7 @@ mod tests {
         clippy::unwrap_used,
         clippy::expect_used,
         clippy::indexing_slicing,
+        clippy::panic,
         reason = "tests"
     )]
 
@@ -339,6 +510,73 @@ mod tests {
         // The session ends with a request unanswered: it no longer counts.
         drop(lines);
         assert_eq!(in_flight(), 0);
+    }
+
+    /// After a handshake the transport serves, a plain call is answered by the transport and
+    /// never reaches the SDK (the next message the SDK receives is the ping after it); after
+    /// one it does not serve (a client with the tasks extension), the call goes to the SDK.
+    #[tokio::test]
+    async fn plain_calls_are_answered_here_once_the_handshake_allows() {
+        use tokio::io::AsyncWriteExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let (gateway, key) = super::super::tests::gateway(dir.path()).await;
+        let tasks = r#"{"extensions":{"io.modelcontextprotocol/tasks":{}}}"#;
+        for (capabilities, answered_here) in [("{}", true), (tasks, false)] {
+            let (client, server) = tokio::io::duplex(1 << 16);
+            let (read, write) = tokio::io::split(server);
+            let (client_read, mut client_write) = tokio::io::split(client);
+            let mut lines = StrictLines::new(read, write, Arc::default());
+            let calls = lines.answer_calls(gateway.state.clone(), &key);
+            let initialize = format!(
+                r#"{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"protocolVersion":"2025-06-18","capabilities":{capabilities},"clientInfo":{{"name":"t","version":"1"}}}}}}"#
+            );
+            let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"pay","arguments":{"n":3}}}"#;
+            let ping = r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#;
+            client_write
+                .write_all(format!("{initialize}\n").as_bytes())
+                .await
+                .unwrap();
+            let ClientJsonRpcMessage::Request(first) = lines.receive().await.unwrap() else {
+                panic!("the initialize request");
+            };
+            assert!(matches!(first.request, ClientRequest::InitializeRequest(_)));
+            let mut result = rmcp::model::ServerConfig::new(Default::default());
+            result.protocol_version = rmcp::model::ProtocolVersion::V_2025_06_18;
+            lines
+                .send(ServerJsonRpcMessage::response(
+                    ServerResult::InitializeResult(result),
+                    RequestId::Number(0),
+                ))
+                .await
+                .unwrap();
+            client_write
+                .write_all(format!("{call}\n{ping}\n").as_bytes())
+                .await
+                .unwrap();
+            let ClientJsonRpcMessage::Request(next) = lines.receive().await.unwrap() else {
+                panic!("a request");
+            };
+            assert_eq!(next.id, RequestId::Number(if answered_here { 2 } else { 1 }));
+            calls.close();
+            calls.wait().await;
+            drop(lines);
+            let mut out = String::new();
+            tokio::io::AsyncReadExt::read_to_string(&mut tokio::io::BufReader::new(client_read), &mut out)
+                .await
+                .unwrap();
+            let answers: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+            assert_eq!(answers[0]["id"], 0);
+            if answered_here {
+                assert_eq!(answers.len(), 2, "{out}");
+                assert_eq!(answers[1]["id"], 1);
+                // Decided and recorded (the tool's loopback address is refused).
+                let answer = &answers[1]["result"]["structuredContent"];
+                assert!(answer["ledger_id"].is_string(), "{out}");
+                assert_eq!(answer["code"], "TOOL_PERMANENT_FAILURE", "{out}");
+            } else {
+                assert_eq!(answers.len(), 1, "{out}");
+            }
+        }
     }
 
     #[tokio::test]
