@@ -557,6 +557,18 @@ mod tests {
                 panic!("a request");
             };
             assert_eq!(next.id, RequestId::Number(if answered_here { 2 } else { 1 }));
+            if answered_here {
+                // A call cancelled as it is read gets no answer; the SDK sees the cancellation.
+                let call = call.replace(r#""id":1"#, r#""id":3"#);
+                let cancel =
+                    r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}"#;
+                client_write
+                    .write_all(format!("{call}\n{cancel}\n").as_bytes())
+                    .await
+                    .unwrap();
+                let next = lines.receive().await.unwrap();
+                assert!(matches!(next, ClientJsonRpcMessage::Notification(_)));
+            }
             calls.close();
             calls.wait().await;
             drop(lines);
