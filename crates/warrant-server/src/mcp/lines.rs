@@ -256,7 +256,7 @@ impl Direct {
                 }
             };
             let mut line = answer.unwrap_or_else(|e| {
-                tracing::error!(error = %e, "mcp stdio: cannot write an answer");
+                tracing::error!(error = %e, "mcp stdio: cannot encode an answer");
                 let id = serde_json::to_value(&call.id).unwrap_or_default();
                 error_line(&id, -32603, "internal error").into_bytes()
             });
