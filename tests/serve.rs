@@ -402,6 +402,111 @@ fn assert_lists_lookup_order(tools: &serde_json::Value) {
     assert!(names.contains(&"lookup_order"), "{tools}");
 }
 
+/// `warrant mcp` driven over stdio by the official MCP SDK clients (`tests/mcp_clients`: the
+/// Python SDK `mcp` and the TypeScript SDK `@modelcontextprotocol/sdk`, the versions `.ci/run`
+/// pins): the handshake, `tools/list`, five concurrent calls, each decided and recorded once,
+/// and a call the schema refuses. `WARRANT_TEST_MCP_PYTHON` names a Python with `mcp`
+/// installed and `WARRANT_TEST_MCP_NODE_MODULES` a `node_modules` holding the TypeScript SDK;
+/// `.ci/run` installs both and sets `WARRANT_REQUIRE_MCP_CLIENTS=1`, which turns a missing
+/// client into a failure instead of a skip.
+#[test]
+fn official_sdk_clients_drive_mcp_over_stdio() {
+    let required = std::env::var_os("WARRANT_REQUIRE_MCP_CLIENTS").is_some();
+    let repository = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let scripts = repository.join("tests/mcp_clients");
+    let mut clients = Vec::new();
+    match std::env::var_os("WARRANT_TEST_MCP_PYTHON") {
+        Some(python) => {
+            let mut cmd = Command::new(python);
+            cmd.arg(scripts.join("python_sdk.py"));
+            clients.push(("the Python SDK", cmd));
+        }
+        None => assert!(
+            !required,
+            "WARRANT_REQUIRE_MCP_CLIENTS is set but WARRANT_TEST_MCP_PYTHON is not"
+        ),
+    }
+    match std::env::var_os("WARRANT_TEST_MCP_NODE_MODULES") {
+        Some(modules) => {
+            let mut cmd = Command::new("node");
+            cmd.arg(scripts.join("typescript_sdk.mjs"))
+                .env("NODE_PATH", modules);
+            clients.push(("the TypeScript SDK", cmd));
+        }
+        None => assert!(
+            !required,
+            "WARRANT_REQUIRE_MCP_CLIENTS is set but WARRANT_TEST_MCP_NODE_MODULES is not"
+        ),
+    }
+    if clients.is_empty() {
+        eprintln!("skipped: no MCP SDK client (see .ci/run for how it installs them)");
+        return;
+    }
+    let (dir, store, agent) = store_with_keys();
+    for (client, mut cmd) in clients {
+        let mut child = cmd
+            .arg(env!("CARGO_BIN_EXE_warrant"))
+            .arg(&store)
+            .current_dir(dir.path())
+            .env("WARRANT_KEY", &agent)
+            .env("WARRANT_LOG", "warn")
+            // The bundled policy, which allows the agent's reads.
+            .env("WARRANT_POLICY", repository.join("examples/policies"))
+            .env_remove("WARRANT_CONFIG")
+            .env_remove("WARRANT_DATABASE")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("{client}: no answer in 120 s");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{client}: {err}");
+        let summary: serde_json::Value =
+            serde_json::from_slice(out.stdout.trim_ascii()).unwrap_or_else(|e| {
+                panic!(
+                    "{client}: {e}: {}; stderr: {err}",
+                    String::from_utf8_lossy(&out.stdout)
+                )
+            });
+        let protocol = summary["protocol"].as_str().unwrap_or_default();
+        assert!(
+            ["2025-06-18", "2025-11-25"].contains(&protocol),
+            "{client}: {summary}"
+        );
+        assert!(
+            summary["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t == "lookup_order"),
+            "{client}: {summary}"
+        );
+        // The example's endpoint does not exist here: each call is allowed, recorded under a
+        // ledger id of its own, and fails.
+        let calls = summary["calls"].as_array().unwrap();
+        let ledger: std::collections::HashSet<&str> = calls
+            .iter()
+            .map(|c| {
+                assert_eq!(c["decision"], "allow", "{client}: {summary}");
+                c["ledger_id"].as_str().unwrap()
+            })
+            .collect();
+        assert_eq!(ledger.len(), 5, "{client}: {summary}");
+        assert_eq!(
+            summary["refused"]["code"], "SCHEMA_TYPE_MISMATCH",
+            "{client}: {summary}"
+        );
+    }
+}
+
 /// `warrant mcp` reads and writes its stdio through the runtime's reactor when they are pipes
 /// or sockets (a client on libuv hands a server a socket pair), and through blocking reads and
 /// writes otherwise (a file): every kind carries the same session to the same answers, and
