@@ -44,7 +44,7 @@ pub fn run(args: &McpArgs) -> Result<Exit> {
     // request threads to be given as they start: at one request at a time, a write on an idle
     // store runs on the request thread.
     let requests_in_flight = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let rt = crate::serve::runtime(loaded.workers, Some(&requests_in_flight))?;
+    let rt = crate::serve::runtime(loaded.workers, &requests_in_flight)?;
     rt.block_on(async move {
         let sql = Arc::new(
             SqlStore::open(&database, &loaded.store_options)

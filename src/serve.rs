@@ -75,31 +75,26 @@ pub(crate) fn default_workers() -> usize {
 /// Given the server's gauge of requests in flight, every request thread may run a write on an
 /// idle SQLite store itself ([`warrant_store::write_here_when_alone`]): the current-thread
 /// runtime's one thread, which is this thread (it runs whatever `block_on` is given), or each
-/// worker of a multi-thread runtime as it starts. `None`: every write goes to the writer
-/// thread.
+/// worker of a multi-thread runtime as it starts.
 ///
 /// # Errors
 /// The runtime cannot start.
 pub(crate) fn runtime(
     workers: Option<usize>,
-    requests_in_flight: Option<&Arc<AtomicUsize>>,
+    requests_in_flight: &Arc<AtomicUsize>,
 ) -> std::io::Result<tokio::runtime::Runtime> {
     let workers = workers.unwrap_or_else(default_workers).max(1);
     if workers == 1 {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        if let Some(gauge) = requests_in_flight {
-            warrant_store::write_here_when_alone(Arc::clone(gauge));
-        }
+        warrant_store::write_here_when_alone(Arc::clone(requests_in_flight));
         return Ok(rt);
     }
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.worker_threads(workers).enable_all();
-    if let Some(gauge) = requests_in_flight {
-        let gauge = Arc::clone(gauge);
-        builder.on_thread_start(move || warrant_store::write_here_when_alone(Arc::clone(&gauge)));
-    }
+    let gauge = Arc::clone(requests_in_flight);
+    builder.on_thread_start(move || warrant_store::write_here_when_alone(Arc::clone(&gauge)));
     builder.build()
 }
 
@@ -847,7 +842,7 @@ pub fn run(args: &ServeArgs) -> Result<Exit> {
 
     // Counted at the edge; made first, for the request threads to be given as they start.
     let requests_in_flight = Arc::new(AtomicUsize::new(0));
-    let rt = runtime(args.workers.or(loaded.workers), Some(&requests_in_flight))?;
+    let rt = runtime(args.workers.or(loaded.workers), &requests_in_flight)?;
     rt.block_on(async move {
         if tokio::runtime::Handle::current().runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread {
             // One request thread: the store's answers reach it with one wake per commit.
@@ -905,7 +900,8 @@ mod tests {
     #[test]
     fn one_request_thread_is_the_current_thread_runtime() {
         use tokio::runtime::RuntimeFlavor;
-        let flavor = |workers| runtime(Some(workers), None).unwrap().handle().runtime_flavor();
+        let gauge = Arc::new(AtomicUsize::new(0));
+        let flavor = |workers| runtime(Some(workers), &gauge).unwrap().handle().runtime_flavor();
         assert_eq!(flavor(0), RuntimeFlavor::CurrentThread);
         assert_eq!(flavor(1), RuntimeFlavor::CurrentThread);
         assert_eq!(flavor(2), RuntimeFlavor::MultiThread);
@@ -919,15 +915,19 @@ mod tests {
                 .unwrap()
         };
         // Workers of a multi-thread runtime, given the gauge as they start: each of them.
-        let rt = runtime(Some(2), Some(&gauge)).unwrap();
+        let rt = runtime(Some(2), &gauge).unwrap();
         for _ in 0..8 {
             assert!(on_a_worker(&rt));
         }
-        // Not given it: none.
-        assert!(!on_a_worker(&runtime(Some(2), None).unwrap()));
+        // The workers of a runtime made otherwise: none.
+        let plain = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .unwrap();
+        assert!(!on_a_worker(&plain));
         // The current-thread runtime runs on the thread that made it.
         assert!(!warrant_store::writes_here_when_alone());
-        let rt = runtime(Some(1), Some(&gauge)).unwrap();
+        let rt = runtime(Some(1), &gauge).unwrap();
         assert!(warrant_store::writes_here_when_alone());
         assert!(on_a_worker(&rt));
     }

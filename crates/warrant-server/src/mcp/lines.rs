@@ -512,12 +512,16 @@ mod tests {
         assert_eq!(in_flight(), 0);
     }
 
+    /// Writes `lines` as a client does, each ended by its newline.
+    async fn write_lines(to: &mut (impl AsyncWrite + Unpin), lines: &[&str]) {
+        to.write_all((lines.join("\n") + "\n").as_bytes()).await.unwrap();
+    }
+
     /// After a handshake the transport serves, a plain call is answered by the transport and
     /// never reaches the SDK (the next message the SDK receives is the ping after it); after
     /// one it does not serve (a client with the tasks extension), the call goes to the SDK.
     #[tokio::test]
     async fn plain_calls_are_answered_here_once_the_handshake_allows() {
-        use tokio::io::AsyncWriteExt as _;
         let dir = tempfile::tempdir().unwrap();
         let (gateway, key) = super::super::tests::gateway(dir.path()).await;
         let tasks = r#"{"extensions":{"io.modelcontextprotocol/tasks":{}}}"#;
@@ -532,10 +536,7 @@ mod tests {
             );
             let call = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"pay","arguments":{"n":3}}}"#;
             let ping = r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#;
-            client_write
-                .write_all(format!("{initialize}\n").as_bytes())
-                .await
-                .unwrap();
+            write_lines(&mut client_write, &[&initialize]).await;
             let ClientJsonRpcMessage::Request(first) = lines.receive().await.unwrap() else {
                 panic!("the initialize request");
             };
@@ -549,10 +550,7 @@ mod tests {
                 ))
                 .await
                 .unwrap();
-            client_write
-                .write_all(format!("{call}\n{ping}\n").as_bytes())
-                .await
-                .unwrap();
+            write_lines(&mut client_write, &[call, ping]).await;
             let ClientJsonRpcMessage::Request(next) = lines.receive().await.unwrap() else {
                 panic!("a request");
             };
@@ -562,10 +560,7 @@ mod tests {
                 let call = call.replace(r#""id":1"#, r#""id":3"#);
                 let cancel =
                     r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}"#;
-                client_write
-                    .write_all(format!("{call}\n{cancel}\n").as_bytes())
-                    .await
-                    .unwrap();
+                write_lines(&mut client_write, &[&call, cancel]).await;
                 let next = lines.receive().await.unwrap();
                 assert!(matches!(next, ClientJsonRpcMessage::Notification(_)));
             }
