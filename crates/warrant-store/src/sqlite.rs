@@ -1114,12 +1114,20 @@ async fn stop<M>(queue: &SyncSender<M>, mut msg: M) -> bool {
 /// commits of that interval share it, and send nothing: see [`Nudge`]), and one more when
 /// stopped. Without commits it sleeps: an idle gateway's store wakes no thread (it used to
 /// check every 250 ms, each time preparing the checkpoint statement again).
+///
+/// After a quiet spell it has the WAL read back into the page cache ahead of the commits
+/// ([`WalWarmth`]).
 fn checkpoint_loop(conn: &Connection, nudges: &Receiver<CheckpointMsg>, nudge: &Nudge) {
     let prepared = Prepared::new(conn);
+    let mut wal = WalWarmth::of(conn);
+    // The frames in the WAL when it ran, if it ran. A failed checkpoint is retried after the
+    // next commit; the writer's own autocheckpoint is the backstop.
     let checkpoint = || {
-        // A failed checkpoint is retried after the next commit; the writer's own
-        // autocheckpoint is the backstop.
-        let _ = query(&prepared, "PRAGMA wal_checkpoint(PASSIVE)", &[], 1);
+        let rows = query(&prepared, "PRAGMA wal_checkpoint(PASSIVE)", &[], 1).ok()?;
+        match rows.first()?.value("log").ok()? {
+            Value::Integer(frames) => u64::try_from(*frames).ok(),
+            _ => None,
+        }
     };
     let stopped = |ack: oneshot::Sender<()>| {
         checkpoint();
@@ -1131,19 +1139,168 @@ fn checkpoint_loop(conn: &Connection, nudges: &Receiver<CheckpointMsg>, nudge: &
             Ok(CheckpointMsg::Stop(ack)) => return stopped(ack),
             Err(_) => return,
         }
+        // After a quiet spell, a checkpoint at once tells whether this commit wrote to the
+        // WAL (the gateway's timers commit transactions that change nothing).
+        if wal.quiet() {
+            if let Some(frames) = checkpoint() {
+                wal.after_quiet_checkpoint(frames);
+            }
+        }
         let due = Instant::now() + CHECKPOINT_EVERY;
         loop {
             match nudges.recv_timeout(due.saturating_duration_since(Instant::now())) {
                 Ok(CheckpointMsg::Committed) => {}
                 Ok(CheckpointMsg::Stop(ack)) => return stopped(ack),
                 Err(mpsc::RecvTimeoutError::Timeout) => break,
-                Err(mpsc::RecvTimeoutError::Disconnected) => return checkpoint(),
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    checkpoint();
+                    return;
+                }
             }
         }
         nudge.taken();
-        checkpoint();
+        if let Some(frames) = checkpoint() {
+            wal.after_checkpoint(frames);
+        }
     }
 }
+
+/// Bytes of the WAL's header, before its first frame.
+const WAL_HEADER_BYTES: u64 = 32;
+/// Bytes of a WAL frame's header, before its page.
+const WAL_FRAME_HEADER_BYTES: u64 = 24;
+/// A spell without commits after which the WAL may have left the page cache (shorter in
+/// tests, which cannot wait that long).
+const WAL_QUIET: Duration = if cfg!(test) {
+    Duration::from_secs(1)
+} else {
+    Duration::from_secs(10)
+};
+/// The fewest frames read back after a quiet spell: 256 frames of 4 KiB pages, 1 MiB.
+const WAL_MIN_FRAMES: u64 = 256;
+/// Bytes per `POSIX_FADV_WILLNEED`: the kernel reads at most its read-ahead window (128 KiB
+/// by default) of what one call names, so a longer stretch is named in parts of this size.
+const WAL_ADVICE_BYTES: u64 = 128 << 10;
+
+/// Has the WAL read back into the page cache after a quiet spell, ahead of the commits.
+///
+/// A WAL frame is a 24-byte header and a page, so frames do not fall on the file's pages: a
+/// commit writes parts of pages, and the kernel must read a page it no longer caches before
+/// it can write part of it — a synchronous disk read inside the commit. Pages written go on
+/// looking used to the kernel, but after a quiet spell whatever evicts cold page cache evicts
+/// the WAL: memory pressure, or a proactive reclaimer such as DAMON's, which virtual machines
+/// run to hand idle memory back to the host (on the machines of docs/benchmarks.md it pages
+/// out what went a minute unused). Then every commit of the first pass over the WAL waited
+/// for reads: 1.4 reads of 4 KiB a call at one connection, for the 3,000 calls after a
+/// 90-second pause.
+///
+/// So the first commit to write to the WAL after a quiet spell has the stretch the commits
+/// are likely to write read back at once, asynchronously (`POSIX_FADV_WILLNEED`): from the
+/// start (where they write next: the spell's last checkpoint copied every frame), twice the
+/// most frames the WAL held at a checkpoint of the last busy spell, at most the file. Pages
+/// still cached cost a lookup each. Busy, nothing is done; idle, nothing runs. Written by
+/// hand: SQLite has no such setting.
+struct WalWarmth {
+    /// The WAL file (`None` for a database without a file).
+    path: Option<std::path::PathBuf>,
+    /// Bytes of one frame.
+    frame: u64,
+    /// The most frames the WAL held at a checkpoint since the last quiet spell.
+    peak: u64,
+    /// The frames in the WAL at the last checkpoint: a checkpoint that finds another number
+    /// found commits that wrote to it.
+    frames: Option<u64>,
+    /// When a checkpoint last found commits that wrote to the WAL.
+    written: Instant,
+}
+
+impl WalWarmth {
+    /// For the WAL of `conn`'s database.
+    fn of(conn: &Connection) -> Self {
+        let page = conn
+            .query_row("PRAGMA page_size", [], |row| row.get::<_, i64>(0))
+            .ok()
+            .and_then(|page| u64::try_from(page).ok())
+            .unwrap_or(4096);
+        WalWarmth {
+            path: conn
+                .path()
+                .filter(|path| !path.is_empty())
+                .map(|path| format!("{path}-wal").into()),
+            frame: WAL_FRAME_HEADER_BYTES + page,
+            peak: 0,
+            frames: None,
+            written: Instant::now(),
+        }
+    }
+
+    /// Whether no checkpoint has found commits that wrote to the WAL for [`WAL_QUIET`].
+    fn quiet(&self) -> bool {
+        self.written.elapsed() >= WAL_QUIET
+    }
+
+    /// A checkpoint left `frames` in the WAL; answers whether commits wrote to it since the
+    /// last one.
+    fn after_checkpoint(&mut self, frames: u64) -> bool {
+        let wrote = self.frames.replace(frames) != Some(frames);
+        if wrote {
+            self.written = Instant::now();
+            self.peak = self.peak.max(frames);
+        }
+        wrote
+    }
+
+    /// A checkpoint run at the first commit after a quiet spell: if that commit wrote to the
+    /// WAL, the stretch the commits are likely to write is read back.
+    fn after_quiet_checkpoint(&mut self, frames: u64) {
+        let peak = self.peak;
+        if self.after_checkpoint(frames) {
+            self.peak = frames;
+            self.warm(peak);
+        }
+    }
+
+    /// Has the WAL read back from its start, twice `peak` frames (at least
+    /// [`WAL_MIN_FRAMES`]), at most the file (a lookup a page where it is still cached).
+    fn warm(&self, peak: u64) {
+        let frames = peak.max(WAL_MIN_FRAMES);
+        let stretch = WAL_HEADER_BYTES.saturating_add(frames.saturating_mul(2).saturating_mul(self.frame));
+        // Opened each time: SQLite creates and removes the file as it needs. Closing it
+        // releases no lock of SQLite's: closing any handle drops the process's POSIX locks on
+        // that file, but SQLite locks only the database file and the `-shm` file, never the
+        // WAL.
+        let Some(file) = self.path.as_ref().and_then(|path| std::fs::File::open(path).ok()) else {
+            return;
+        };
+        let length = file.metadata().map_or(0, |m| m.len());
+        advise_will_need(&file, 0, stretch.min(length));
+    }
+}
+
+/// Asks the kernel to read `bytes` of `file` from `offset` into the page cache, in the
+/// background; best effort.
+#[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
+fn advise_will_need(file: &std::fs::File, offset: u64, bytes: u64) {
+    let end = offset.saturating_add(bytes);
+    let mut at = offset;
+    while at < end {
+        let part = WAL_ADVICE_BYTES.min(end - at);
+        if rustix::fs::fadvise(
+            file,
+            at,
+            std::num::NonZeroU64::new(part),
+            rustix::fs::Advice::WillNeed,
+        )
+        .is_err()
+        {
+            return;
+        }
+        at += part;
+    }
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
+fn advise_will_need(_file: &std::fs::File, _offset: u64, _bytes: u64) {}
 
 fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> Result<(), StoreError> {
     std::thread::Builder::new()
@@ -1431,6 +1588,68 @@ mod tests {
         sqlite.write(insert("b".into(), 2)).await.unwrap();
         sqlite.close().await;
         assert_eq!(rows_in_the_database_file(dir.path()), 2);
+    }
+
+    /// Bytes this thread has had read from the disk (`read_bytes` of `/proc/thread-self/io`).
+    fn disk_reads_of_this_thread() -> Option<u64> {
+        let io = std::fs::read_to_string("/proc/thread-self/io").ok()?;
+        io.lines()
+            .find_map(|line| line.strip_prefix("read_bytes: "))
+            .and_then(|n| n.trim().parse().ok())
+    }
+
+    /// A write of a row of 3,000 bytes.
+    fn insert_wide(
+        k: String,
+    ) -> impl FnOnce(&mut SqliteExec<'_, '_>) -> Result<u64, StoreError> + Send + 'static {
+        move |ex| {
+            now(async move {
+                ex.execute("INSERT INTO t (k, v) VALUES ($1, randomblob(3000))", &args![&k])
+                    .await
+            })
+        }
+    }
+
+    /// Commits after a quiet spell read nothing from the disk when the WAL they write has
+    /// left the page cache meanwhile: at the spell's first commit the checkpointer has read
+    /// back the stretch the last busy spell wrote, twice over ([`WalWarmth`]). Without it,
+    /// every commit that writes part of an evicted page waits for a read of that page (here
+    /// 10,500 reads of 4 KiB for 2,500 commits). The commits run on this thread
+    /// ([`write_here_when_alone`]), so this thread's disk reads are theirs.
+    #[tokio::test]
+    async fn commits_after_a_quiet_spell_do_not_read_the_wal_back_from_the_disk() {
+        let (dir, sqlite) = store().await;
+        write_here_when_alone(Arc::new(AtomicUsize::new(1)));
+        let Some(start) = disk_reads_of_this_thread() else {
+            eprintln!("skipped: no /proc/thread-self/io");
+            return;
+        };
+        // A busy spell: a WAL of about 3,000 frames of 4 KiB (12 MiB), never started over.
+        for i in 0..3000 {
+            sqlite.write(insert_wide(format!("a{i}"))).await.unwrap();
+        }
+        tokio::time::sleep(CHECKPOINT_EVERY * 2).await;
+        // The WAL leaves the page cache, as a reclaimer makes it leave.
+        let wal = std::fs::File::open(dir.path().join("t.db-wal")).unwrap();
+        rustix::fs::fadvise(&wal, 0, None, rustix::fs::Advice::DontNeed).unwrap();
+        let length = wal.metadata().unwrap().len();
+        let mut last = [0u8; 64];
+        std::os::unix::fs::FileExt::read_at(&wal, &mut last, length - 64).unwrap();
+        if disk_reads_of_this_thread().unwrap() == start {
+            eprintln!("skipped: this file system keeps the WAL in memory");
+            return;
+        }
+        tokio::time::sleep(WAL_QUIET).await;
+        // The spell's first commit (it may read: nothing was asked before it), then a burst
+        // over most of the old WAL.
+        sqlite.write(insert_wide("b".into())).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let before = disk_reads_of_this_thread().unwrap();
+        for i in 0..2500 {
+            sqlite.write(insert_wide(format!("c{i}"))).await.unwrap();
+        }
+        let read = disk_reads_of_this_thread().unwrap() - before;
+        assert_eq!(read, 0, "2,500 commits had {read} bytes read from the disk");
     }
 
     #[tokio::test]
