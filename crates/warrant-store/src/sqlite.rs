@@ -839,6 +839,8 @@ struct Nudge {
     pending: AtomicBool,
     /// Messages sent (for tests).
     sent: AtomicU64,
+    /// Times the checkpointer had the WAL read back ([`WalWarmth`]; for tests).
+    warmed: AtomicU64,
 }
 
 impl Nudge {
@@ -847,6 +849,7 @@ impl Nudge {
             checkpointer,
             pending: AtomicBool::new(false),
             sent: AtomicU64::new(0),
+            warmed: AtomicU64::new(0),
         }
     }
 
@@ -1120,14 +1123,28 @@ async fn stop<M>(queue: &SyncSender<M>, mut msg: M) -> bool {
 fn checkpoint_loop(conn: &Connection, nudges: &Receiver<CheckpointMsg>, nudge: &Nudge) {
     let prepared = Prepared::new(conn);
     let mut wal = WalWarmth::of(conn);
-    // The frames in the WAL when it ran, if it ran. A failed checkpoint is retried after the
-    // next commit; the writer's own autocheckpoint is the backstop.
+    // The frames in the WAL when it ran and the frames it had copied, if it ran. A failed
+    // checkpoint is retried after the next commit; the writer's own autocheckpoint is the
+    // backstop.
     let checkpoint = || {
         let rows = query(&prepared, "PRAGMA wal_checkpoint(PASSIVE)", &[], 1).ok()?;
-        match rows.first()?.value("log").ok()? {
-            Value::Integer(frames) => u64::try_from(*frames).ok(),
+        let row = rows.first()?;
+        let count = |column| match row.value(column).ok()? {
+            Value::Integer(n) => u64::try_from(*n).ok(),
             _ => None,
-        }
+        };
+        Some((count("log")?, count("checkpointed")?))
+    };
+    // Changes when another connection has committed changes since the last reading (a
+    // transaction that changed nothing leaves it alone).
+    let data_version = || match query(&prepared, "PRAGMA data_version", &[], 1)
+        .ok()?
+        .first()?
+        .value("data_version")
+        .ok()?
+    {
+        Value::Integer(version) => Some(*version),
+        _ => None,
     };
     let stopped = |ack: oneshot::Sender<()>| {
         checkpoint();
@@ -1139,12 +1156,10 @@ fn checkpoint_loop(conn: &Connection, nudges: &Receiver<CheckpointMsg>, nudge: &
             Ok(CheckpointMsg::Stop(ack)) => return stopped(ack),
             Err(_) => return,
         }
-        // After a quiet spell, a checkpoint at once tells whether this commit wrote to the
-        // WAL (the gateway's timers commit transactions that change nothing).
-        if wal.quiet() {
-            if let Some(frames) = checkpoint() {
-                wal.after_quiet_checkpoint(frames);
-            }
+        if let Some(version) = data_version()
+            && wal.committed(version)
+        {
+            nudge.warmed.fetch_add(1, Ordering::Relaxed);
         }
         let due = Instant::now() + CHECKPOINT_EVERY;
         loop {
@@ -1159,8 +1174,8 @@ fn checkpoint_loop(conn: &Connection, nudges: &Receiver<CheckpointMsg>, nudge: &
             }
         }
         nudge.taken();
-        if let Some(frames) = checkpoint() {
-            wal.after_checkpoint(frames);
+        if let Some((frames, copied)) = checkpoint() {
+            wal.checkpointed(frames, copied);
         }
     }
 }
@@ -1169,18 +1184,15 @@ fn checkpoint_loop(conn: &Connection, nudges: &Receiver<CheckpointMsg>, nudge: &
 const WAL_HEADER_BYTES: u64 = 32;
 /// Bytes of a WAL frame's header, before its page.
 const WAL_FRAME_HEADER_BYTES: u64 = 24;
-/// A spell without commits after which the WAL may have left the page cache (shorter in
-/// tests, which cannot wait that long).
+/// A spell without commits that changed the database after which the WAL may have left the
+/// page cache (shorter in tests, which cannot wait that long).
 const WAL_QUIET: Duration = if cfg!(test) {
     Duration::from_secs(1)
 } else {
     Duration::from_secs(10)
 };
-/// The fewest frames read back after a quiet spell: 256 frames of 4 KiB pages, 1 MiB.
+/// The fewest frames planned for, read back twice over: 256 frames of 4 KiB pages, 2 MiB.
 const WAL_MIN_FRAMES: u64 = 256;
-/// Bytes per `POSIX_FADV_WILLNEED`: the kernel reads at most its read-ahead window (128 KiB
-/// by default) of what one call names, so a longer stretch is named in parts of this size.
-const WAL_ADVICE_BYTES: u64 = 128 << 10;
 
 /// Has the WAL read back into the page cache after a quiet spell, ahead of the commits.
 ///
@@ -1191,15 +1203,17 @@ const WAL_ADVICE_BYTES: u64 = 128 << 10;
 /// the WAL: memory pressure, or a proactive reclaimer such as DAMON's, which virtual machines
 /// run to hand idle memory back to the host (on the machines of docs/benchmarks.md it pages
 /// out what went a minute unused). Then every commit of the first pass over the WAL waited
-/// for reads: 1.4 reads of 4 KiB a call at one connection, for the 3,000 calls after a
+/// for reads: 1.5–2.2 reads of 4 KiB a call at one connection, for the 3,000 calls after a
 /// 90-second pause.
 ///
-/// So the first commit to write to the WAL after a quiet spell has the stretch the commits
-/// are likely to write read back at once, asynchronously (`POSIX_FADV_WILLNEED`): from the
-/// start (where they write next: the spell's last checkpoint copied every frame), twice the
-/// most frames the WAL held at a checkpoint of the last busy spell, at most the file. Pages
-/// still cached cost a lookup each. Busy, nothing is done; idle, nothing runs. Written by
-/// hand: SQLite has no such setting.
+/// So at the first commit that changes the database after a quiet spell (its nudge; the
+/// gateway's timers commit transactions that change nothing, which `PRAGMA data_version`
+/// does not count) the checkpointer has the stretch the commits are likely to write read back
+/// at once, in the background (`POSIX_FADV_WILLNEED`): from where they write next (the WAL's
+/// start when the last checkpoint copied every frame, else its end), twice the most frames
+/// it held at a checkpoint of the last busy spell, at most the file. Pages still cached cost
+/// a lookup each. Busy, nothing is done; idle, nothing runs. Written by hand: SQLite has no
+/// such setting.
 struct WalWarmth {
     /// The WAL file (`None` for a database without a file).
     path: Option<std::path::PathBuf>,
@@ -1207,11 +1221,12 @@ struct WalWarmth {
     frame: u64,
     /// The most frames the WAL held at a checkpoint since the last quiet spell.
     peak: u64,
-    /// The frames in the WAL at the last checkpoint: a checkpoint that finds another number
-    /// found commits that wrote to it.
-    frames: Option<u64>,
-    /// When a checkpoint last found commits that wrote to the WAL.
-    written: Instant,
+    /// Where the next commit writes in the WAL, as the last checkpoint left it (bytes).
+    next: u64,
+    /// The database's `data_version` at the last nudge.
+    version: Option<i64>,
+    /// When a nudge last found the database changed.
+    changed: Instant,
 }
 
 impl WalWarmth {
@@ -1229,51 +1244,49 @@ impl WalWarmth {
                 .map(|path| format!("{path}-wal").into()),
             frame: WAL_FRAME_HEADER_BYTES + page,
             peak: 0,
-            frames: None,
-            written: Instant::now(),
+            next: 0,
+            version: None,
+            changed: Instant::now(),
         }
     }
 
-    /// Whether no checkpoint has found commits that wrote to the WAL for [`WAL_QUIET`].
-    fn quiet(&self) -> bool {
-        self.written.elapsed() >= WAL_QUIET
-    }
-
-    /// A checkpoint left `frames` in the WAL; answers whether commits wrote to it since the
-    /// last one.
-    fn after_checkpoint(&mut self, frames: u64) -> bool {
-        let wrote = self.frames.replace(frames) != Some(frames);
-        if wrote {
-            self.written = Instant::now();
-            self.peak = self.peak.max(frames);
+    /// A nudge, with the database's `data_version` then: when it changed after a quiet
+    /// spell, the stretch the commits are likely to write is read back. Answers whether it
+    /// was.
+    fn committed(&mut self, version: i64) -> bool {
+        if self.version.replace(version) == Some(version) {
+            return false;
         }
-        wrote
-    }
-
-    /// A checkpoint run at the first commit after a quiet spell: if that commit wrote to the
-    /// WAL, the stretch the commits are likely to write is read back.
-    fn after_quiet_checkpoint(&mut self, frames: u64) {
-        let peak = self.peak;
-        if self.after_checkpoint(frames) {
-            self.peak = frames;
-            self.warm(peak);
+        let quiet = self.changed.elapsed() >= WAL_QUIET;
+        self.changed = Instant::now();
+        if !quiet {
+            return false;
         }
-    }
-
-    /// Has the WAL read back from its start, twice `peak` frames (at least
-    /// [`WAL_MIN_FRAMES`]), at most the file (a lookup a page where it is still cached).
-    fn warm(&self, peak: u64) {
-        let frames = peak.max(WAL_MIN_FRAMES);
-        let stretch = WAL_HEADER_BYTES.saturating_add(frames.saturating_mul(2).saturating_mul(self.frame));
+        let frames = std::mem::take(&mut self.peak).max(WAL_MIN_FRAMES);
+        let stretch = frames.saturating_mul(2).saturating_mul(self.frame);
         // Opened each time: SQLite creates and removes the file as it needs. Closing it
         // releases no lock of SQLite's: closing any handle drops the process's POSIX locks on
         // that file, but SQLite locks only the database file and the `-shm` file, never the
         // WAL.
         let Some(file) = self.path.as_ref().and_then(|path| std::fs::File::open(path).ok()) else {
-            return;
+            return false;
         };
         let length = file.metadata().map_or(0, |m| m.len());
-        advise_will_need(&file, 0, stretch.min(length));
+        let from = self.next.min(length);
+        advise_will_need(&file, from, stretch.min(length - from));
+        true
+    }
+
+    /// A checkpoint left `frames` in the WAL, `copied` of them copied back.
+    fn checkpointed(&mut self, frames: u64, copied: u64) {
+        self.peak = self.peak.max(frames);
+        // Every frame copied: the next commit starts the WAL over (unless a reader still
+        // reads it, when it writes at the end as otherwise).
+        self.next = if copied >= frames {
+            0
+        } else {
+            WAL_HEADER_BYTES.saturating_add(frames.saturating_mul(self.frame))
+        };
     }
 }
 
@@ -1281,6 +1294,9 @@ impl WalWarmth {
 /// background; best effort.
 #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
 fn advise_will_need(file: &std::fs::File, offset: u64, bytes: u64) {
+    /// Bytes per `POSIX_FADV_WILLNEED`: the kernel reads at most its read-ahead window (128
+    /// KiB by default) of what one call names, so a longer stretch is named in parts.
+    const WAL_ADVICE_BYTES: u64 = 128 << 10;
     let end = offset.saturating_add(bytes);
     let mut at = offset;
     while at < end {
@@ -1591,6 +1607,7 @@ mod tests {
     }
 
     /// Bytes this thread has had read from the disk (`read_bytes` of `/proc/thread-self/io`).
+    #[cfg(target_os = "linux")]
     fn disk_reads_of_this_thread() -> Option<u64> {
         let io = std::fs::read_to_string("/proc/thread-self/io").ok()?;
         io.lines()
@@ -1599,6 +1616,7 @@ mod tests {
     }
 
     /// A write of a row of 3,000 bytes.
+    #[cfg(target_os = "linux")]
     fn insert_wide(
         k: String,
     ) -> impl FnOnce(&mut SqliteExec<'_, '_>) -> Result<u64, StoreError> + Send + 'static {
@@ -1612,19 +1630,21 @@ mod tests {
 
     /// Commits after a quiet spell read nothing from the disk when the WAL they write has
     /// left the page cache meanwhile: at the spell's first commit the checkpointer has read
-    /// back the stretch the last busy spell wrote, twice over ([`WalWarmth`]). Without it,
-    /// every commit that writes part of an evicted page waits for a read of that page (here
-    /// 10,500 reads of 4 KiB for 2,500 commits). The commits run on this thread
-    /// ([`write_here_when_alone`]), so this thread's disk reads are theirs.
+    /// back the stretch the last busy spell wrote, twice over ([`WalWarmth`]). That first
+    /// commit, before anything was asked, shows what each would do otherwise: wait for reads
+    /// of the pages it writes part of (without the read-back, the 2,500 commits after it read
+    /// 43 MB). The commits run on this thread ([`write_here_when_alone`]), so this thread's
+    /// disk reads are theirs; the read-back is the checkpointer's.
+    #[cfg(target_os = "linux")]
     #[tokio::test]
     async fn commits_after_a_quiet_spell_do_not_read_the_wal_back_from_the_disk() {
         let (dir, sqlite) = store().await;
         write_here_when_alone(Arc::new(AtomicUsize::new(1)));
-        let Some(start) = disk_reads_of_this_thread() else {
+        if disk_reads_of_this_thread().is_none() {
             eprintln!("skipped: no /proc/thread-self/io");
             return;
-        };
-        // A busy spell: a WAL of about 3,000 frames of 4 KiB (12 MiB), never started over.
+        }
+        // A busy spell: a WAL of several MiB.
         for i in 0..3000 {
             sqlite.write(insert_wide(format!("a{i}"))).await.unwrap();
         }
@@ -1633,23 +1653,41 @@ mod tests {
         let wal = std::fs::File::open(dir.path().join("t.db-wal")).unwrap();
         rustix::fs::fadvise(&wal, 0, None, rustix::fs::Advice::DontNeed).unwrap();
         let length = wal.metadata().unwrap().len();
+        let probe = disk_reads_of_this_thread().unwrap();
         let mut last = [0u8; 64];
         std::os::unix::fs::FileExt::read_at(&wal, &mut last, length - 64).unwrap();
-        if disk_reads_of_this_thread().unwrap() == start {
+        if disk_reads_of_this_thread().unwrap() == probe {
             eprintln!("skipped: this file system keeps the WAL in memory");
             return;
         }
         tokio::time::sleep(WAL_QUIET).await;
-        // The spell's first commit (it may read: nothing was asked before it), then a burst
-        // over most of the old WAL.
+        let warmed = sqlite.nudge.warmed.load(Ordering::Relaxed);
+        // The spell's first commit reads the pages it writes part of.
+        let before = disk_reads_of_this_thread().unwrap();
         sqlite.write(insert_wide("b".into())).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        let first = disk_reads_of_this_thread().unwrap() - before;
+        assert!(first > 0, "the first commit after eviction read nothing");
+        // Its nudge has the checkpointer read the WAL back.
+        let asked = Instant::now();
+        while sqlite.nudge.warmed.load(Ordering::Relaxed) == warmed {
+            assert!(
+                asked.elapsed() < Duration::from_secs(10),
+                "the WAL was not read back"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // A burst over most of the old WAL.
         let before = disk_reads_of_this_thread().unwrap();
         for i in 0..2500 {
             sqlite.write(insert_wide(format!("c{i}"))).await.unwrap();
         }
+        // Less than the first commit alone (which read about 20 KiB here; without the
+        // read-back the burst read 43 MB): a stray block of the file system's own may be read.
         let read = disk_reads_of_this_thread().unwrap() - before;
-        assert_eq!(read, 0, "2,500 commits had {read} bytes read from the disk");
+        assert!(
+            read < first,
+            "2,500 commits had {read} bytes read from the disk, the first commit alone {first}"
+        );
     }
 
     #[tokio::test]
