@@ -1129,22 +1129,18 @@ fn checkpoint_loop(conn: &Connection, nudges: &Receiver<CheckpointMsg>, nudge: &
     let checkpoint = || {
         let rows = query(&prepared, "PRAGMA wal_checkpoint(PASSIVE)", &[], 1).ok()?;
         let row = rows.first()?;
-        let count = |column| match row.value(column).ok()? {
-            Value::Integer(n) => u64::try_from(*n).ok(),
-            _ => None,
-        };
+        // A busy checkpoint answers -1: `None`.
+        let count = |column| u64::try_from(row.int(column).ok()?).ok();
         Some((count("log")?, count("checkpointed")?))
     };
     // Changes when another connection has committed changes since the last reading (a
     // transaction that changed nothing leaves it alone).
-    let data_version = || match query(&prepared, "PRAGMA data_version", &[], 1)
-        .ok()?
-        .first()?
-        .value("data_version")
-        .ok()?
-    {
-        Value::Integer(version) => Some(*version),
-        _ => None,
+    let data_version = || {
+        query(&prepared, "PRAGMA data_version", &[], 1)
+            .ok()?
+            .first()?
+            .int("data_version")
+            .ok()
     };
     let stopped = |ack: oneshot::Sender<()>| {
         checkpoint();
