@@ -839,8 +839,8 @@ struct Nudge {
     pending: AtomicBool,
     /// Messages sent (for tests).
     sent: AtomicU64,
-    /// Times the checkpointer had the WAL read back ([`WalWarmth`]; for tests).
-    warmed: AtomicU64,
+    /// Read-backs of the WAL finished ([`WalWarmth`]; for tests).
+    warmed: Arc<AtomicU64>,
 }
 
 impl Nudge {
@@ -849,7 +849,7 @@ impl Nudge {
             checkpointer,
             pending: AtomicBool::new(false),
             sent: AtomicU64::new(0),
-            warmed: AtomicU64::new(0),
+            warmed: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -1122,7 +1122,7 @@ async fn stop<M>(queue: &SyncSender<M>, mut msg: M) -> bool {
 /// ([`WalWarmth`]).
 fn checkpoint_loop(conn: &Connection, nudges: &Receiver<CheckpointMsg>, nudge: &Nudge) {
     let prepared = Prepared::new(conn);
-    let mut wal = WalWarmth::of(conn);
+    let mut wal = WalWarmth::of(conn, Arc::clone(&nudge.warmed));
     // The frames in the WAL when it ran and the frames it had copied, if it ran. A failed
     // checkpoint is retried after the next commit; the writer's own autocheckpoint is the
     // backstop.
@@ -1152,10 +1152,8 @@ fn checkpoint_loop(conn: &Connection, nudges: &Receiver<CheckpointMsg>, nudge: &
             Ok(CheckpointMsg::Stop(ack)) => return stopped(ack),
             Err(_) => return,
         }
-        if let Some(version) = data_version()
-            && wal.committed(version)
-        {
-            nudge.warmed.fetch_add(1, Ordering::Relaxed);
+        if let Some(version) = data_version() {
+            wal.committed(version);
         }
         let due = Instant::now() + CHECKPOINT_EVERY;
         loop {
@@ -1204,12 +1202,12 @@ const WAL_MIN_FRAMES: u64 = 256;
 ///
 /// So at the first commit that changes the database after a quiet spell (its nudge; the
 /// gateway's timers commit transactions that change nothing, which `PRAGMA data_version`
-/// does not count) the checkpointer has the stretch the commits are likely to write read back
-/// at once, in the background (`POSIX_FADV_WILLNEED`): from where they write next (the WAL's
-/// start when the last checkpoint copied every frame, else its end), twice the most frames
-/// it held at a checkpoint of the last busy spell, at most the file. Pages still cached cost
-/// a lookup each. Busy, nothing is done; idle, nothing runs. Written by hand: SQLite has no
-/// such setting.
+/// does not count) the checkpointer has the stretch the commits are likely to write read back,
+/// in the background, by a thread of its own ([`read_back`]): from where they write next (the
+/// WAL's start when the last checkpoint copied every frame, else its end), twice the most
+/// frames it held at a checkpoint of the last busy spell, at most the file. Pages still
+/// cached cost a copy each. Busy, nothing is done; idle, nothing runs. Written by hand:
+/// SQLite has no such setting.
 struct WalWarmth {
     /// The WAL file (`None` for a database without a file).
     path: Option<std::path::PathBuf>,
@@ -1223,11 +1221,15 @@ struct WalWarmth {
     version: Option<i64>,
     /// When a nudge last found the database changed.
     changed: Instant,
+    /// A read-back is under way.
+    reading: Arc<AtomicBool>,
+    /// Read-backs finished (for tests).
+    finished: Arc<AtomicU64>,
 }
 
 impl WalWarmth {
     /// For the WAL of `conn`'s database.
-    fn of(conn: &Connection) -> Self {
+    fn of(conn: &Connection, finished: Arc<AtomicU64>) -> Self {
         let page = conn
             .query_row("PRAGMA page_size", [], |row| row.get::<_, i64>(0))
             .ok()
@@ -1243,20 +1245,21 @@ impl WalWarmth {
             next: 0,
             version: None,
             changed: Instant::now(),
+            reading: Arc::new(AtomicBool::new(false)),
+            finished,
         }
     }
 
     /// A nudge, with the database's `data_version` then: when it changed after a quiet
-    /// spell, the stretch the commits are likely to write is read back. Answers whether it
-    /// was.
-    fn committed(&mut self, version: i64) -> bool {
+    /// spell, the stretch the commits are likely to write is read back.
+    fn committed(&mut self, version: i64) {
         if self.version.replace(version) == Some(version) {
-            return false;
+            return;
         }
         let quiet = self.changed.elapsed() >= WAL_QUIET;
         self.changed = Instant::now();
-        if !quiet {
-            return false;
+        if !quiet || self.reading.swap(true, Ordering::AcqRel) {
+            return;
         }
         let frames = std::mem::take(&mut self.peak).max(WAL_MIN_FRAMES);
         let stretch = frames.saturating_mul(2).saturating_mul(self.frame);
@@ -1265,12 +1268,23 @@ impl WalWarmth {
         // that file, but SQLite locks only the database file and the `-shm` file, never the
         // WAL.
         let Some(file) = self.path.as_ref().and_then(|path| std::fs::File::open(path).ok()) else {
-            return false;
+            self.reading.store(false, Ordering::Release);
+            return;
         };
         let length = file.metadata().map_or(0, |m| m.len());
         let from = self.next.min(length);
-        advise_will_need(&file, from, stretch.min(length - from));
-        true
+        let bytes = stretch.min(length - from);
+        let reading = Arc::clone(&self.reading);
+        let finished = Arc::clone(&self.finished);
+        // A thread of its own, so that a slow disk does not hold up the checkpoints.
+        let started = spawn("warrant-sqlite-wal", move || {
+            read_back(&file, from, bytes);
+            finished.fetch_add(1, Ordering::Relaxed);
+            reading.store(false, Ordering::Release);
+        });
+        if started.is_err() {
+            self.reading.store(false, Ordering::Release);
+        }
     }
 
     /// A checkpoint left `frames` in the WAL, `copied` of them copied back.
@@ -1286,33 +1300,38 @@ impl WalWarmth {
     }
 }
 
-/// Asks the kernel to read `bytes` of `file` from `offset` into the page cache, in the
-/// background; best effort.
-#[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
-fn advise_will_need(file: &std::fs::File, offset: u64, bytes: u64) {
-    /// Bytes per `POSIX_FADV_WILLNEED`: the kernel reads at most its read-ahead window (128
-    /// KiB by default) of what one call names, so a longer stretch is named in parts.
-    const WAL_ADVICE_BYTES: u64 = 128 << 10;
+/// Reads `bytes` of `file` from `offset` into the page cache, one part at a time; best effort.
+///
+/// One part at a time, each waited for, so the commits' writes and flushes are never queued
+/// behind more than one part. Asked all at once (`POSIX_FADV_WILLNEED`, as a first version
+/// did), the whole stretch — up to the 66 MB of a WAL after sustained load — was queued at
+/// once, and the disk's scheduler, which serves reads before writes, held the commits of the
+/// calls right after the quiet spell behind it. For the same reason the kernel's own
+/// read-ahead is turned off on this handle (`POSIX_FADV_RANDOM`): it would grow each part to
+/// megabytes read ahead.
+#[cfg(unix)]
+fn read_back(file: &std::fs::File, offset: u64, bytes: u64) {
+    /// Bytes read per part.
+    const PART: usize = 256 << 10;
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
+    let _ = rustix::fs::fadvise(file, 0, None, rustix::fs::Advice::Random);
+    let mut buffer = vec![0_u8; PART];
     let end = offset.saturating_add(bytes);
     let mut at = offset;
     while at < end {
-        let part = WAL_ADVICE_BYTES.min(end - at);
-        if rustix::fs::fadvise(
-            file,
-            at,
-            std::num::NonZeroU64::new(part),
-            rustix::fs::Advice::WillNeed,
-        )
-        .is_err()
-        {
+        let want = usize::try_from(end - at).map_or(PART, |left| left.min(PART));
+        let Some(part) = buffer.get_mut(..want) else {
             return;
+        };
+        match std::os::unix::fs::FileExt::read_at(file, part, at) {
+            Ok(0) | Err(_) => return,
+            Ok(read) => at = at.saturating_add(read as u64),
         }
-        at += part;
     }
 }
 
-#[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
-fn advise_will_need(_file: &std::fs::File, _offset: u64, _bytes: u64) {}
+#[cfg(not(unix))]
+fn read_back(_file: &std::fs::File, _offset: u64, _bytes: u64) {}
 
 fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> Result<(), StoreError> {
     std::thread::Builder::new()
@@ -1683,6 +1702,50 @@ mod tests {
         assert!(
             read < first,
             "2,500 commits had {read} bytes read from the disk, the first commit alone {first}"
+        );
+    }
+
+    /// The read-back reads its stretch, and nothing ahead of it: one part at a time, with
+    /// the kernel's read-ahead off. (With read-ahead on, the same reads of 256 KiB had the
+    /// kernel read megabytes ahead of them, queued at once in front of the commits' writes.)
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_read_back_reads_its_stretch_and_nothing_ahead_of_it() {
+        const MIB: u64 = 1 << 20;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wal");
+        let bytes: Vec<u8> = (0..16 * MIB).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        file.sync_all().unwrap();
+        let evict = || rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::DontNeed).unwrap();
+        evict();
+        let Some(probe) = disk_reads_of_this_thread() else {
+            eprintln!("skipped: no /proc/thread-self/io");
+            return;
+        };
+        let mut page = [0_u8; 4096];
+        std::os::unix::fs::FileExt::read_at(&file, &mut page, 15 * MIB).unwrap();
+        if disk_reads_of_this_thread().unwrap() == probe {
+            eprintln!("skipped: this file system keeps the file in memory");
+            return;
+        }
+        evict();
+        let before = disk_reads_of_this_thread().unwrap();
+        read_back(&std::fs::File::open(&path).unwrap(), MIB, 2 * MIB);
+        let read = disk_reads_of_this_thread().unwrap() - before;
+        assert!(
+            (2 * MIB..2 * MIB + 64 * 1024).contains(&read),
+            "a read-back of 2 MiB read {read} bytes from the disk"
+        );
+        // What it read is cached: reading it again reads nothing from the disk.
+        let before = disk_reads_of_this_thread().unwrap();
+        let mut again = vec![0_u8; usize::try_from(2 * MIB).unwrap()];
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut again, MIB).unwrap();
+        assert_eq!(disk_reads_of_this_thread().unwrap(), before);
+        assert_eq!(
+            again.as_slice(),
+            &bytes[usize::try_from(MIB).unwrap()..usize::try_from(3 * MIB).unwrap()]
         );
     }
 
