@@ -1302,35 +1302,39 @@ impl WalWarmth {
 
 /// Reads `bytes` of `file` from `offset` into the page cache, one part at a time; best effort.
 ///
-/// One part at a time, each waited for, so the commits' writes and flushes are never queued
-/// behind more than one part. Asked all at once (`POSIX_FADV_WILLNEED`, as a first version
-/// did), the whole stretch — up to the 66 MB of a WAL after sustained load — was queued at
-/// once, and the disk's scheduler, which serves reads before writes, held the commits of the
-/// calls right after the quiet spell behind it. For the same reason the kernel's own
-/// read-ahead is turned off on this handle (`POSIX_FADV_RANDOM`): it would grow each part to
-/// megabytes read ahead.
-#[cfg(unix)]
+/// Each part is asked for (`POSIX_FADV_WILLNEED`: a read of what is not cached, nothing
+/// copied) and waited for (a one-byte read of its last byte waits until the part's read has
+/// landed), so the commits' writes and flushes never queue behind more than one part. Asked
+/// all at once, as a first version did, the whole stretch — up to the 66 MB of a WAL after
+/// sustained load — was queued at once, and the disk's scheduler, which serves reads before
+/// writes, held the commits of the calls right after the quiet spell behind it for
+/// milliseconds. For the same reason the kernel's own read-ahead is turned off on this handle
+/// (`POSIX_FADV_RANDOM`), so that no read of ours grows into megabytes read ahead.
+#[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
 fn read_back(file: &std::fs::File, offset: u64, bytes: u64) {
-    /// Bytes read per part.
-    const PART: usize = 256 << 10;
-    #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
+    /// Bytes per part: one request of the disk's, about 0.25 ms of reading on the machines of
+    /// docs/benchmarks.md.
+    const PART: u64 = 128 << 10;
     let _ = rustix::fs::fadvise(file, 0, None, rustix::fs::Advice::Random);
-    let mut buffer = vec![0_u8; PART];
     let end = offset.saturating_add(bytes);
     let mut at = offset;
+    let mut last = [0_u8; 1];
     while at < end {
-        let want = usize::try_from(end - at).map_or(PART, |left| left.min(PART));
-        let Some(part) = buffer.get_mut(..want) else {
+        let part = PART.min(end - at);
+        let asked = rustix::fs::fadvise(
+            file,
+            at,
+            std::num::NonZeroU64::new(part),
+            rustix::fs::Advice::WillNeed,
+        );
+        if asked.is_err() || std::os::unix::fs::FileExt::read_at(file, &mut last, at + part - 1).is_err() {
             return;
-        };
-        match std::os::unix::fs::FileExt::read_at(file, part, at) {
-            Ok(0) | Err(_) => return,
-            Ok(read) => at = at.saturating_add(read as u64),
         }
+        at += part;
     }
 }
 
-#[cfg(not(unix))]
+#[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
 fn read_back(_file: &std::fs::File, _offset: u64, _bytes: u64) {}
 
 fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> Result<(), StoreError> {
@@ -1705,9 +1709,10 @@ mod tests {
         );
     }
 
-    /// The read-back reads its stretch, and nothing ahead of it: one part at a time, with
-    /// the kernel's read-ahead off. (With read-ahead on, the same reads of 256 KiB had the
-    /// kernel read megabytes ahead of them, queued at once in front of the commits' writes.)
+    /// The read-back reads its stretch into the page cache, and nothing ahead of it (the
+    /// kernel's read-ahead would queue megabytes more in front of the commits' writes; a
+    /// first try that read its parts with `pread` and left read-ahead on read 7.6 MB for
+    /// these 2 MiB).
     #[cfg(target_os = "linux")]
     #[test]
     fn the_read_back_reads_its_stretch_and_nothing_ahead_of_it() {
