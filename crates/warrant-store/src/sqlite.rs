@@ -1206,7 +1206,7 @@ const WAL_MIN_FRAMES: u64 = 256;
 /// in the background, by a thread of its own ([`read_back`]): from where they write next (the
 /// WAL's start when the last checkpoint copied every frame, else its end), twice the most
 /// frames it held at a checkpoint of the last busy spell, at most the file. Pages still
-/// cached cost a copy each. Busy, nothing is done; idle, nothing runs. Written by hand:
+/// cached cost a lookup each. Busy, nothing is done; idle, nothing runs. Written by hand:
 /// SQLite has no such setting.
 struct WalWarmth {
     /// The WAL file (`None` for a database without a file).
