@@ -1634,6 +1634,24 @@ mod tests {
             .and_then(|n| n.trim().parse().ok())
     }
 
+    /// Drops `file` from the page cache, as a reclaimer makes it leave; answers whether reading
+    /// it then reads the disk, as this thread's counts show (probed at `probe_at`, and dropped
+    /// again). `false` without per-thread counts or on a file system that keeps files in
+    /// memory: the tests that need it skip.
+    #[cfg(target_os = "linux")]
+    fn evicted(file: &std::fs::File, probe_at: u64) -> bool {
+        let evict = || rustix::fs::fadvise(file, 0, None, rustix::fs::Advice::DontNeed).unwrap();
+        evict();
+        let Some(before) = disk_reads_of_this_thread() else {
+            return false;
+        };
+        let mut probe = [0_u8; 64];
+        std::os::unix::fs::FileExt::read_at(file, &mut probe, probe_at).unwrap();
+        let reads = disk_reads_of_this_thread() != Some(before);
+        evict();
+        reads
+    }
+
     /// A write of a row of 3,000 bytes.
     #[cfg(target_os = "linux")]
     fn insert_wide(
@@ -1653,30 +1671,21 @@ mod tests {
     /// commit, before anything was asked, shows what each would do otherwise: wait for reads
     /// of the pages it writes part of (without the read-back, the 2,500 commits after it read
     /// 43 MB). The commits run on this thread ([`write_here_when_alone`]), so this thread's
-    /// disk reads are theirs; the read-back is the checkpointer's.
+    /// disk reads are theirs; the read-back runs on a thread of its own ([`read_back`]).
     #[cfg(target_os = "linux")]
     #[tokio::test]
     async fn commits_after_a_quiet_spell_do_not_read_the_wal_back_from_the_disk() {
         let (dir, sqlite) = store().await;
         write_here_when_alone(Arc::new(AtomicUsize::new(1)));
-        if disk_reads_of_this_thread().is_none() {
-            eprintln!("skipped: no /proc/thread-self/io");
-            return;
-        }
         // A busy spell: a WAL of several MiB.
         for i in 0..3000 {
             sqlite.write(insert_wide(format!("a{i}"))).await.unwrap();
         }
         tokio::time::sleep(CHECKPOINT_EVERY * 2).await;
-        // The WAL leaves the page cache, as a reclaimer makes it leave.
+        // The WAL leaves the page cache.
         let wal = std::fs::File::open(dir.path().join("t.db-wal")).unwrap();
-        rustix::fs::fadvise(&wal, 0, None, rustix::fs::Advice::DontNeed).unwrap();
-        let length = wal.metadata().unwrap().len();
-        let probe = disk_reads_of_this_thread().unwrap();
-        let mut last = [0u8; 64];
-        std::os::unix::fs::FileExt::read_at(&wal, &mut last, length - 64).unwrap();
-        if disk_reads_of_this_thread().unwrap() == probe {
-            eprintln!("skipped: this file system keeps the WAL in memory");
+        if !evicted(&wal, wal.metadata().unwrap().len() - 64) {
+            eprintln!("skipped: no per-thread disk reads, or the WAL stays in memory");
             return;
         }
         tokio::time::sleep(WAL_QUIET).await;
@@ -1686,7 +1695,7 @@ mod tests {
         sqlite.write(insert_wide("b".into())).await.unwrap();
         let first = disk_reads_of_this_thread().unwrap() - before;
         assert!(first > 0, "the first commit after eviction read nothing");
-        // Its nudge has the checkpointer read the WAL back.
+        // Its nudge has the WAL read back.
         let asked = Instant::now();
         while sqlite.nudge.warmed.load(Ordering::Relaxed) == warmed {
             assert!(
@@ -1723,19 +1732,10 @@ mod tests {
         std::fs::write(&path, &bytes).unwrap();
         let file = std::fs::File::open(&path).unwrap();
         file.sync_all().unwrap();
-        let evict = || rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::DontNeed).unwrap();
-        evict();
-        let Some(probe) = disk_reads_of_this_thread() else {
-            eprintln!("skipped: no /proc/thread-self/io");
-            return;
-        };
-        let mut page = [0_u8; 4096];
-        std::os::unix::fs::FileExt::read_at(&file, &mut page, 15 * MIB).unwrap();
-        if disk_reads_of_this_thread().unwrap() == probe {
-            eprintln!("skipped: this file system keeps the file in memory");
+        if !evicted(&file, 15 * MIB) {
+            eprintln!("skipped: no per-thread disk reads, or the file stays in memory");
             return;
         }
-        evict();
         let before = disk_reads_of_this_thread().unwrap();
         read_back(&std::fs::File::open(&path).unwrap(), MIB, 2 * MIB);
         let read = disk_reads_of_this_thread().unwrap() - before;
