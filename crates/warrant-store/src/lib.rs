@@ -20,7 +20,7 @@ pub mod testing;
 use time::OffsetDateTime;
 
 pub use memory::MemoryStore;
-pub use sql::{DatabaseUrl, SqlStore, StoreOptions};
+pub use sql::{DatabaseUrl, NEW_DATABASE_PAGE_BYTES, SqlStore, StoreOptions};
 pub use sqlite::{OVERLOADED_METRIC, deliver_answers_here, write_here_when_alone, writes_here_when_alone};
 pub use warrant_core::records::*;
 pub use warrant_core::store::{Store, StoreError};

@@ -150,6 +150,20 @@ impl std::fmt::Debug for SqlStore {
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
+/// The page size of a database the store creates, in bytes (SQLite's default is 4,096).
+///
+/// A commit logs every page it changed, whole, to the WAL, and a call's commit changes a page
+/// of each b-tree its ledger row enters: the ledger, its key index, its two listing indexes,
+/// and the budget counter it charges — five or six pages for a row of a few hundred bytes.
+/// Halving the page nearly halves what each commit writes, checksums and has synced (a read
+/// call's row and its budget charge: 24 KiB at 4 KiB pages, 14 KiB at 2 KiB), and that
+/// writing is most of a commit's cost: 0.89–0.98× the server CPU per call in the load bench
+/// (docs/benchmarks.md). Rows still fit a page three to a leaf, so the file grows 6% more per
+/// row; 1 KiB pages wrote less again but left a third of each table leaf empty, and cost no
+/// less. A database created before keeps its page size: SQLite changes it only by rewriting
+/// the file (docs/store.md).
+pub const NEW_DATABASE_PAGE_BYTES: u32 = 2048;
+
 /// SQLite reader threads: reads are short and the writer is the bottleneck, so a few suffice:
 /// `max_connections`, capped by the cores clamped to 2..=4.
 fn sqlite_readers(options: &StoreOptions) -> usize {
@@ -183,6 +197,7 @@ impl SqlStore {
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(10))
             .create_if_missing(true)
+            .page_size(NEW_DATABASE_PAGE_BYTES)
             .disable_statement_logging()
             .connect()
             .await

@@ -80,11 +80,19 @@ async fn sqlite_version_3_with_rows_migrates() {
         sqlx::query(INSERT_IDEMPOTENCY).execute(&mut conn).await.unwrap();
         conn.close().await.unwrap();
     }
-    let store = SqlStore::open(&DatabaseUrl::Sqlite(db), &StoreOptions::default())
+    let store = SqlStore::open(&DatabaseUrl::Sqlite(db.clone()), &StoreOptions::default())
         .await
         .unwrap();
     the_old_rows_are_claimable(&store).await;
     store.close().await;
+    // It keeps the page size it was created with (SQLite's default then), which only
+    // rewriting the file could change; new databases get smaller pages.
+    let page: u32 = rusqlite::Connection::open(&db)
+        .unwrap()
+        .query_row("PRAGMA page_size", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(page, 4096);
+    assert_ne!(page, NEW_DATABASE_PAGE_BYTES);
 }
 
 #[tokio::test]
@@ -118,6 +126,81 @@ async fn postgres_version_3_with_rows_migrates() {
     db.drop_schema().await;
 }
 
+/// A ledger row as a call writes it, the `n`th of a run started at `start`.
+fn call_row(n: i64, start: OffsetDateTime) -> LedgerEntry {
+    let at = start + time::Duration::milliseconds(n);
+    let mut entry = LedgerEntry::new(
+        format!("led_{n:08}"),
+        "acme",
+        "agent-7",
+        &format!("trace-{n}"),
+        "lookup_order",
+        at,
+    );
+    entry.contract_id = Some("lookup_order@sha256:aa".into());
+    entry.decision = LedgerDecision::Allow;
+    entry.outcome = Some(Outcome::Committed);
+    entry.arguments = Some(serde_json::json!({"order_id": format!("ord_{n}")}));
+    entry
+}
+
+/// The page size of the WAL of `db`, and of its frames since it last started over how many
+/// there are and how many end a commit (read from the frames' headers: a frame of the current
+/// pass carries the WAL header's salts; a commit's last frame, the database's size).
+fn wal_pass(db: &Path) -> (u32, usize, usize) {
+    let wal = std::fs::read(db.with_extension("db-wal")).unwrap();
+    let word = |at: usize| u32::from_be_bytes(wal[at..at + 4].try_into().unwrap());
+    let page = word(8);
+    let frame = 24 + page as usize;
+    let (mut frames, mut commits) = (0, 0);
+    let mut at = 32;
+    while at + frame <= wal.len() && wal[at + 8..at + 16] == wal[16..24] {
+        frames += 1;
+        if word(at + 4) != 0 {
+            commits += 1;
+        }
+        at += frame;
+    }
+    (page, frames, commits)
+}
+
+/// What a call's commit writes: every page it changed, whole, to the WAL — a page of each
+/// b-tree its ledger row enters (the ledger, its key index, its two listing indexes). A new
+/// database has pages of `NEW_DATABASE_PAGE_BYTES`, so a row's commit logs under 12 KiB
+/// (10 KiB; at SQLite's default 4 KiB pages, 18 KiB).
+#[tokio::test]
+async fn a_ledger_rows_commit_logs_under_12_kib_to_a_new_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("warrant.db");
+    let store = SqlStore::open(&DatabaseUrl::Sqlite(db.clone()), &StoreOptions::default())
+        .await
+        .unwrap();
+    let start = OffsetDateTime::now_utc();
+    for n in 0..300 {
+        store.insert_ledger(&call_row(n, start)).await.unwrap();
+    }
+    // A reader in a transaction keeps the WAL from starting over (at most once more, at the
+    // next commit, if it reads the database file alone), so the commits below stay in it.
+    let reader = rusqlite::Connection::open(&db).unwrap();
+    reader.execute_batch("BEGIN").unwrap();
+    let _: i64 = reader
+        .query_row("SELECT count(*) FROM ledger", [], |row| row.get(0))
+        .unwrap();
+    for n in 300..800 {
+        store.insert_ledger(&call_row(n, start)).await.unwrap();
+    }
+    let (page, frames, commits) = wal_pass(&db);
+    drop(reader);
+    store.close().await;
+    assert_eq!(page, NEW_DATABASE_PAGE_BYTES);
+    assert!(commits >= 499, "{commits} commits in the WAL");
+    let bytes = frames * (24 + page as usize) / commits;
+    assert!(
+        bytes < 12 * 1024,
+        "{bytes} bytes logged a commit ({frames} frames of {page}-byte pages, {commits} commits)"
+    );
+}
+
 /// The pages a call's ledger row is written to: its listing indexes and its index of
 /// unresolved rows.
 ///
@@ -135,20 +218,7 @@ async fn a_ledger_row_is_written_to_as_few_pages_as_its_queries_need() {
         .unwrap();
     let start = OffsetDateTime::now_utc();
     for n in 0..1_500_i64 {
-        let at = start + time::Duration::milliseconds(n);
-        let mut entry = LedgerEntry::new(
-            format!("led_{n:08}"),
-            "acme",
-            "agent-7",
-            &format!("trace-{n}"),
-            "lookup_order",
-            at,
-        );
-        entry.contract_id = Some("lookup_order@sha256:aa".into());
-        entry.decision = LedgerDecision::Allow;
-        entry.outcome = Some(Outcome::Committed);
-        entry.arguments = Some(serde_json::json!({"order_id": format!("ord_{n}")}));
-        store.insert_ledger(&entry).await.unwrap();
+        store.insert_ledger(&call_row(n, start)).await.unwrap();
     }
     store.close().await;
     let conn = rusqlite::Connection::open(&db).unwrap();
