@@ -144,6 +144,23 @@ fn call_row(n: i64, start: OffsetDateTime) -> LedgerEntry {
     entry
 }
 
+/// A new SQLite store (its directory, database file and first row's time) with `rows` ledger
+/// rows written as calls write them.
+async fn a_new_store_with_rows(
+    rows: i64,
+) -> (tempfile::TempDir, std::path::PathBuf, SqlStore, OffsetDateTime) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("warrant.db");
+    let store = SqlStore::open(&DatabaseUrl::Sqlite(db.clone()), &StoreOptions::default())
+        .await
+        .unwrap();
+    let start = OffsetDateTime::now_utc();
+    for n in 0..rows {
+        store.insert_ledger(&call_row(n, start)).await.unwrap();
+    }
+    (dir, db, store, start)
+}
+
 /// The page size of the WAL of `db`, and of its frames since it last started over how many
 /// there are and how many end a commit (read from the frames' headers: a frame of the current
 /// pass carries the WAL header's salts; a commit's last frame, the database's size).
@@ -170,15 +187,7 @@ fn wal_pass(db: &Path) -> (u32, usize, usize) {
 /// (10 KiB; at SQLite's default 4 KiB pages, 18 KiB).
 #[tokio::test]
 async fn a_ledger_rows_commit_logs_under_12_kib_to_a_new_database() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("warrant.db");
-    let store = SqlStore::open(&DatabaseUrl::Sqlite(db.clone()), &StoreOptions::default())
-        .await
-        .unwrap();
-    let start = OffsetDateTime::now_utc();
-    for n in 0..300 {
-        store.insert_ledger(&call_row(n, start)).await.unwrap();
-    }
+    let (_dir, db, store, start) = a_new_store_with_rows(300).await;
     // A reader in a transaction keeps the WAL from starting over (at most once more, at the
     // next commit, if it reads the database file alone), so the commits below stay in it.
     let reader = rusqlite::Connection::open(&db).unwrap();
@@ -211,15 +220,7 @@ async fn a_ledger_rows_commit_logs_under_12_kib_to_a_new_database() {
 /// what this reads (SQLite's `dbstat`).
 #[tokio::test]
 async fn a_ledger_row_is_written_to_as_few_pages_as_its_queries_need() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("warrant.db");
-    let store = SqlStore::open(&DatabaseUrl::Sqlite(db.clone()), &StoreOptions::default())
-        .await
-        .unwrap();
-    let start = OffsetDateTime::now_utc();
-    for n in 0..1_500_i64 {
-        store.insert_ledger(&call_row(n, start)).await.unwrap();
-    }
+    let (_dir, db, store, _) = a_new_store_with_rows(1_500).await;
     store.close().await;
     let conn = rusqlite::Connection::open(&db).unwrap();
     // A write's `attempting` row enters every index of unresolved rows and leaves it when it
