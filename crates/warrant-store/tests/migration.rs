@@ -1,7 +1,13 @@
 //! Migrations apply to a database that already holds rows: a store at version 3 (before the
 //! per-row reconciliation schedule) with unresolved ledger rows is opened by this version, and
 //! its rows are claimable, due as before.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, reason = "tests")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "tests"
+)]
 
 use std::path::Path;
 use std::time::Duration;
