@@ -785,24 +785,55 @@ fn load_average() -> f64 {
 
 /// Adds `rows` ledger rows (spread over the last 30 days, with arguments like the bench's) to
 /// the running server's SQLite database, through a connection of its own, in one transaction.
+///
+/// Their ids are ULIDs of their own times, as the gateway gives them, so a call's new row
+/// lands at the right edge of the key index, after every older one. (Ids of another shape —
+/// `led_pre_…` until 2026-12-06 — sorted after every new ULID, so each call's row went into
+/// the middle of that index, where a full leaf is split by sharing it with its neighbours:
+/// a cost no real ledger has.)
 fn preload_ledger(server: &Server, rows: u64) {
-    let conn = rusqlite::Connection::open(server.dir.path().join("data").join("warrant.db")).unwrap();
+    let mut conn = rusqlite::Connection::open(server.dir.path().join("data").join("warrant.db")).unwrap();
     conn.busy_timeout(Duration::from_secs(30)).unwrap();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
-        .as_millis() as i64;
+        .as_millis() as u64;
     // Spread over the last 30 days, whatever the number of rows.
     let step = (30 * 86_400_000 / rows.max(1)).max(1);
-    let sql = format!(
-        "INSERT INTO ledger (id, tenant, principal, trace_id, tool, contract_id, payload_digest, decision, \
-         attempts, outcome, created_at, updated_at, latency_ms, cost, arguments) \
-         WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < {rows}) \
-         SELECT printf('led_pre_%012d', n), 'demo', 'demo-agent', printf('%032x', n), 'lookup_order', \
-         'lookup_order@sha256:pre', 'sha256:pre', 'allow', 1, 'committed', {now} - n * {step}, {now} - n * {step}, \
-         3, 0, '{{\"order_id\":\"ord_' || n || '\"}}' FROM s"
-    );
-    conn.execute_batch(&format!("BEGIN; {sql}; COMMIT;")).unwrap();
+    let tx = conn.transaction().unwrap();
+    {
+        let mut insert = tx
+            .prepare(
+                "INSERT INTO ledger (id, tenant, principal, trace_id, tool, contract_id, payload_digest, \
+                 decision, attempts, outcome, created_at, updated_at, latency_ms, cost, arguments) \
+                 VALUES (?1, 'demo', 'demo-agent', ?2, 'lookup_order', 'lookup_order@sha256:pre', \
+                 'sha256:pre', 'allow', 1, 'committed', ?3, ?3, 3, 0, ?4)",
+            )
+            .unwrap();
+        for n in 1..=rows {
+            let at = now - n * step;
+            insert
+                .execute(rusqlite::params![
+                    format!("led_{}", ulid_text(at, u128::from(n))),
+                    format!("{n:032x}"),
+                    at as i64,
+                    format!(r#"{{"order_id":"ord_{n}"}}"#),
+                ])
+                .unwrap();
+        }
+    }
+    tx.commit().unwrap();
+}
+
+/// A ULID as the gateway writes it (Crockford's base32, lower case) of a time in ms and the
+/// low 80 bits of `entropy`.
+fn ulid_text(ms: u64, entropy: u128) -> String {
+    const ALPHABET: &[u8; 32] = b"0123456789abcdefghjkmnpqrstvwxyz";
+    let value = (u128::from(ms) << 80) | (entropy & ((1 << 80) - 1));
+    (0..26)
+        .rev()
+        .map(|i| char::from(ALPHABET[((value >> (5 * i)) & 31) as usize]))
+        .collect()
 }
 
 /// Waits `WARRANT_LOAD_PAUSE` seconds, if set, so the server can be inspected.
