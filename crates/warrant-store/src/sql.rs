@@ -157,8 +157,9 @@ static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migratio
 /// and the budget counter it charges — five or six pages for a row of a few hundred bytes.
 /// Halving the page nearly halves what each commit writes, checksums and has synced (a read
 /// call's row and its budget charge: 24 KiB at 4 KiB pages, 14 KiB at 2 KiB), and that
-/// writing is most of a commit's cost: 0.89–0.98× the server CPU per call in the load bench
-/// (docs/benchmarks.md). Rows still fit a page three to a leaf, so the file grows 6% more per
+/// writing is most of a commit's cost: 0.89–0.98× the server CPU per call in the load bench,
+/// most at one connection (with a million rows more, the same as before at 16 connections;
+/// docs/benchmarks.md). Rows still fit a page three to a leaf, so the file grows 6% more per
 /// row; 1 KiB pages wrote less again but left a third of each table leaf empty, and cost no
 /// less. A database created before keeps its page size: SQLite changes it only by rewriting
 /// the file (docs/store.md).
