@@ -159,10 +159,10 @@ static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migratio
 /// call's row and its budget charge: 24 KiB at 4 KiB pages, 14 KiB at 2 KiB), and that
 /// writing is most of a commit's cost: 0.89–0.98× the server CPU per call in the load bench,
 /// most at one connection (with a million rows more, the same as before at 16 connections;
-/// docs/benchmarks.md). Rows still fit a page three to a leaf, so the file grows 6% more per
-/// row; 1 KiB pages wrote less again but left a third of each table leaf empty, and cost no
-/// less. A database created before keeps its page size: SQLite changes it only by rewriting
-/// the file (docs/store.md).
+/// docs/benchmarks.md). Rows of a few hundred bytes still fit five to a leaf, so the file
+/// grows 6% more per row; 1 KiB pages wrote less again but left a third of each table leaf
+/// empty, and cost no less. A database created before keeps its page size: SQLite changes it
+/// only by rewriting the file (docs/store.md).
 pub const NEW_DATABASE_PAGE_BYTES: u32 = 2048;
 
 /// SQLite reader threads: reads are short and the writer is the bottleneck, so a few suffice:
