@@ -12,7 +12,8 @@
 //! 3. the server's resident memory (`VmRSS`, split into anonymous and file-backed pages) is read
 //!    at start, when idle after a warm-up, and when idle again after the runs;
 //! 4. each case is driven by N keep-alive HTTP/1.1 connections (hyper's connection-level
-//!    client, one request in flight per connection) for a fixed time: calls/s, latency p50 /
+//!    client, one request in flight per connection, each driven by the task that sends on it,
+//!    as `wrk` drives its connections) for a fixed time: calls/s, latency p50 /
 //!    p99 / max, errors (any answer but the tool's committed result), the server's CPU time per
 //!    call and its peak RSS during the run. The cases (`WARRANT_LOAD_CASES`):
 //!    - `http_read`: `POST /v1/proposals` of the read, no idempotency key;
@@ -464,8 +465,8 @@ impl Target {
 
 type Sender = http1::SendRequest<Full<Bytes>>;
 
-/// What reads and writes a connection's socket (hyper's `Connection`), `None` once it ended.
-type Driver = Option<std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), hyper::Error>> + Send>>>;
+/// What reads and writes a connection's socket.
+type Driver = http1::Connection<TokioIo<tokio::net::TcpStream>, Full<Bytes>>;
 
 /// A keep-alive client connection whose socket is driven by the task that sends on it, as
 /// `wrk` drives each of its connections from one thread: a connection driven by a task of its
@@ -473,7 +474,8 @@ type Driver = Option<std::pin::Pin<Box<dyn std::future::Future<Output = Result<(
 /// client's cost that the latency at one connection counted as the server's.
 struct Link {
     sender: Sender,
-    driver: Driver,
+    /// `None` once the connection ended.
+    driver: Option<Driver>,
 }
 
 impl Link {
@@ -509,7 +511,7 @@ async fn handshake(addr: SocketAddr) -> Result<Link, String> {
         .map_err(|e| e.to_string())?;
     Ok(Link {
         sender,
-        driver: Some(Box::pin(conn)),
+        driver: Some(conn),
     })
 }
 
@@ -814,7 +816,8 @@ fn preload_ledger(server: &Server, rows: u64) {
             let at = now - n * step;
             insert
                 .execute(rusqlite::params![
-                    format!("led_{}", ulid_text(at, u128::from(n))),
+                    // As `SystemEnv::new_id` writes them: `led_` and the ULID in lower case.
+                    format!("led_{}", ulid::Ulid::from_parts(at, u128::from(n))).to_ascii_lowercase(),
                     format!("{n:032x}"),
                     at as i64,
                     format!(r#"{{"order_id":"ord_{n}"}}"#),
@@ -823,17 +826,6 @@ fn preload_ledger(server: &Server, rows: u64) {
         }
     }
     tx.commit().unwrap();
-}
-
-/// A ULID as the gateway writes it (Crockford's base32, lower case) of a time in ms and the
-/// low 80 bits of `entropy`.
-fn ulid_text(ms: u64, entropy: u128) -> String {
-    const ALPHABET: &[u8; 32] = b"0123456789abcdefghjkmnpqrstvwxyz";
-    let value = (u128::from(ms) << 80) | (entropy & ((1 << 80) - 1));
-    (0..26)
-        .rev()
-        .map(|i| char::from(ALPHABET[((value >> (5 * i)) & 31) as usize]))
-        .collect()
 }
 
 /// Waits `WARRANT_LOAD_PAUSE` seconds, if set, so the server can be inspected.

@@ -1185,7 +1185,8 @@ const WAL_QUIET: Duration = if cfg!(test) {
 } else {
     Duration::from_secs(10)
 };
-/// The fewest frames planned for, read back twice over: 256 frames (1 MiB of 2 KiB pages).
+/// The fewest frames planned for, read back twice over: 256 frames (1 MiB at 2 KiB pages,
+/// 2 MiB at 4 KiB).
 const WAL_MIN_FRAMES: u64 = 256;
 
 /// Has the WAL read back into the page cache after a quiet spell, ahead of the commits.
