@@ -117,6 +117,205 @@ fn start_upstream() -> SocketAddr {
     rx.recv().unwrap()
 }
 
+/// Set, this binary is the floor server ([`floor_main`]) for the upstream at this address.
+const FLOOR_UPSTREAM: &str = "WARRANT_LOAD_FLOOR_UPSTREAM";
+/// The floor server's source of its ledger table, indexes and row: the gateway's database.
+const FLOOR_LEDGER_FROM: &str = "WARRANT_LOAD_FLOOR_FROM";
+/// The floor server's own database (created).
+const FLOOR_DATABASE: &str = "WARRANT_LOAD_FLOOR_DATABASE";
+
+/// What the floor server commits for every call: one ledger row as the gateway wrote it.
+struct FloorLedger {
+    db: rusqlite::Connection,
+    insert: String,
+    row: Vec<rusqlite::types::Value>,
+    /// Where in `row` the id goes, and the times.
+    id_at: usize,
+    times: Vec<usize>,
+}
+
+/// The floor of a call at one connection, as a process of its own: what any gateway that
+/// records a call durably must do, and nothing else. It takes an HTTP/1.1 request (hyper, one
+/// current-thread runtime, as `warrant serve` runs on two cores), makes the same call to the
+/// upstream on a kept-alive connection, commits one row — the gateway's own ledger table and
+/// indexes, copied from its database, and a row the gateway wrote there, with a new id and
+/// times — to SQLite as the gateway configures it (its page size, WAL, `synchronous=FULL`),
+/// on the thread that serves the request, and answers the upstream's body. No authentication,
+/// parsing, policy, budget or answer of its own: what the gateway's p50 and CPU per call are
+/// above this, in the same run, is the gateway's own work.
+fn floor_main(upstream: SocketAddr, from: &Path, database: &Path) {
+    let source =
+        rusqlite::Connection::open_with_flags(from, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    source.busy_timeout(Duration::from_secs(30)).unwrap();
+    let page_size: i64 = source.query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap();
+    let schema: Vec<String> = source
+        .prepare(
+            "SELECT sql FROM sqlite_master WHERE tbl_name = 'ledger' AND sql IS NOT NULL \
+             ORDER BY type = 'table' DESC",
+        )
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let mut newest = source
+        .prepare(
+            "SELECT * FROM ledger WHERE tool = 'lookup_order' AND outcome = 'committed' \
+             ORDER BY created_at DESC LIMIT 1",
+        )
+        .unwrap();
+    let columns: Vec<String> = newest.column_names().into_iter().map(str::to_owned).collect();
+    let row: Vec<rusqlite::types::Value> = newest
+        .query_row([], |r| (0..columns.len()).map(|i| r.get(i)).collect())
+        .unwrap();
+    drop(newest);
+    drop(source);
+    let db = rusqlite::Connection::open(database).unwrap();
+    db.pragma_update(None, "page_size", page_size).unwrap();
+    let mode: String = db
+        .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    db.pragma_update(None, "synchronous", "FULL").unwrap();
+    for sql in &schema {
+        db.execute_batch(sql).unwrap();
+    }
+    let place = |name: &str| columns.iter().position(|c| c == name).unwrap();
+    let ledger = FloorLedger {
+        insert: format!(
+            "INSERT INTO ledger ({}) VALUES ({})",
+            columns.join(", "),
+            (1..=columns.len())
+                .map(|i| format!("?{i}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        id_at: place("id"),
+        times: vec![place("created_at"), place("updated_at")],
+        db,
+        row,
+    };
+    let ledger = Arc::new(std::sync::Mutex::new(ledger));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        println!("floor listening on {}", listener.local_addr().unwrap());
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            stream.set_nodelay(true).unwrap();
+            let ledger = ledger.clone();
+            // Each connection its own upstream connection, kept alive.
+            let link = Arc::new(tokio::sync::Mutex::new(None::<Link>));
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |request| {
+                    floor_call(request, upstream, link.clone(), ledger.clone())
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+}
+
+/// One call through the floor server: the upstream's answer, once its row is durable.
+async fn floor_call(
+    request: Request<hyper::body::Incoming>,
+    upstream: SocketAddr,
+    link: Arc<tokio::sync::Mutex<Option<Link>>>,
+    ledger: Arc<std::sync::Mutex<FloorLedger>>,
+) -> Result<hyper::Response<Full<Bytes>>, String> {
+    request.into_body().collect().await.map_err(|e| e.to_string())?;
+    let forwarded = Request::post("/orders")
+        .header(HOST, "127.0.0.1")
+        .header(CONTENT_TYPE, "application/json")
+        .header(AUTHORIZATION, format!("Bearer {TOKEN}"))
+        .body(Full::new(Bytes::from_static(ARGUMENTS.as_bytes())))
+        .map_err(|e| e.to_string())?;
+    let (status, answer) = {
+        let mut link = link.lock().await;
+        if link.as_ref().is_none_or(Link::is_closed) {
+            *link = Some(handshake(upstream).await?);
+        }
+        let Some(link) = link.as_mut() else {
+            return Err("no upstream connection".into());
+        };
+        let (status, _, answer) = send(link, forwarded).await?;
+        (status, answer)
+    };
+    if status != StatusCode::OK {
+        return Err(format!("the upstream answered {status}"));
+    }
+    {
+        let mut ledger = ledger.lock().map_err(|e| e.to_string())?;
+        let FloorLedger {
+            db,
+            insert,
+            row,
+            id_at,
+            times,
+        } = &mut *ledger;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_err(|e| e.to_string())?
+            .as_millis() as i64;
+        row[*id_at] = rusqlite::types::Value::Text(format!("led_{}", ulid::Ulid::new()).to_ascii_lowercase());
+        for &at in times.iter() {
+            row[at] = rusqlite::types::Value::Integer(now);
+        }
+        db.prepare_cached(insert)
+            .and_then(|mut statement| statement.execute(rusqlite::params_from_iter(row.iter())))
+            .map_err(|e| e.to_string())?;
+    }
+    hyper::Response::builder()
+        .header(CONTENT_TYPE, "application/json")
+        .body(Full::new(answer))
+        .map_err(|e| e.to_string())
+}
+
+/// The floor server as a child process; killed when dropped.
+struct Floor {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Floor {
+    /// Starts this binary as the floor server, with its ledger from `server`'s database.
+    fn start(server: &Server, upstream: SocketAddr) -> Floor {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .env(FLOOR_UPSTREAM, upstream.to_string())
+            .env(
+                FLOOR_LEDGER_FROM,
+                server.dir.path().join("data").join("warrant.db"),
+            )
+            .env(FLOOR_DATABASE, server.dir.path().join("floor.db"))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let addr = lines
+            .next()
+            .and_then(Result::ok)
+            .and_then(|line| line.strip_prefix("floor listening on ")?.parse().ok())
+            .expect("the floor server did not start");
+        Floor { child, addr }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Floor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// The release `warrant` binary: `WARRANT_BIN`, else `target/release/warrant`, (re)built first
 /// (cargo does nothing when it is fresh). A failed build falls back to an existing binary.
 fn warrant_binary() -> PathBuf {
@@ -404,6 +603,8 @@ enum Lane {
     Http { write: bool },
     /// `tools/call` on `POST /mcp`; `write`: the write with a fresh `_meta` key per call.
     Mcp { write: bool },
+    /// The floor server ([`floor_main`]), sent what the HTTP read sends.
+    Floor,
 }
 
 /// What one load run sends, and to where.
@@ -422,6 +623,16 @@ impl Target {
         Target {
             addr,
             lane: Lane::Upstream,
+            authorization: HeaderValue::from_str(&format!("Bearer {TOKEN}")).unwrap(),
+            expect: &[r#""status":"paid""#],
+            refuse: &[],
+        }
+    }
+
+    fn floor(addr: SocketAddr) -> Target {
+        Target {
+            addr,
+            lane: Lane::Floor,
             authorization: HeaderValue::from_str(&format!("Bearer {TOKEN}")).unwrap(),
             expect: &[r#""status":"paid""#],
             refuse: &[],
@@ -633,6 +844,12 @@ async fn call(conn: &mut Conn, target: &Target) -> Result<(), String> {
             .header(CONTENT_TYPE, "application/json")
             .header(AUTHORIZATION, target.authorization.clone())
             .body(Full::new(Bytes::from_static(ARGUMENTS.as_bytes())))
+            .map_err(|e| e.to_string())?,
+        Lane::Floor => Request::post("/v1/proposals")
+            .header(HOST, "127.0.0.1")
+            .header(CONTENT_TYPE, "application/json")
+            .header(AUTHORIZATION, target.authorization.clone())
+            .body(Full::new(Bytes::from_static(PROPOSAL.as_bytes())))
             .map_err(|e| e.to_string())?,
         Lane::Http { write } => {
             let mut request = Request::post("/v1/proposals")
@@ -971,6 +1188,9 @@ fn print_header() {
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
 }
 
+/// The floor's row in the tables.
+const FLOOR_LABEL: &str = "the floor: a bare proxy that commits the same ledger row";
+
 fn path_label(case: Option<Case>, server: usize) -> String {
     match (case, server) {
         (None, _) => "upstream directly".to_owned(),
@@ -1000,6 +1220,15 @@ fn measure(
 fn main() {
     // `cargo bench` passes `--bench`; a filter or `--list` from a workspace-wide run is ignored.
     if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    if let Some(upstream) = std::env::var_os(FLOOR_UPSTREAM) {
+        let path = |name: &str| PathBuf::from(std::env::var_os(name).unwrap());
+        floor_main(
+            upstream.to_str().unwrap().parse().unwrap(),
+            &path(FLOOR_LEDGER_FROM),
+            &path(FLOOR_DATABASE),
+        );
         return;
     }
     let secs: u64 = env_or("WARRANT_LOAD_SECS", 10);
@@ -1104,6 +1333,15 @@ fn main() {
     }
     assert!(!targets.is_empty(), "no case succeeded during warm-up");
     rt.block_on(drive(direct.clone(), 16, Duration::from_secs(1)));
+    // The floor of a call at one connection, measured beside the upstream at that level.
+    let floor = levels.contains(&1).then(|| {
+        let floor = Floor::start(&server, upstream);
+        eprintln!("floor server pid {} on {}", floor.pid(), floor.addr);
+        let target = Arc::new(Target::floor(floor.addr));
+        let warm = rt.block_on(drive(target.clone(), 1, Duration::from_secs(1)));
+        assert!(warm.ok > 0, "the floor server failed: {:?}", warm.first_error);
+        (floor, target)
+    });
     std::thread::sleep(Duration::from_secs(2));
     let rss_idle = rss(pid);
     pause_if_asked("idle after warm-up", pid);
@@ -1112,6 +1350,8 @@ fn main() {
     // One `fdatasync` of this disk, probed at the start of every round (the issue's p50 target
     // at one connection is the upstream, one `fdatasync` and Warrant's own work).
     let mut syncs = Vec::with_capacity(rounds);
+    // The floor server's runs (upstream-shaped: `case` is `None`).
+    let mut floors: Vec<Measured> = Vec::new();
     for round in 1..=rounds {
         let sync = fdatasync_ms(server.dir.path());
         eprintln!("round {round}: one fdatasync of this disk takes {sync:.3} ms (median of 200)");
@@ -1130,6 +1370,21 @@ fn main() {
                 peak_rss: None,
                 load,
             });
+            if let (1, Some((floor, target))) = (connections, &floor) {
+                eprintln!("round {round}, 1 connection: the floor, {secs} s …");
+                let load = load_average();
+                let (run, cpu_per_call, peak_rss) = measure(&rt, target, floor.pid(), ticks, 1, duration);
+                floors.push(Measured {
+                    round,
+                    server: 0,
+                    connections,
+                    case: None,
+                    run,
+                    cpu_per_call: Some(cpu_per_call),
+                    peak_rss: Some(peak_rss),
+                    load,
+                });
+            }
             for (case, target) in &targets {
                 let mut both = vec![(0, target, pid)];
                 if let (Some((_, other)), Some(b)) = (
@@ -1196,6 +1451,7 @@ fn main() {
     pause_if_asked("idle after the runs", pid);
     let hwm = status_kb(pid, "VmHWM");
     drop(baseline);
+    drop(floor);
     drop(server);
 
     println!();
@@ -1220,12 +1476,25 @@ fn main() {
             let base = measured
                 .iter()
                 .find(|m| m.round == round && m.connections == connections && m.case.is_none());
-            for m in measured
+            let floor_runs = floors
+                .iter()
+                .filter(|m| m.round == round && m.connections == connections);
+            for (is_floor, m) in measured
                 .iter()
                 .filter(|m| m.round == round && m.connections == connections)
+                .take(1)
+                .map(|m| (false, m))
+                .chain(floor_runs.map(|m| (true, m)))
+                .chain(
+                    measured
+                        .iter()
+                        .filter(|m| m.round == round && m.connections == connections)
+                        .skip(1)
+                        .map(|m| (false, m)),
+                )
             {
-                let (vs_rate, vs_p50) = match (base, m.case) {
-                    (Some(b), Some(_)) => (
+                let (vs_rate, vs_p50) = match (base, m.case.is_some() || is_floor) {
+                    (Some(b), true) => (
                         format!("{:.1}× fewer", b.run.per_sec() / m.run.per_sec()),
                         format!("{:.1}×", m.run.percentile_ms(0.5) / b.run.percentile_ms(0.5)),
                     ),
@@ -1233,7 +1502,11 @@ fn main() {
                 };
                 println!(
                     "| {connections} | {} | {:.0} | {:.2} ms | {:.2} ms | {:.2} ms | {} | {} | {vs_rate} | {vs_p50} | {} | {:.2} |",
-                    path_label(m.case, m.server),
+                    if is_floor {
+                        FLOOR_LABEL.to_owned()
+                    } else {
+                        path_label(m.case, m.server)
+                    },
                     m.run.per_sec(),
                     m.run.percentile_ms(0.50),
                     m.run.percentile_ms(0.99),
@@ -1257,6 +1530,18 @@ fn main() {
         println!("|---|---|---|---|---|---|---|---|---|");
         for &connections in &levels {
             let base = summarize(&measured, 0, connections, None);
+            if let (Some(b), Some(s)) = (base, summarize(&floors, 0, connections, None)) {
+                println!(
+                    "| {connections} | {FLOOR_LABEL} | {:.0} | {:.2} ms | {:.2} ms | {:.2} ms | {} | {} | {:.1}× fewer |",
+                    s.per_sec,
+                    s.p50,
+                    s.p99,
+                    s.max,
+                    s.errors,
+                    us(s.cpu_ms),
+                    b.per_sec / s.per_sec,
+                );
+            }
             let rows = std::iter::once((None, 0))
                 .chain(targets.iter().map(|(c, _)| (Some(*c), 0)))
                 .chain(baseline_targets.iter().map(|(c, _)| (Some(*c), 1)));
@@ -1459,26 +1744,38 @@ fn main() {
     }
     let sync = median(syncs);
     let upstream_p50 = summarize(&measured, 0, 1, None).map_or(f64::NAN, |s| s.p50);
+    let floor_at_one = summarize(&floors, 0, 1, None);
     for case in [Case::McpRead, Case::HttpRead] {
         match at(1, case) {
             // The issue's 0.30 ms is the upstream (0.06 ms), one `fdatasync` (0.13 ms) and
-            // Warrant's own work: what is left of the p50 after this run's upstream and disk.
+            // Warrant's own work: what is left of the p50 after this run's upstream and disk,
+            // and what the p50 and the CPU are above the floor's, measured in the same rounds.
             Some(s) => println!(
-                "- p50 ≤ 0.30 ms at one connection ({}): {} ({:.2} ms: the upstream directly {upstream_p50:.2} ms, one fdatasync {sync:.2} ms, Warrant's own {:.2} ms against the issue's 0.11)",
+                "- p50 ≤ 0.30 ms at one connection ({}): {} ({:.2} ms: the upstream directly {upstream_p50:.2} ms, one fdatasync {sync:.2} ms, Warrant's own {:.2} ms against the issue's 0.11{})",
                 case.name(),
                 verdict(s.p50 <= 0.30),
                 s.p50,
-                s.p50 - upstream_p50 - sync
+                s.p50 - upstream_p50 - sync,
+                floor_at_one.map_or_else(String::new, |f| format!(
+                    "; the floor {:.2} ms and {} of CPU, so above it {:.2} ms and {} ({:.2}× its CPU)",
+                    f.p50,
+                    us(f.cpu_ms),
+                    s.p50 - f.p50,
+                    us(s.cpu_ms - f.cpu_ms),
+                    s.cpu_ms / f.cpu_ms
+                ))
             ),
             None => missing(&format!("{} at one connection", case.name())),
         }
     }
-    for m in &measured {
+    let runs = measured
+        .iter()
+        .map(|m| (m, m.case.map_or("upstream", Case::name)));
+    for (m, name) in runs.chain(floors.iter().map(|m| (m, "floor"))) {
         if let Some(e) = &m.run.first_error {
             println!(
-                "first error (round {}, {}, {} connections): {}",
+                "first error (round {}, {name}, {} connections): {}",
                 m.round,
-                m.case.map_or("upstream", Case::name),
                 m.connections,
                 e.chars().take(300).collect::<String>()
             );
