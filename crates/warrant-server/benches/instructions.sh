@@ -34,8 +34,8 @@ for bin in "$@"; do
     WARRANT_LOAD_CASES=$case_name WARRANT_LOAD_CONNECTIONS=$connections \
     cargo bench -q -p warrant-server --bench load >"$log" 2>&1 &
   bench=$!
-  # The second run of that length is the case itself (the first is the upstream alone).
-  until [ "$(grep -c ", $secs s" "$log" || true)" -ge 2 ]; do
+  # The case's own run (before it: the upstream alone and, at one connection, the floor).
+  until grep -q "connections: $case_name, $secs s" "$log"; do
     kill -0 "$bench" 2>/dev/null || { cat "$log"; exit 1; }
     sleep 1
   done

@@ -27,7 +27,11 @@
 //!    before the cases of each level, and the table gives each case's ratio to it;
 //! 6. at the start of each round, one `fdatasync` of this disk is timed (the median of 200, each
 //!    after a 4 KiB overwrite), so the p50 at one connection can be read as the issue states
-//!    its target: the upstream, one `fdatasync` and Warrant's own work.
+//!    its target: the upstream, one `fdatasync` and Warrant's own work;
+//! 7. at one connection, after the upstream, the floor of a call ([`floor_main`]): this binary
+//!    run again as a bare proxy that makes the same upstream call and commits the same ledger
+//!    row (the gateway's table, indexes and a row it wrote) durably before answering, and
+//!    nothing else; the targets give the gateway's p50 and CPU per call above it.
 //!
 //! Everything shares the machine: the client and the upstream run in this process, the server
 //! in its own, so on a small machine the client's and the upstream's work is part of what is
