@@ -707,20 +707,12 @@ struct Target {
 }
 
 impl Target {
-    fn upstream(addr: SocketAddr) -> Target {
+    /// The upstream directly (`Lane::Upstream`) or the floor (`Lane::Floor`): the order itself
+    /// is the answer.
+    fn bare(addr: SocketAddr, lane: Lane) -> Target {
         Target {
             addr,
-            lane: Lane::Upstream,
-            authorization: HeaderValue::from_str(&format!("Bearer {TOKEN}")).unwrap(),
-            expect: &[r#""status":"paid""#],
-            refuse: &[],
-        }
-    }
-
-    fn floor(addr: SocketAddr) -> Target {
-        Target {
-            addr,
-            lane: Lane::Floor,
+            lane,
             authorization: HeaderValue::from_str(&format!("Bearer {TOKEN}")).unwrap(),
             expect: &[r#""status":"paid""#],
             refuse: &[],
@@ -926,6 +918,21 @@ async fn open(target: &Target) -> Result<Conn, String> {
 async fn call(conn: &mut Conn, target: &Target) -> Result<(), String> {
     conn.calls += 1;
     let key = format!("load-{}-{}", conn.number, conn.calls);
+    let http = |write: bool| {
+        let mut request = Request::post("/v1/proposals")
+            .header(HOST, "127.0.0.1")
+            .header(CONTENT_TYPE, "application/json")
+            .header(AUTHORIZATION, target.authorization.clone());
+        let body = if write {
+            request = request.header("idempotency-key", &key);
+            WRITE_PROPOSAL
+        } else {
+            PROPOSAL
+        };
+        request
+            .body(Full::new(Bytes::from_static(body.as_bytes())))
+            .map_err(|e| e.to_string())
+    };
     let request = match target.lane {
         Lane::Upstream => Request::post("/orders")
             .header(HOST, "127.0.0.1")
@@ -933,27 +940,9 @@ async fn call(conn: &mut Conn, target: &Target) -> Result<(), String> {
             .header(AUTHORIZATION, target.authorization.clone())
             .body(Full::new(Bytes::from_static(ARGUMENTS.as_bytes())))
             .map_err(|e| e.to_string())?,
-        Lane::Floor => Request::post("/v1/proposals")
-            .header(HOST, "127.0.0.1")
-            .header(CONTENT_TYPE, "application/json")
-            .header(AUTHORIZATION, target.authorization.clone())
-            .body(Full::new(Bytes::from_static(PROPOSAL.as_bytes())))
-            .map_err(|e| e.to_string())?,
-        Lane::Http { write } => {
-            let mut request = Request::post("/v1/proposals")
-                .header(HOST, "127.0.0.1")
-                .header(CONTENT_TYPE, "application/json")
-                .header(AUTHORIZATION, target.authorization.clone());
-            let body = if write {
-                request = request.header("idempotency-key", &key);
-                WRITE_PROPOSAL
-            } else {
-                PROPOSAL
-            };
-            request
-                .body(Full::new(Bytes::from_static(body.as_bytes())))
-                .map_err(|e| e.to_string())?
-        }
+        Lane::Http { write } => http(write)?,
+        // The floor is sent what the HTTP read sends.
+        Lane::Floor => http(false)?,
         Lane::Mcp { write } => {
             let id = conn.calls;
             let body = if write {
@@ -1378,7 +1367,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let direct = Arc::new(Target::upstream(upstream));
+    let direct = Arc::new(Target::bare(upstream, Lane::Upstream));
 
     std::thread::sleep(Duration::from_millis(500));
     let rss_start = rss(pid);
@@ -1424,7 +1413,7 @@ fn main() {
     // The floor of a call, measured after the upstream at each level.
     let floor = Floor::start(&server, upstream);
     eprintln!("floor server pid {} on {}", floor.pid(), floor.addr);
-    let floor_target = Arc::new(Target::floor(floor.addr));
+    let floor_target = Arc::new(Target::bare(floor.addr, Lane::Floor));
     let warm = rt.block_on(drive(floor_target.clone(), 16, Duration::from_secs(1)));
     assert!(warm.ok > 0, "the floor server failed: {:?}", warm.first_error);
     std::thread::sleep(Duration::from_secs(2));
@@ -1627,27 +1616,20 @@ fn main() {
                     (Some(b), Some(_)) => format!("{:.1}× fewer", b.per_sec / s.per_sec),
                     _ => String::new(),
                 };
-                println!(
-                    "| {connections} | {} | {:.0} | {:.2} ms | {:.2} ms | {:.2} ms | {} | {} | {vs} |",
-                    path_label(case, server),
-                    s.per_sec,
-                    s.p50,
-                    s.p99,
-                    s.max,
-                    s.errors,
-                    us(s.cpu_ms),
-                );
-                if let (None, Some(b), Some(s)) = (case, base, summarize(&floors, 0, connections, None)) {
+                let row = |label: &str, s: Summary, vs: &str| {
                     println!(
-                        "| {connections} | {FLOOR_LABEL} | {:.0} | {:.2} ms | {:.2} ms | {:.2} ms | {} | {} | {:.1}× fewer |",
+                        "| {connections} | {label} | {:.0} | {:.2} ms | {:.2} ms | {:.2} ms | {} | {} | {vs} |",
                         s.per_sec,
                         s.p50,
                         s.p99,
                         s.max,
                         s.errors,
                         us(s.cpu_ms),
-                        b.per_sec / s.per_sec,
                     );
+                };
+                row(&path_label(case, server), s, &vs);
+                if let (None, Some(b), Some(f)) = (case, base, summarize(&floors, 0, connections, None)) {
+                    row(FLOOR_LABEL, f, &format!("{:.1}× fewer", b.per_sec / f.per_sec));
                 }
             }
         }
