@@ -34,7 +34,7 @@ for bin in "$@"; do
     WARRANT_LOAD_CASES=$case_name WARRANT_LOAD_CONNECTIONS=$connections \
     cargo bench -q -p warrant-server --bench load >"$log" 2>&1 &
   bench=$!
-  # The case's own run (before it: the upstream alone and, at one connection, the floor).
+  # The case's own run (before it at each level: the upstream alone, then the floor).
   until grep -q "connections: $case_name, $secs s" "$log"; do
     kill -0 "$bench" 2>/dev/null || { cat "$log"; exit 1; }
     sleep 1

@@ -74,6 +74,8 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
+use warrant_core::env::Env;
+use warrant_store::SystemEnv;
 
 const LOOKUP: &str = include_str!("../../../examples/contracts/lookup_order.v1.yaml");
 const CREDIT: &str = include_str!("../../../examples/contracts/create_support_credit.v1.yaml");
@@ -156,8 +158,7 @@ impl FloorLedger {
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_err(|e| e.to_string())?
                     .as_millis() as i64;
-                row[*id_at] =
-                    rusqlite::types::Value::Text(format!("led_{}", ulid::Ulid::new()).to_ascii_lowercase());
+                row[*id_at] = rusqlite::types::Value::Text(SystemEnv.new_id("led"));
                 for &at in times.iter() {
                     row[at] = rusqlite::types::Value::Integer(now);
                 }
@@ -1548,26 +1549,21 @@ fn main() {
         }
         print_header();
         for &connections in &levels {
-            let base = measured
-                .iter()
-                .find(|m| m.round == round && m.connections == connections && m.case.is_none());
-            let floor_runs = floors
-                .iter()
-                .filter(|m| m.round == round && m.connections == connections);
-            for (is_floor, m) in measured
-                .iter()
-                .filter(|m| m.round == round && m.connections == connections)
-                .take(1)
+            let here = |m: &&Measured| m.round == round && m.connections == connections;
+            let base = measured.iter().filter(here).find(|m| m.case.is_none());
+            // The upstream, the floor, then the cases.
+            let rows = base
                 .map(|m| (false, m))
-                .chain(floor_runs.map(|m| (true, m)))
+                .into_iter()
+                .chain(floors.iter().filter(here).map(|m| (true, m)))
                 .chain(
                     measured
                         .iter()
-                        .filter(|m| m.round == round && m.connections == connections)
-                        .skip(1)
+                        .filter(here)
+                        .filter(|m| m.case.is_some())
                         .map(|m| (false, m)),
-                )
-            {
+                );
+            for (is_floor, m) in rows {
                 let (vs_rate, vs_p50) = match (base, m.case.is_some() || is_floor) {
                     (Some(b), true) => (
                         format!("{:.1}× fewer", b.run.per_sec() / m.run.per_sec()),
