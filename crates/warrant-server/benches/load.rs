@@ -1410,6 +1410,20 @@ fn main() {
         }
     }
     assert!(!targets.is_empty(), "no case succeeded during warm-up");
+    // The floor copies a read the gateway committed: with only write cases, one read first.
+    if !targets
+        .iter()
+        .any(|(case, _)| matches!(case, Case::HttpRead | Case::McpRead))
+    {
+        let read = Arc::new(Target::gateway(server.addr, &server.agent_key, Case::HttpRead));
+        let warm = rt.block_on(drive(read, 1, Duration::from_millis(200)));
+        assert!(
+            warm.ok > 0,
+            "no read committed for the floor to copy: {:?}",
+            warm.first_error
+        );
+        warm_calls += warm.ok;
+    }
     rt.block_on(drive(direct.clone(), 16, Duration::from_secs(1)));
     // The floor of a call, measured after the upstream at each level.
     let floor = Floor::start(&server, upstream);
