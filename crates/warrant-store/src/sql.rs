@@ -13,7 +13,7 @@
 //! process; no `SQLITE_BUSY` between our own writers), `BEGIN IMMEDIATE` so a transaction
 //! holds the write lock from its first statement, and a few read-only connections that read
 //! concurrently with the writer. Concurrent writes share one commit (group commit, in
-//! `sqlite.rs`): each runs as a savepoint of a batch and is answered once the batch is on
+//! `sqlite.rs`): each runs in a batch's transaction and is answered once the batch is on
 //! disk.
 
 use std::path::{Path, PathBuf};
@@ -284,7 +284,7 @@ macro_rules! write_op {
             Backend::Sqlite(sqlite) => {
                 $(let $owned = $value;)*
                 sqlite
-                    .write(move |$ex: &mut SqliteExec<'_, '_>| crate::sqlite::now(async move { $body }))
+                    .write(move |$ex: &mut SqliteExec<'_, '_>| crate::sqlite::now(async { $body }))
                     .await
             }
             Backend::Postgres(pool) => {
@@ -2064,7 +2064,11 @@ impl Store for SqlStore {
                 // An unknown operation is the runtime's to reconcile before this call's row
                 // says how it ended (see `Store::begin_attempt`).
                 if !matches!(start, AttemptStart::Unknown(_)) {
-                    let row = attempt_row(entry, &start);
+                    // A started call's row is the entry as it is (no copy).
+                    let row = match start {
+                        AttemptStart::Started => std::borrow::Cow::Borrowed(&entry),
+                        _ => std::borrow::Cow::Owned(attempt_row(entry.clone(), &start)),
+                    };
                     ex.execute(INSERT_LEDGER, &ledger_args(&row, &arguments)?).await?;
                 }
                 Ok(start)
@@ -2113,10 +2117,10 @@ impl Store for SqlStore {
             ],
             |ex| {
                 finish_in(ex, &tenant, &ledger_id, scope.as_ref(), &finishing).await?;
-                match step {
+                match &step {
                     Some(step) => {
                         let advanced =
-                            advance_in(ex, &then.tenant, &step, &then.advance, then.handoff.as_ref(), now)
+                            advance_in(ex, &then.tenant, step, &then.advance, then.handoff.as_ref(), now)
                                 .await?;
                         Ok(Some(advanced))
                     }
@@ -2217,27 +2221,29 @@ impl Store for SqlStore {
         let finishing = Finishing::of(finish, now, false)?;
         let arguments = arguments_text(entry);
         let budget = planned(reservations)?;
-        // The arguments go in as `arguments` (serialised once): the closure takes the row
+        // The row as it ends, made before the write is queued (an operation may run again,
+        // so it does not consume what it captures), written in one insert: never `attempting`
+        // (a row that passes through the unresolved indexes costs two more pages in every
+        // commit). The arguments go in as `arguments` (serialised once): the row is made
         // without their tree.
-        write_op!(
-            self,
-            [entry = entry.without_arguments(), finish = finish.clone()],
-            |ex| {
-                if let Some(key) = reserve_all_in(ex, &entry.tenant, &budget).await? {
-                    let row = withheld_row(entry, &key, &finish);
-                    ex.execute(INSERT_LEDGER, &ledger_args(&row, &arguments)?).await?;
-                    notify_in(ex, &Notice::budget(&row.tenant, &key, &row.id, now)).await?;
-                    return Ok(BudgetOutcome::Exhausted { key });
-                }
-                // The row as it ends, in one insert: never `attempting` (a row that passes through
-                // the unresolved indexes costs two more pages in every commit).
-                let row = finished_row(entry, &finish, now)?;
+        let finished = finished_row(entry.without_arguments(), finish, now);
+        let entered = entry.updated_at;
+        write_op!(self, [finish = finish.clone()], |ex| {
+            let row = finished.as_ref().map_err(Clone::clone)?;
+            if let Some(key) = reserve_all_in(ex, &row.tenant, &budget).await? {
+                // What `withheld_row` makes of the entry: of the fields the finished row
+                // changed, it sets all but the update time.
+                let mut row = withheld_row(row.clone(), &key, &finish);
+                row.updated_at = entered;
                 ex.execute(INSERT_LEDGER, &ledger_args(&row, &arguments)?).await?;
-                notify_invocation_in(ex, &row.tenant, &row.id, finish.outcome, now).await?;
-                charge_in(ex, &row.tenant, &finishing.charges).await?;
-                Ok(BudgetOutcome::Granted)
+                notify_in(ex, &Notice::budget(&row.tenant, &key, &row.id, now)).await?;
+                return Ok(BudgetOutcome::Exhausted { key });
             }
-        )
+            ex.execute(INSERT_LEDGER, &ledger_args(row, &arguments)?).await?;
+            notify_invocation_in(ex, &row.tenant, &row.id, finish.outcome, now).await?;
+            charge_in(ex, &row.tenant, &finishing.charges).await?;
+            Ok(BudgetOutcome::Granted)
+        })
     }
 
     async fn get_idempotency(

@@ -9,12 +9,16 @@
 //!
 //! **Group commit.** One writer thread owns the only read-write connection. It takes the first
 //! waiting write, opens `BEGIN IMMEDIATE`, runs it, then runs every further write already
-//! queued (up to [`MAX_BATCH`]) in its own savepoint, and commits once. Each caller is
-//! answered only after that `COMMIT` returned, so **acknowledged means durable**
-//! (`synchronous=FULL`), while writes arriving during one `fsync` share the next. A write
-//! whose operation fails (or asks for a rollback) is rolled back — to its savepoint, or, the
-//! first of a batch, with the whole transaction, which holds only it — and leaves the rest of
-//! the batch alone; a failed `COMMIT` fails every write of the batch.
+//! queued (up to [`MAX_BATCH`]), and commits once. Each caller is answered only after that
+//! `COMMIT` returned, so **acknowledged means durable** (`synchronous=FULL`), while writes
+//! arriving during one `fsync` share the next. A write whose operation fails (or asks for a
+//! rollback, or panics) leaves the rest of the batch alone: the first of a batch is rolled
+//! back with the transaction, which holds only it; a later one, which ran without a savepoint
+//! (writes that fail are rare, and a savepoint copies every page its write touches), has the
+//! transaction rolled back and begun again with the writes before it run again, each in a
+//! savepoint, as every write after it then runs (`replay`). An operation may therefore run
+//! more than once (`FnMut`); its answer is that of its last run. A failed `COMMIT` fails
+//! every write of the batch.
 //!
 //! **Reads** run on a few reader threads, each with a read-only connection (WAL: readers never
 //! wait for the writer), pulling operations from one queue.
@@ -530,7 +534,9 @@ fn closed() -> StoreError {
 
 /// One queued write: its operation, then its answer once the batch's fate is known.
 trait WriteJob: Send {
-    /// Runs the operation; answers whether its changes are to be kept.
+    /// Runs the operation; answers whether its changes are to be kept. A write that was kept
+    /// may run again, once its batch's transaction was rolled back ([`replay`]): its answer
+    /// is that of its last run.
     fn run(&mut self, ex: &mut SqliteExec<'_, '_>) -> bool;
     /// Answers the caller: the operation's result if the batch committed, else `error`.
     fn reply(self: Box<Self>, commit: Result<(), StoreError>);
@@ -539,7 +545,7 @@ trait WriteJob: Send {
 }
 
 struct Job<R, F> {
-    operation: Option<F>,
+    operation: F,
     result: Option<Result<R, StoreError>>,
     answer: oneshot::Sender<Result<R, StoreError>>,
     /// The caller's span, entered while the operation runs on the writer thread.
@@ -558,13 +564,11 @@ fn guarded<R>(operation: impl FnOnce() -> Result<R, StoreError>) -> Result<R, St
 impl<R, F> WriteJob for Job<R, F>
 where
     R: Send,
-    F: FnOnce(&mut SqliteExec<'_, '_>) -> Result<R, StoreError> + Send,
+    F: FnMut(&mut SqliteExec<'_, '_>) -> Result<R, StoreError> + Send,
 {
     fn run(&mut self, ex: &mut SqliteExec<'_, '_>) -> bool {
-        let Some(operation) = self.operation.take() else {
-            return false;
-        };
         let _entered = self.span.enter();
+        let operation = &mut self.operation;
         let result = guarded(|| operation(ex));
         let keep = result.is_ok() && !ex.rollback;
         self.result = Some(result);
@@ -974,7 +978,7 @@ impl Sqlite {
     pub(crate) async fn write<R, F>(&self, operation: F) -> Result<R, StoreError>
     where
         R: Send + 'static,
-        F: FnOnce(&mut SqliteExec<'_, '_>) -> Result<R, StoreError> + Send + 'static,
+        F: FnMut(&mut SqliteExec<'_, '_>) -> Result<R, StoreError> + Send + 'static,
     {
         let operation = match self.write_inline(operation) {
             Inline::Done(result) => return result,
@@ -983,7 +987,7 @@ impl Sqlite {
         self.gate.queued.fetch_add(1, Ordering::AcqRel);
         let (answer, wait) = oneshot::channel();
         let job = Job {
-            operation: Some(operation),
+            operation,
             result: None,
             answer,
             span: tracing::Span::current(),
@@ -1000,9 +1004,9 @@ impl Sqlite {
     /// batch runs on the writer thread: no savepoint; discarded, it rolls the transaction
     /// back), when this thread opted in and is alone, no write is queued or running, and the
     /// write lock is free; else hands the operation back to be queued.
-    fn write_inline<R, F>(&self, operation: F) -> Inline<R, F>
+    fn write_inline<R, F>(&self, mut operation: F) -> Inline<R, F>
     where
-        F: FnOnce(&mut SqliteExec<'_, '_>) -> Result<R, StoreError>,
+        F: FnMut(&mut SqliteExec<'_, '_>) -> Result<R, StoreError>,
     {
         if self.gate.queued.load(Ordering::Acquire) != 0 || !alone_here() {
             return Inline::Queue(operation);
@@ -1370,21 +1374,33 @@ fn write_loop(conn: Connection, queue: &Receiver<WriteMsg>, nudge: &Nudge, gate:
         }
         let mut broken = None;
         let mut discarded = false;
+        // Until a write of this batch is not to be kept, none runs in a savepoint: a savepoint
+        // copies every page its write touches into the statement journal and costs two more
+        // statements, for every write after the first, while writes that fail are rare. When
+        // one fails, the transaction is rolled back and begun again with the writes before it,
+        // run again, each in a savepoint from then on ([`replay`]).
+        let mut savepoints = false;
         let mut next = 0;
         while let Some(job) = batch.get_mut(next) {
-            // The first write of a batch needs no savepoint: if it is not to be kept, the
-            // transaction holds nothing else, and is rolled back whole. (A savepoint copies
-            // every page the write touches into the statement journal, and costs two more
-            // statements; at one write per commit, that was every write.)
-            let ran = if next == 0 {
-                Ok(run_alone(&prepared, job.as_mut()))
-            } else {
+            let ran = if savepoints {
                 run_in_savepoint(&prepared, job.as_mut())
+            } else {
+                Ok(run_alone(&prepared, job.as_mut()))
             };
             match ran {
+                // The first write alone: the transaction holds nothing else, and is rolled
+                // back whole.
                 Ok(false) if next == 0 => {
                     discarded = true;
                     break;
+                }
+                Ok(false) if !savepoints => {
+                    let (before, _) = batch.split_at_mut(next);
+                    if let Err(e) = replay(&prepared, before) {
+                        broken = Some(e);
+                        break;
+                    }
+                    savepoints = true;
                 }
                 Ok(_) => {}
                 Err(e) => {
@@ -1440,6 +1456,20 @@ fn run_alone(prepared: &Prepared<'_>, job: &mut dyn WriteJob) -> bool {
         rollback: false,
     };
     job.run(&mut ex)
+}
+
+/// Starts a batch's transaction over after a write that ran without a savepoint was not to be
+/// kept (its changes are mixed with the others'): rolls it back, begins it again and runs
+/// `kept`, the writes that ran before it, again, each in a savepoint. They run on the same
+/// state as the first time, unless another process wrote in between; what they answer is
+/// what this run answers.
+fn replay(prepared: &Prepared<'_>, kept: &mut [Box<dyn WriteJob>]) -> Result<(), StoreError> {
+    step(prepared, "ROLLBACK")?;
+    step(prepared, "BEGIN IMMEDIATE")?;
+    for job in kept {
+        run_in_savepoint(prepared, job.as_mut())?;
+    }
+    Ok(())
 }
 
 /// Runs a write after others in its own savepoint, rolled back to if the write is not to be
@@ -1585,9 +1615,9 @@ mod tests {
     fn insert(
         k: String,
         v: i64,
-    ) -> impl FnOnce(&mut SqliteExec<'_, '_>) -> Result<u64, StoreError> + Send + 'static {
+    ) -> impl FnMut(&mut SqliteExec<'_, '_>) -> Result<u64, StoreError> + Send + 'static {
         move |ex| {
-            now(async move {
+            now(async {
                 ex.execute("INSERT INTO t (k, v) VALUES ($1, $2)", &args![&k, v])
                     .await
             })
@@ -1657,9 +1687,9 @@ mod tests {
     #[cfg(target_os = "linux")]
     fn insert_wide(
         k: String,
-    ) -> impl FnOnce(&mut SqliteExec<'_, '_>) -> Result<u64, StoreError> + Send + 'static {
+    ) -> impl FnMut(&mut SqliteExec<'_, '_>) -> Result<u64, StoreError> + Send + 'static {
         move |ex| {
-            now(async move {
+            now(async {
                 ex.execute("INSERT INTO t (k, v) VALUES ($1, randomblob(3000))", &args![&k])
                     .await
             })
@@ -1865,6 +1895,77 @@ mod tests {
         assert_eq!(count(&sqlite).await, 180);
     }
 
+    /// The writes after the first of a batch run without savepoints. When one is not to be
+    /// kept, the batch starts over with the writes before it, each run again in a savepoint,
+    /// and the writes after it run in savepoints: every kept write is committed once, answered
+    /// by its last run, and nothing of a discarded one stays.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_discarded_write_in_a_batch_starts_it_over_with_the_writes_before_it() {
+        let (_dir, sqlite) = store().await;
+        let (release, running, blocked) = hold_writer(&sqlite);
+        running.await.unwrap();
+        let runs: Arc<[AtomicU64; 6]> = Arc::default();
+        let mut queued = Vec::new();
+        for i in 0..6_u64 {
+            let runs = Arc::clone(&runs);
+            let mut w = Box::pin(sqlite.write(move |ex| {
+                let run = runs[i as usize].fetch_add(1, Ordering::SeqCst) + 1;
+                now(async {
+                    let k = format!("w{i}");
+                    ex.execute("INSERT INTO t (k, v) VALUES ($1, $2)", &args![&k, run as i64])
+                        .await?;
+                    match i {
+                        2 => ex.rollback(),
+                        4 => panic!("an operation that panics"),
+                        _ => {}
+                    }
+                    Ok(run)
+                })
+            }));
+            assert!(tokio::time::timeout(Duration::ZERO, &mut w).await.is_err());
+            queued.push(w);
+        }
+        release.send(()).unwrap();
+        // The held write runs again too: its second wait ends at once.
+        drop(release);
+        assert_eq!(blocked.await.unwrap().unwrap(), 1);
+        let mut answers = Vec::new();
+        for w in queued {
+            answers.push(w.await.map_err(|e| e.to_string()));
+        }
+        let runs: Vec<u64> = runs.iter().map(|r| r.load(Ordering::SeqCst)).collect();
+        // Writes 0 and 1 ran again after 2 was discarded; 3–5 ran once, in savepoints.
+        assert_eq!(runs, [2, 2, 1, 1, 1, 1]);
+        assert_eq!(answers[0], Ok(2));
+        assert_eq!(answers[1], Ok(2));
+        assert_eq!(
+            answers[2],
+            Ok(1),
+            "a write rolled back by its operation answers its result"
+        );
+        assert_eq!(answers[3], Ok(1));
+        assert!(
+            answers[4].as_ref().is_err_and(|e| e.contains("panicked")),
+            "{:?}",
+            answers[4]
+        );
+        assert_eq!(answers[5], Ok(1));
+        let kept = sqlite
+            .read(|ex| {
+                now(async {
+                    let rows = ex.fetch_all("SELECT k, v FROM t ORDER BY k", &[]).await?;
+                    rows.iter()
+                        .map(|r| Ok((r.opt_text("k")?.unwrap_or_default(), r.opt_int("v")?.unwrap_or(0))))
+                        .collect::<Result<Vec<_>, StoreError>>()
+                })
+            })
+            .await
+            .unwrap();
+        let expected = [("held", 0), ("w0", 2), ("w1", 2), ("w3", 1), ("w5", 1)];
+        let expected: Vec<(String, i64)> = expected.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect();
+        assert_eq!(kept, expected);
+    }
+
     /// Holds the writer thread inside one write (inserting `held`) until the sender is used;
     /// the receiver answers once it is held.
     fn hold_writer(
@@ -1876,11 +1977,14 @@ mod tests {
     ) {
         let (release, held) = mpsc::channel::<()>();
         let (started, running) = oneshot::channel();
+        let mut started = Some(started);
         let sqlite = Arc::clone(sqlite);
         let blocked = tokio::spawn(async move {
             sqlite
                 .write(move |ex| {
-                    let _ = started.send(());
+                    if let Some(started) = started.take() {
+                        let _ = started.send(());
+                    }
                     let _ = held.recv();
                     now(async { ex.execute("INSERT INTO t (k, v) VALUES ('held', 0)", &[]).await })
                 })
