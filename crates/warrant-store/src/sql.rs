@@ -2047,11 +2047,6 @@ impl Store for SqlStore {
                 if start == AttemptStart::Started
                     && let Some(key) = reserve_in(ex, &entry.tenant, &budget).await?
                 {
-                    notify_in(
-                        ex,
-                        &Notice::budget(&entry.tenant, &key, &entry.id, entry.created_at),
-                    )
-                    .await?;
                     start = AttemptStart::BudgetExhausted { key };
                 }
                 if guarded {
@@ -2060,6 +2055,12 @@ impl Store for SqlStore {
                         ex.execute(CLAIMS_UNDO, &[]).await?;
                     }
                     ex.execute(CLAIMS_DONE, &[]).await?;
+                }
+                // The counter's event, once nothing of the call is left to undo (inside the
+                // savepoint it was undone with the claims).
+                if let AttemptStart::BudgetExhausted { key } = &start {
+                    let notice = Notice::budget(&entry.tenant, key, &entry.id, entry.created_at);
+                    notify_in(ex, &notice).await?;
                 }
                 // An unknown operation is the runtime's to reconcile before this call's row
                 // says how it ended (see `Store::begin_attempt`).

@@ -3513,6 +3513,48 @@ pub async fn webhook_only_events_commit_with_their_record_when_subscribed(b: &Ba
     assert_eq!(seen[4].0, "evt_unknown_led_7");
 }
 
+/// A write refused by its budget in its write-ahead commit leaves nothing of its claims, but
+/// the counter's `budget.exhausted` event commits with its row, as a read's does.
+pub async fn a_write_refused_by_its_budget_notifies_subscribers(b: &Backend) {
+    let s = b.store();
+    let mut all = endpoint("acme", "whe_b", T0);
+    all.events = Vec::new();
+    s.create_webhook(&all).await.unwrap();
+    let start = s
+        .begin_attempt(
+            &entry("led_b1", "acme", T0),
+            Some(&scope("acme", "k-b1")),
+            &AttemptClaims {
+                approval: None,
+                reservations: vec![day_budget(0)],
+            },
+            T0 + secs(3600),
+        )
+        .await
+        .unwrap();
+    assert_eq!(start, AttemptStart::BudgetExhausted { key: DAY_KEY.into() });
+    assert_eq!(s.get_idempotency(&scope("acme", "k-b1")).await.unwrap(), None);
+    let jobs = s
+        .claim_jobs("w", EVENT_JOB, 100, Duration::from_secs(60), T0 + secs(3600))
+        .await
+        .unwrap();
+    let kinds: Vec<(&str, &str)> = jobs
+        .iter()
+        .map(|j| {
+            (
+                j.job.id.as_str(),
+                j.job.payload["type"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(kinds.len(), 1, "{kinds:?}");
+    assert_eq!(kinds[0].1, "budget.exhausted");
+    assert!(
+        kinds[0].0.starts_with("evt_budget_acme_calls_per_day"),
+        "{kinds:?}"
+    );
+}
+
 /// A worker that renews its lease keeps its job past the first lease; once it stops renewing
 /// another worker takes the job over, and the first can no longer renew (or complete) it.
 pub async fn a_renewed_lease_is_not_taken_over(b: &Backend) {

@@ -91,6 +91,7 @@ conformance! {
     approvals_are_paged_newest_first,
     inbound_events_are_accepted_once_with_their_job,
     webhook_only_events_commit_with_their_record_when_subscribed,
+    a_write_refused_by_its_budget_notifies_subscribers,
     a_renewed_lease_is_not_taken_over,
     a_run_handed_on_start_ends_with_its_last_tool_step,
     sealed_arguments_are_kept_only_while_a_request_is_live,
