@@ -1556,6 +1556,46 @@ pub async fn the_write_ahead_commit_spends_all_or_nothing(b: &Backend) {
             .as_deref(),
         Some("led_w1")
     );
+
+    // An expired, finished record is taken over, then the budget refuses: the record is left
+    // as it was.
+    let old = entry("led_w5", "acme", T0 + secs(6));
+    let no_claims = AttemptClaims::NONE;
+    let short = T0 + secs(7);
+    assert_eq!(
+        s.begin_attempt(&old, Some(&scope("acme", "k-old")), &no_claims, short)
+            .await
+            .unwrap(),
+        AttemptStart::Started
+    );
+    s.finish_attempt(
+        "acme",
+        "led_w5",
+        Some(&scope("acme", "k-old")),
+        &committed(json!({"ok": true})),
+        T0 + secs(6),
+    )
+    .await
+    .unwrap();
+    let kept = s.get_idempotency(&scope("acme", "k-old")).await.unwrap();
+    assert_eq!(kept.as_ref().map(|r| r.ledger_id.as_str()), Some("led_w5"));
+    let retry = entry("led_w6", "acme", T0 + secs(10));
+    assert_eq!(
+        s.begin_attempt(
+            &retry,
+            Some(&scope("acme", "k-old")),
+            &AttemptClaims {
+                approval: None,
+                reservations: vec![day_budget(1)],
+            },
+            exp
+        )
+        .await
+        .unwrap(),
+        AttemptStart::BudgetExhausted { key: DAY_KEY.into() }
+    );
+    assert_eq!(s.get_idempotency(&scope("acme", "k-old")).await.unwrap(), kept);
+    assert_eq!(s.budget_used("acme", DAY_KEY).await.unwrap(), 1);
 }
 
 /// An idempotency record that expired while its operation was in flight or unknown is not
