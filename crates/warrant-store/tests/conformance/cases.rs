@@ -1449,6 +1449,25 @@ fn day_budget(limit: u64) -> BudgetReservation {
 
 const DAY_KEY: &str = "calls_per_day:agent-7:create_support_credit:2026-11-29";
 
+/// `e`, under idempotency key `key`, is refused by the day budget (limit 1, already spent).
+async fn assert_over_day_budget(
+    s: &std::sync::Arc<dyn Store>,
+    e: &LedgerEntry,
+    key: &str,
+    exp: OffsetDateTime,
+) {
+    let claims = AttemptClaims {
+        approval: None,
+        reservations: vec![day_budget(1)],
+    };
+    assert_eq!(
+        s.begin_attempt(e, Some(&scope("acme", key)), &claims, exp)
+            .await
+            .unwrap(),
+        AttemptStart::BudgetExhausted { key: DAY_KEY.into() }
+    );
+}
+
 /// A call's write-ahead commit takes its idempotency claim, its approval and its budget
 /// together, or none of them: a refusal by any leaves the others untouched.
 pub async fn the_write_ahead_commit_spends_all_or_nothing(b: &Backend) {
@@ -1501,20 +1520,7 @@ pub async fn the_write_ahead_commit_spends_all_or_nothing(b: &Backend) {
 
     // The budget refuses: no idempotency record is left behind and the row says why.
     let over = entry("led_w3", "acme", T0 + secs(4));
-    assert_eq!(
-        s.begin_attempt(
-            &over,
-            Some(&scope("acme", "k-over")),
-            &AttemptClaims {
-                approval: None,
-                reservations: vec![day_budget(1)],
-            },
-            exp
-        )
-        .await
-        .unwrap(),
-        AttemptStart::BudgetExhausted { key: DAY_KEY.into() }
-    );
+    assert_over_day_budget(&s, &over, "k-over", exp).await;
     assert_eq!(s.get_idempotency(&scope("acme", "k-over")).await.unwrap(), None);
     let row = s.get_ledger("acme", "led_w3").await.unwrap().unwrap();
     assert_eq!(
@@ -1580,20 +1586,7 @@ pub async fn the_write_ahead_commit_spends_all_or_nothing(b: &Backend) {
     let kept = s.get_idempotency(&scope("acme", "k-old")).await.unwrap();
     assert_eq!(kept.as_ref().map(|r| r.ledger_id.as_str()), Some("led_w5"));
     let retry = entry("led_w6", "acme", T0 + secs(10));
-    assert_eq!(
-        s.begin_attempt(
-            &retry,
-            Some(&scope("acme", "k-old")),
-            &AttemptClaims {
-                approval: None,
-                reservations: vec![day_budget(1)],
-            },
-            exp
-        )
-        .await
-        .unwrap(),
-        AttemptStart::BudgetExhausted { key: DAY_KEY.into() }
-    );
+    assert_over_day_budget(&s, &retry, "k-old", exp).await;
     assert_eq!(s.get_idempotency(&scope("acme", "k-old")).await.unwrap(), kept);
     assert_eq!(s.budget_used("acme", DAY_KEY).await.unwrap(), 1);
 }
