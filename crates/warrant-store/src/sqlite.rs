@@ -1740,11 +1740,13 @@ mod tests {
         for i in 0..2500 {
             sqlite.write(insert_wide(format!("c{i}"))).await.unwrap();
         }
-        // Less than the first commit alone (which read about 20 KiB here; without the
-        // read-back the burst read 43 MB): a stray block of the file system's own may be read.
+        // Without the read-back the burst read 43 MB. With it, next to nothing: on most hosts
+        // less than the first commit alone (about 20 KiB), but on a slow host 100–320 KiB of
+        // stray blocks in some runs (3 of 7 at `62d8019`). Under 1 MiB holds the read-back
+        // to its purpose without failing on those.
         let read = disk_reads_of_this_thread().unwrap() - before;
         assert!(
-            read < first,
+            read < 1 << 20,
             "2,500 commits had {read} bytes read from the disk, the first commit alone {first}"
         );
     }
