@@ -635,9 +635,10 @@ pub fn plan_registration(
 }
 
 /// The ledger row `begin_attempt` records for `entry` given what it found: the entry itself
-/// when the attempt starts, a `replayed` row for a replay, a rejection otherwise. Shared by
-/// every store implementation so they record exactly the same rows.
-pub fn attempt_row(mut row: LedgerEntry, start: &AttemptStart) -> LedgerEntry {
+/// when the attempt starts (borrowed: no copy on the path every call takes), a `replayed` row
+/// for a replay, a rejection otherwise. Shared by every store implementation so they record
+/// exactly the same rows.
+pub fn attempt_row<'e>(entry: &'e LedgerEntry, start: &AttemptStart) -> std::borrow::Cow<'e, LedgerEntry> {
     let reject = |row: &mut LedgerEntry, code: RejectCode, detail: &str| {
         row.decision = LedgerDecision::Reject;
         row.stage = Some(code.stage().as_str().to_owned());
@@ -646,9 +647,11 @@ pub fn attempt_row(mut row: LedgerEntry, start: &AttemptStart) -> LedgerEntry {
         row.outcome = None;
         row.attempts = 0;
     };
+    let mut row = std::borrow::Cow::Borrowed(entry);
     match start {
         AttemptStart::Started => {}
         AttemptStart::Replay(record) => {
+            let row = row.to_mut();
             row.decision = LedgerDecision::Allow;
             row.outcome = Some(Outcome::Replayed);
             row.error_code = record.error_code.clone();
@@ -657,17 +660,17 @@ pub fn attempt_row(mut row: LedgerEntry, start: &AttemptStart) -> LedgerEntry {
             row.cost = 0;
         }
         AttemptStart::KeyReused => reject(
-            &mut row,
+            row.to_mut(),
             RejectCode::IdempotencyKeyReused,
             "the idempotency key was used with a different payload",
         ),
         AttemptStart::InFlight => reject(
-            &mut row,
+            row.to_mut(),
             RejectCode::IdempotencyInFlight,
             "a call with this idempotency key is in flight",
         ),
         AttemptStart::Unknown(record) => reject(
-            &mut row,
+            row.to_mut(),
             RejectCode::IdempotencyInFlight,
             &format!(
                 "the outcome of {} is unknown and being reconciled",
@@ -676,11 +679,11 @@ pub fn attempt_row(mut row: LedgerEntry, start: &AttemptStart) -> LedgerEntry {
         ),
         AttemptStart::BudgetExhausted { key } => {
             let rejection = crate::budget::exhausted(key);
-            reject(&mut row, rejection.code(), rejection.detail());
+            reject(row.to_mut(), rejection.code(), rejection.detail());
         }
         AttemptStart::ApprovalRefused(current) => {
-            let rejection = approval_refusal(current.as_ref(), row.created_at);
-            reject(&mut row, rejection.code(), rejection.detail());
+            let rejection = approval_refusal(current.as_ref(), entry.created_at);
+            reject(row.to_mut(), rejection.code(), rejection.detail());
         }
     }
     row
@@ -724,6 +727,21 @@ pub fn withheld_row(mut row: LedgerEntry, key: &str, finish: &AttemptFinish) -> 
     row.attempts = finish.attempts;
     row.latency_ms = Some(finish.latency_ms);
     row.cost = 0;
+    row
+}
+
+/// [`withheld_row`] of the entry, made of the row [`finished_row`] made of it, whose update
+/// time was `entered` (a store that makes the finished row before it knows the budget's answer
+/// keeps no second copy of the entry). Of the fields `finished_row` sets, `withheld_row` sets
+/// all but the update time (`a_withheld_row_is_the_same_of_the_entry_or_its_finished_row`).
+pub fn withheld_of_finished(
+    finished: LedgerEntry,
+    entered: OffsetDateTime,
+    key: &str,
+    finish: &AttemptFinish,
+) -> LedgerEntry {
+    let mut row = withheld_row(finished, key, finish);
+    row.updated_at = entered;
     row
 }
 
@@ -902,5 +920,50 @@ pub fn review_refusal(
         Some(a) if a.request.proposer == reviewer => Some(DecideRefusal::SelfReview),
         Some(a) if a.request.expires_at <= now => Some(DecideRefusal::Expired),
         Some(_) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+
+    /// The SQL stores make a read's finished row before they know the budget's answer and,
+    /// when it refuses, the withheld row of that: the same row the entry itself gives.
+    #[test]
+    fn a_withheld_row_is_the_same_of_the_entry_or_its_finished_row() {
+        let created = OffsetDateTime::UNIX_EPOCH + time::Duration::seconds(1_000);
+        let mut entry = LedgerEntry::new(
+            "led_1".into(),
+            "acme",
+            "agent-7",
+            "trace",
+            "lookup_order",
+            created,
+        );
+        entry.outcome = Some(Outcome::Attempting);
+        entry.detail = Some("before".into());
+        entry.error_code = Some("BEFORE".into());
+        entry.attempts = 0;
+        entry.cost = 9;
+        let finish = AttemptFinish {
+            outcome: Outcome::Committed,
+            attempts: 2,
+            error_code: Some("AFTER".into()),
+            result: None,
+            latency_ms: 17,
+            cost: 3,
+            detail: Some("after".into()),
+            charges: Vec::new(),
+        };
+        let now = created + time::Duration::seconds(5);
+        let finished = finished_row(entry.clone(), &finish, now).unwrap();
+        assert_ne!(finished, entry);
+        let key = "calls_per_day:agent-7:lookup_order:1970-01-01";
+        assert_eq!(
+            withheld_of_finished(finished, entry.updated_at, key, &finish),
+            withheld_row(entry, key, &finish)
+        );
     }
 }

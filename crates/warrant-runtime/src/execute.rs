@@ -402,7 +402,7 @@ impl Runtime {
             }
             if let AttemptStart::Unknown(_) = &start {
                 self.store
-                    .insert_ledger(&warrant_core::store::attempt_row(entry.clone(), &start))
+                    .insert_ledger(&warrant_core::store::attempt_row(entry, &start))
                     .await?;
             }
             if let Some(done) = self.not_started(&allowed, entry, &mut start) {
@@ -494,7 +494,7 @@ impl Runtime {
         }
         let start = AttemptStart::Replay(record);
         self.store
-            .insert_ledger(&warrant_core::store::attempt_row(entry.clone(), &start))
+            .insert_ledger(&warrant_core::store::attempt_row(entry, &start))
             .await?;
         let AttemptStart::Replay(record) = start else {
             return Ok(None);

@@ -910,7 +910,7 @@ impl Store for MemoryStore {
             // An unknown operation is the runtime's to reconcile before this call's row says
             // how it ended (see `Store::begin_attempt`).
             if !matches!(start, AttemptStart::Unknown(_)) {
-                let row = attempt_row(entry.clone(), &start);
+                let row = attempt_row(entry, &start).into_owned();
                 s.ledger.insert(row.id.clone(), trunc_entry(row));
             }
             Ok(start)

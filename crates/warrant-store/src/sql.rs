@@ -36,7 +36,7 @@ use warrant_core::records::*;
 use warrant_core::store::{
     RegistrationPlan, Store, StoreError, approval_page, attempt_row, classify_existing, correction_note,
     finished_row, late_outcome_corrects, ledger_page, parse_ledger_cursor, plan_registration, review_refusal,
-    status_after, withheld_row,
+    status_after, withheld_of_finished,
 };
 
 /// Where the store lives.
@@ -2088,11 +2088,7 @@ impl Store for SqlStore {
                 // An unknown operation is the runtime's to reconcile before this call's row
                 // says how it ended (see `Store::begin_attempt`).
                 if !matches!(start, AttemptStart::Unknown(_)) {
-                    // A started call's row is the entry as it is (no copy).
-                    let row = match start {
-                        AttemptStart::Started => std::borrow::Cow::Borrowed(&entry),
-                        _ => std::borrow::Cow::Owned(attempt_row(entry.clone(), &start)),
-                    };
+                    let row = attempt_row(&entry, &start);
                     ex.execute(INSERT_LEDGER, &ledger_args(&row, &arguments)?).await?;
                 }
                 Ok(start)
@@ -2255,10 +2251,7 @@ impl Store for SqlStore {
         write_op!(self, [finish = finish.clone()], |ex| {
             let row = finished.as_ref().map_err(Clone::clone)?;
             if let Some(key) = reserve_all_in(ex, &row.tenant, &budget).await? {
-                // What `withheld_row` makes of the entry: of the fields the finished row
-                // changed, it sets all but the update time.
-                let mut row = withheld_row(row.clone(), &key, &finish);
-                row.updated_at = entered;
+                let row = withheld_of_finished(row.clone(), entered, &key, &finish);
                 ex.execute(INSERT_LEDGER, &ledger_args(&row, &arguments)?).await?;
                 notify_in(ex, &Notice::budget(&row.tenant, &key, &row.id, now)).await?;
                 return Ok(BudgetOutcome::Exhausted { key });

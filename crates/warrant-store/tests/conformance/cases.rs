@@ -3415,23 +3415,25 @@ pub async fn inbound_events_are_accepted_once_with_their_job(b: &Backend) {
     );
 }
 
+/// The event jobs waiting, claimed: id and event type of each, sorted.
+async fn events(s: std::sync::Arc<dyn Store>) -> Vec<(String, String)> {
+    let mut seen: Vec<(String, String)> = s
+        .claim_jobs("w", EVENT_JOB, 100, Duration::from_secs(60), T0 + secs(3600))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|j| (j.job.id, j.job.payload["type"].as_str().unwrap().to_owned()))
+        .collect();
+    seen.sort();
+    seen
+}
+
 /// The events only webhook endpoints consume commit with the record that causes them, and only
 /// when an enabled endpoint of the tenant subscribes to their type: a call's outcome
 /// (`invocation.completed`, `invocation.reconciled`), an exhausted budget counter (once per
 /// counter), a tenant contract registered or retired.
 pub async fn webhook_only_events_commit_with_their_record_when_subscribed(b: &Backend) {
     let s = b.store();
-    let events = |s: std::sync::Arc<dyn Store>| async move {
-        let mut seen: Vec<(String, String)> = s
-            .claim_jobs("w", EVENT_JOB, 100, Duration::from_secs(60), T0 + secs(3600))
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|j| (j.job.id, j.job.payload["type"].as_str().unwrap().to_owned()))
-            .collect();
-        seen.sort();
-        seen
-    };
     let read = |id: &str, tenant: &str| {
         let mut e = entry(id, tenant, T0);
         e.idempotency_key = None;
@@ -3567,25 +3569,10 @@ pub async fn a_write_refused_by_its_budget_notifies_subscribers(b: &Backend) {
         .unwrap();
     assert_eq!(start, AttemptStart::BudgetExhausted { key: DAY_KEY.into() });
     assert_eq!(s.get_idempotency(&scope("acme", "k-b1")).await.unwrap(), None);
-    let jobs = s
-        .claim_jobs("w", EVENT_JOB, 100, Duration::from_secs(60), T0 + secs(3600))
-        .await
-        .unwrap();
-    let kinds: Vec<(&str, &str)> = jobs
-        .iter()
-        .map(|j| {
-            (
-                j.job.id.as_str(),
-                j.job.payload["type"].as_str().unwrap_or_default(),
-            )
-        })
-        .collect();
-    assert_eq!(kinds.len(), 1, "{kinds:?}");
-    assert_eq!(kinds[0].1, "budget.exhausted");
-    assert!(
-        kinds[0].0.starts_with("evt_budget_acme_calls_per_day"),
-        "{kinds:?}"
-    );
+    let seen = events(s).await;
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].1, "budget.exhausted");
+    assert!(seen[0].0.starts_with("evt_budget_acme_calls_per_day"), "{seen:?}");
 }
 
 /// A worker that renews its lease keeps its job past the first lease; once it stops renewing
