@@ -50,7 +50,7 @@ fn main() {
     }
     if var("PROFILE") == "release" && var("WARRANT_LINK_ORDER") != "0" && links_with_lld(&rustc) {
         let order = std::path::Path::new(&var("CARGO_MANIFEST_DIR")).join(ORDER);
-        let Ok(text) = std::fs::read_to_string(&order) else {
+        let Some(made_with) = made_with(&order) else {
             return;
         };
         println!(
@@ -60,7 +60,6 @@ fn main() {
         println!("cargo:rustc-link-arg-bins=-Wl,--no-warn-symbol-ordering");
         // Symbol names carry hashes of the compiler and the build's settings; the file's
         // first line names the compiler it was made with (lld reads `#` as a comment).
-        let made_with = text.lines().next().unwrap_or_default().trim_start_matches("# ");
         if made_with != rustc {
             println!(
                 "cargo:warning={ORDER} was made with `{made_with}`, this build uses `{rustc}`: \
@@ -95,8 +94,7 @@ fn warn_without_profile(rustc: &str) {
         return;
     }
     let header = std::path::Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default()).join(PROFILE);
-    let text = std::fs::read_to_string(header).unwrap_or_default();
-    let made_with = text.lines().next().unwrap_or_default().trim_start_matches("# ");
+    let made_with = made_with(&header).unwrap_or_default();
     if made_with != rustc {
         println!(
             "cargo:warning=link/warrant.profdata was made with `{made_with}`, this build uses \
@@ -104,6 +102,20 @@ fn warn_without_profile(rustc: &str) {
              crates/warrant-server/benches/pgo.sh to remake it"
         );
     }
+}
+
+/// The compiler a file made from a profile of the gateway was made with: its first line, `# `
+/// and `rustc -V` (`link/rustc` reads the profile's the same way); `None` when it cannot be
+/// read.
+fn made_with(file: &std::path::Path) -> Option<String> {
+    let text = std::fs::read_to_string(file).ok()?;
+    Some(
+        text.lines()
+            .next()
+            .unwrap_or_default()
+            .trim_start_matches("# ")
+            .to_owned(),
+    )
 }
 
 /// `rustc -V` of the compiler building this ("rustc 1.95.0 (59807616e 2026-04-14)"); empty

@@ -5,7 +5,7 @@
 # Profile-guided optimisation: LLVM inlines, orders branches and splits hot from cold code by
 # how often each ran, rather than by guesses. The gateway's per-call work is spread thinly over
 # thousands of functions of many crates (hyper, axum, tokio, serde, Cedar, SQLite's callers)
-# with none above 2% of a call, which is what this helps: 0.83–0.91× the CPU per call in every
+# with none above 2% of a call, which is what this helps: 0.75–0.95× the CPU per call in every
 # case of the load bench (docs/benchmarks.md, "profile-guided optimisation").
 #
 # The profile: a `warrant` built with `-C profile-generate` (its own target directory; not with
