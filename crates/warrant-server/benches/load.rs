@@ -31,7 +31,10 @@
 //! 7. at each level, after the upstream, the floor of a call ([`floor_main`]): this binary run
 //!    again as a bare proxy that makes the same upstream call and commits the same ledger row
 //!    (the gateway's table, indexes and a row it wrote) durably before answering, with group
-//!    commit, and nothing else; the targets give the gateway's figures above it.
+//!    commit, and nothing else; with write cases, also the floor of a write, which commits the
+//!    same write-ahead (the `attempting` row and the idempotency key claimed) before the
+//!    upstream call and the same outcome after it; the targets give the gateway's figures
+//!    above them.
 //!
 //! Everything shares the machine: the client and the upstream run in this process, the server
 //! in its own, so on a small machine the client's and the upstream's work is part of what is
@@ -130,53 +133,238 @@ const FLOOR_LEDGER_FROM: &str = "WARRANT_LOAD_FLOOR_FROM";
 /// The floor server's own database (created).
 const FLOOR_DATABASE: &str = "WARRANT_LOAD_FLOOR_DATABASE";
 
-/// What the floor server commits for every call: one ledger row as the gateway wrote it.
+/// A row the gateway wrote, copied from its database to be written again with a new id and
+/// times: the floor writes what the gateway writes, byte for byte but for those.
+struct Copied {
+    insert: String,
+    columns: Vec<String>,
+    row: Vec<rusqlite::types::Value>,
+}
+
+impl Copied {
+    /// The newest row of `table` that `filter` selects, if there is one.
+    fn newest(source: &rusqlite::Connection, table: &str, filter: &str) -> Option<Copied> {
+        let mut newest = source
+            .prepare(&format!(
+                "SELECT * FROM {table} WHERE {filter} ORDER BY created_at DESC LIMIT 1"
+            ))
+            .unwrap();
+        let columns: Vec<String> = newest.column_names().into_iter().map(str::to_owned).collect();
+        let row: Vec<rusqlite::types::Value> = rusqlite::OptionalExtension::optional(
+            newest.query_row([], |r| (0..columns.len()).map(|i| r.get(i)).collect()),
+        )
+        .unwrap()?;
+        let insert = format!(
+            "INSERT INTO {table} ({}) VALUES ({})",
+            columns.join(", "),
+            (1..=columns.len())
+                .map(|i| format!("?{i}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        Some(Copied { insert, columns, row })
+    }
+
+    fn at(&self, column: &str) -> usize {
+        self.columns.iter().position(|c| c == column).unwrap()
+    }
+
+    fn value(&self, column: &str) -> rusqlite::types::Value {
+        self.row[self.at(column)].clone()
+    }
+
+    fn set(&mut self, column: &str, value: rusqlite::types::Value) {
+        let at = self.at(column);
+        self.row[at] = value;
+    }
+}
+
+/// What the floor server commits for a write, copied from a write the gateway finished: its
+/// write-ahead (the ledger row `attempting` and the idempotency key claimed `in_flight`, in
+/// one transaction, durable before the upstream is called) and its outcome (the row finished
+/// and the key kept with the result, durable before the answer) — the two commits any
+/// gateway that neither loses nor repeats a write must make.
+struct FloorWrite {
+    /// The ledger row, `attempting`.
+    ledger: Copied,
+    /// The idempotency record, `in_flight` and without a result.
+    key: Copied,
+    /// How long the gateway keeps a key, ms.
+    key_ttl: i64,
+    /// The gateway's `UPDATE`s of an outcome, and the values it wrote.
+    finish_ledger: (&'static str, Vec<rusqlite::types::Value>),
+    finish_key: (&'static str, Vec<rusqlite::types::Value>),
+}
+
+impl FloorWrite {
+    fn copy(source: &rusqlite::Connection) -> Option<FloorWrite> {
+        use rusqlite::types::Value;
+        let mut ledger = Copied::newest(
+            source,
+            "ledger",
+            "tool = 'create_support_credit' AND outcome = 'committed'",
+        )?;
+        let Value::Text(id) = ledger.value("id") else {
+            return None;
+        };
+        let mut key = Copied::newest(source, "idempotency", &format!("ledger_id = '{id}'"))?;
+        let (Value::Integer(created), Value::Integer(expires)) =
+            (key.value("created_at"), key.value("expires_at"))
+        else {
+            return None;
+        };
+        let finish_ledger = (
+            "UPDATE ledger SET outcome = ?1, attempts = ?2, error_code = ?3, latency_ms = ?4, \
+             cost = ?5, updated_at = ?6, detail = COALESCE(?7, detail) \
+             WHERE tenant = ?8 AND id = ?9 AND outcome IN ('attempting', 'unknown')",
+            [
+                "outcome",
+                "attempts",
+                "error_code",
+                "latency_ms",
+                "cost",
+                "updated_at",
+                "detail",
+                "tenant",
+                "id",
+            ]
+            .map(|c| ledger.value(c))
+            .to_vec(),
+        );
+        let finish_key = (
+            "UPDATE idempotency SET status = ?1, result = ?2, error_code = ?3, updated_at = ?4 \
+             WHERE tenant = ?5 AND principal = ?6 AND contract_id = ?7 AND key = ?8 AND ledger_id = ?9",
+            [
+                "status",
+                "result",
+                "error_code",
+                "updated_at",
+                "tenant",
+                "principal",
+                "contract_id",
+                "key",
+                "ledger_id",
+            ]
+            .map(|c| key.value(c))
+            .to_vec(),
+        );
+        ledger.set("outcome", Value::Text("attempting".into()));
+        key.set("status", Value::Text("in_flight".into()));
+        key.set("result", Value::Null);
+        Some(FloorWrite {
+            ledger,
+            key,
+            key_ttl: expires - created,
+            finish_ledger,
+            finish_key,
+        })
+    }
+}
+
+/// What the floor server commits in one transaction, for one call.
+enum FloorOp {
+    /// A read: its ledger row, finished.
+    Read,
+    /// A write's write-ahead: the ledger row `id`, and the idempotency `key` claimed.
+    Claim { id: String, key: String },
+    /// A write's outcome.
+    Finish { id: String, key: String },
+}
+
+/// What the floor server commits: the rows the gateway wrote, copied.
 struct FloorLedger {
     db: rusqlite::Connection,
-    insert: String,
-    row: Vec<rusqlite::types::Value>,
-    /// Where in `row` the id goes, and the times.
-    id_at: usize,
-    times: Vec<usize>,
+    /// The ledger row of a read.
+    read: Copied,
+    /// The rows of a write, if the gateway had made one.
+    write: Option<FloorWrite>,
 }
 
 impl FloorLedger {
-    /// Commits `rows` new rows in one transaction (durable when it returns).
-    fn commit(&mut self, rows: usize) -> Result<(), String> {
-        let FloorLedger {
-            db,
-            insert,
-            row,
-            id_at,
-            times,
-        } = self;
+    /// Commits `ops` in one transaction (durable when it returns).
+    fn commit(&mut self, ops: &[FloorOp]) -> Result<(), String> {
+        use rusqlite::types::Value;
+        let FloorLedger { db, read, write } = self;
+        let at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_err(|e| e.to_string())?
+            .as_millis() as i64;
+        let now = Value::Integer(at);
         let tx = db.transaction().map_err(|e| e.to_string())?;
-        {
-            let mut statement = tx.prepare_cached(insert).map_err(|e| e.to_string())?;
-            for _ in 0..rows {
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_err(|e| e.to_string())?
-                    .as_millis() as i64;
-                row[*id_at] = rusqlite::types::Value::Text(SystemEnv.new_id("led"));
-                for &at in times.iter() {
-                    row[at] = rusqlite::types::Value::Integer(now);
+        let insert = |copied: &mut Copied, fresh: &[(&str, Value)]| -> Result<(), String> {
+            for (column, value) in fresh {
+                copied.set(column, value.clone());
+            }
+            tx.prepare_cached(&copied.insert)
+                .and_then(|mut s| s.execute(rusqlite::params_from_iter(copied.row.iter())))
+                .map(drop)
+                .map_err(|e| e.to_string())
+        };
+        for op in ops {
+            match (op, write.as_mut()) {
+                (FloorOp::Read, _) => insert(
+                    read,
+                    &[
+                        ("id", Value::Text(SystemEnv.new_id("led"))),
+                        ("created_at", now.clone()),
+                        ("updated_at", now.clone()),
+                    ],
+                )?,
+                (FloorOp::Claim { id, key }, Some(w)) => {
+                    insert(
+                        &mut w.ledger,
+                        &[
+                            ("id", Value::Text(id.clone())),
+                            ("created_at", now.clone()),
+                            ("updated_at", now.clone()),
+                        ],
+                    )?;
+                    insert(
+                        &mut w.key,
+                        &[
+                            ("key", Value::Text(key.clone())),
+                            ("ledger_id", Value::Text(id.clone())),
+                            ("created_at", now.clone()),
+                            ("updated_at", now.clone()),
+                            ("expires_at", Value::Integer(at + w.key_ttl)),
+                        ],
+                    )?;
                 }
-                statement
-                    .execute(rusqlite::params_from_iter(row.iter()))
-                    .map_err(|e| e.to_string())?;
+                (FloorOp::Finish { id, key }, Some(w)) => {
+                    let (sql, values) = &mut w.finish_ledger;
+                    values[5] = now.clone();
+                    values[8] = Value::Text(id.clone());
+                    let changed = tx
+                        .prepare_cached(sql)
+                        .and_then(|mut s| s.execute(rusqlite::params_from_iter(values.iter())))
+                        .map_err(|e| e.to_string())?;
+                    assert_eq!(changed, 1, "the floor finished no ledger row");
+                    let (sql, values) = &mut w.finish_key;
+                    values[3] = now.clone();
+                    values[7] = Value::Text(key.clone());
+                    values[8] = Value::Text(id.clone());
+                    let changed = tx
+                        .prepare_cached(sql)
+                        .and_then(|mut s| s.execute(rusqlite::params_from_iter(values.iter())))
+                        .map_err(|e| e.to_string())?;
+                    assert_eq!(changed, 1, "the floor finished no idempotency record");
+                }
+                (_, None) => return Err("the gateway made no write for the floor to copy".into()),
             }
         }
         tx.commit().map_err(|e| e.to_string())
     }
 }
 
+/// Told when a floor commit is durable, or why it failed.
+type Committed = tokio::sync::oneshot::Sender<Result<(), String>>;
+
 /// The floor server's store, with group commit as the gateway's store has it: a call alone in
-/// the server commits its row on its own thread; otherwise its row is queued for the
+/// the server commits on its own thread; otherwise what it commits is queued for the
 /// committer thread, which commits everything queued in one transaction.
 struct FloorStore {
     ledger: std::sync::Mutex<FloorLedger>,
-    queue: std::sync::Mutex<Vec<tokio::sync::oneshot::Sender<Result<(), String>>>>,
+    queue: std::sync::Mutex<Vec<(FloorOp, Committed)>>,
     wake: std::sync::mpsc::Sender<()>,
     /// Requests being served.
     in_flight: AtomicUsize,
@@ -193,6 +381,7 @@ impl FloorStore {
         });
         let committer = Arc::clone(&store);
         std::thread::spawn(move || {
+            let mut ops = Vec::new();
             while woken.recv().is_ok() {
                 while woken.try_recv().is_ok() {}
                 loop {
@@ -200,25 +389,28 @@ impl FloorStore {
                     if batch.is_empty() {
                         break;
                     }
-                    let committed = committer.ledger.lock().unwrap().commit(batch.len());
-                    for waiter in batch {
+                    let (batch, waiters): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+                    ops = batch;
+                    let committed = committer.ledger.lock().unwrap().commit(&ops);
+                    for waiter in waiters {
                         let _ = waiter.send(committed.clone());
                     }
                 }
             }
+            drop(ops);
         });
         store
     }
 
-    /// One durable row.
-    async fn commit(&self) -> Result<(), String> {
+    /// Commits `op`, durably.
+    async fn commit(&self, op: FloorOp) -> Result<(), String> {
         if self.in_flight.load(Ordering::Acquire) == 1
             && let Ok(mut ledger) = self.ledger.try_lock()
         {
-            return ledger.commit(1);
+            return ledger.commit(std::slice::from_ref(&op));
         }
         let (done, committed) = tokio::sync::oneshot::channel();
-        self.queue.lock().map_err(|e| e.to_string())?.push(done);
+        self.queue.lock().map_err(|e| e.to_string())?.push((op, done));
         self.wake.send(()).map_err(|e| e.to_string())?;
         committed.await.map_err(|e| e.to_string())?
     }
@@ -227,13 +419,16 @@ impl FloorStore {
 /// The floor of a call, as a process of its own: what any gateway that records a call
 /// durably must do, and nothing else. It takes an HTTP/1.1 request (hyper, one current-thread
 /// runtime, as `warrant serve` runs on two cores), makes the same call to the upstream on a
-/// kept-alive connection, commits one row — the gateway's own ledger table and indexes,
-/// copied from its database, and a row the gateway wrote there, with a new id and times — to
-/// SQLite as the gateway configures it (its page size, WAL, `synchronous=FULL`), on the thread
-/// that serves the request when it is the only request, else with group commit
-/// ([`FloorStore`]), and answers the upstream's body. No authentication,
-/// parsing, policy, budget or answer of its own: what the gateway's p50 and CPU per call are
-/// above this, in the same run, is the gateway's own work.
+/// kept-alive connection, and commits what the gateway commits for it — the gateway's own
+/// ledger and idempotency tables and indexes, copied from its database, and rows the gateway
+/// wrote there, with a new id, key and times — to SQLite as the gateway configures it (its
+/// page size, WAL, `synchronous=FULL`), on the thread that serves the request when it is the
+/// only request, else with group commit ([`FloorStore`]), and answers the upstream's body. A
+/// read commits its finished ledger row after the upstream answers; a write (a request with
+/// an `Idempotency-Key`) commits its write-ahead before the upstream is called and its
+/// outcome after ([`FloorWrite`]). No authentication, parsing, policy, budget or answer of
+/// its own: what the gateway's latency and CPU per call are above this, in the same run, is
+/// the gateway's own work.
 fn floor_main(upstream: SocketAddr, from: &Path, database: &Path) {
     let source =
         rusqlite::Connection::open_with_flags(from, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
@@ -241,25 +436,21 @@ fn floor_main(upstream: SocketAddr, from: &Path, database: &Path) {
     let page_size: i64 = source.query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap();
     let schema: Vec<String> = source
         .prepare(
-            "SELECT sql FROM sqlite_master WHERE tbl_name = 'ledger' AND sql IS NOT NULL \
-             ORDER BY type = 'table' DESC",
+            "SELECT sql FROM sqlite_master WHERE tbl_name IN ('ledger', 'idempotency') \
+             AND sql IS NOT NULL ORDER BY type = 'table' DESC",
         )
         .unwrap()
         .query_map([], |r| r.get(0))
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    let mut newest = source
-        .prepare(
-            "SELECT * FROM ledger WHERE tool = 'lookup_order' AND outcome = 'committed' \
-             ORDER BY created_at DESC LIMIT 1",
-        )
-        .unwrap();
-    let columns: Vec<String> = newest.column_names().into_iter().map(str::to_owned).collect();
-    let row: Vec<rusqlite::types::Value> = newest
-        .query_row([], |r| (0..columns.len()).map(|i| r.get(i)).collect())
-        .unwrap();
-    drop(newest);
+    let read = Copied::newest(
+        &source,
+        "ledger",
+        "tool = 'lookup_order' AND outcome = 'committed'",
+    )
+    .expect("the gateway committed no read for the floor to copy");
+    let write = FloorWrite::copy(&source);
     drop(source);
     let db = rusqlite::Connection::open(database).unwrap();
     db.pragma_update(None, "page_size", page_size).unwrap();
@@ -271,22 +462,7 @@ fn floor_main(upstream: SocketAddr, from: &Path, database: &Path) {
     for sql in &schema {
         db.execute_batch(sql).unwrap();
     }
-    let place = |name: &str| columns.iter().position(|c| c == name).unwrap();
-    let ledger = FloorLedger {
-        insert: format!(
-            "INSERT INTO ledger ({}) VALUES ({})",
-            columns.join(", "),
-            (1..=columns.len())
-                .map(|i| format!("?{i}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        id_at: place("id"),
-        times: vec![place("created_at"), place("updated_at")],
-        db,
-        row,
-    };
-    let store = FloorStore::start(ledger);
+    let store = FloorStore::start(FloorLedger { db, read, write });
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -312,7 +488,7 @@ fn floor_main(upstream: SocketAddr, from: &Path, database: &Path) {
     });
 }
 
-/// One call through the floor server: the upstream's answer, once its row is durable.
+/// One call through the floor server: the upstream's answer, once its rows are durable.
 async fn floor_call(
     request: Request<hyper::body::Incoming>,
     upstream: SocketAddr,
@@ -337,12 +513,34 @@ async fn floor_exchange(
     link: &tokio::sync::Mutex<Option<Link>>,
     store: &FloorStore,
 ) -> Result<hyper::Response<Full<Bytes>>, String> {
+    let key = request
+        .headers()
+        .get("idempotency-key")
+        .map(|k| k.to_str().map(str::to_owned).map_err(|e| e.to_string()))
+        .transpose()?;
     request.into_body().collect().await.map_err(|e| e.to_string())?;
-    let forwarded = Request::post("/orders")
+    let (path, arguments) = match key {
+        Some(_) => ("/credits", WRITE_ARGUMENTS),
+        None => ("/orders", ARGUMENTS),
+    };
+    let written = match key {
+        Some(key) => {
+            let id = SystemEnv.new_id("led");
+            store
+                .commit(FloorOp::Claim {
+                    id: id.clone(),
+                    key: key.clone(),
+                })
+                .await?;
+            Some(FloorOp::Finish { id, key })
+        }
+        None => None,
+    };
+    let forwarded = Request::post(path)
         .header(HOST, "127.0.0.1")
         .header(CONTENT_TYPE, "application/json")
         .header(AUTHORIZATION, format!("Bearer {TOKEN}"))
-        .body(Full::new(Bytes::from_static(ARGUMENTS.as_bytes())))
+        .body(Full::new(Bytes::from_static(arguments.as_bytes())))
         .map_err(|e| e.to_string())?;
     let (status, answer) = {
         let mut link = link.lock().await;
@@ -358,7 +556,7 @@ async fn floor_exchange(
     if status != StatusCode::OK {
         return Err(format!("the upstream answered {status}"));
     }
-    store.commit().await?;
+    store.commit(written.unwrap_or(FloorOp::Read)).await?;
     hyper::Response::builder()
         .header(CONTENT_TYPE, "application/json")
         .body(Full::new(answer))
@@ -692,8 +890,9 @@ enum Lane {
     Http { write: bool },
     /// `tools/call` on `POST /mcp`; `write`: the write with a fresh `_meta` key per call.
     Mcp { write: bool },
-    /// The floor server ([`floor_main`]), sent what the HTTP read sends.
-    Floor,
+    /// The floor server ([`floor_main`]), sent what the HTTP read sends, or with `write` what
+    /// the HTTP write sends.
+    Floor { write: bool },
 }
 
 /// What one load run sends, and to where.
@@ -708,14 +907,18 @@ struct Target {
 }
 
 impl Target {
-    /// The upstream directly (`Lane::Upstream`) or the floor (`Lane::Floor`): the order itself
-    /// is the answer.
+    /// The upstream directly (`Lane::Upstream`) or the floor (`Lane::Floor`): the upstream's
+    /// answer itself is the answer.
     fn bare(addr: SocketAddr, lane: Lane) -> Target {
         Target {
             addr,
             lane,
             authorization: HeaderValue::from_str(&format!("Bearer {TOKEN}")).unwrap(),
-            expect: &[r#""status":"paid""#],
+            expect: if lane == (Lane::Floor { write: true }) {
+                &[r#""status":"applied""#]
+            } else {
+                &[r#""status":"paid""#]
+            },
             refuse: &[],
         }
     }
@@ -942,8 +1145,8 @@ async fn call(conn: &mut Conn, target: &Target) -> Result<(), String> {
             .body(Full::new(Bytes::from_static(ARGUMENTS.as_bytes())))
             .map_err(|e| e.to_string())?,
         Lane::Http { write } => http(write)?,
-        // The floor is sent what the HTTP read sends.
-        Lane::Floor => http(false)?,
+        // The floor is sent what the HTTP lane sends.
+        Lane::Floor { write } => http(write)?,
         Lane::Mcp { write } => {
             let id = conn.calls;
             let body = if write {
@@ -1266,8 +1469,13 @@ fn print_header() {
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
 }
 
-/// The floor's row in the tables.
-const FLOOR_LABEL: &str = "the floor: a bare proxy that commits the same ledger row";
+/// A floor's row in the tables: the read's (`None`) or the write's.
+fn floor_label(shape: Option<Case>) -> &'static str {
+    match shape {
+        None => "the floor: a bare proxy that commits the same ledger row",
+        Some(_) => "the floor of a write: a bare proxy that commits the same write-ahead and outcome",
+    }
+}
 
 fn path_label(case: Option<Case>, server: usize) -> String {
     match (case, server) {
@@ -1428,9 +1636,20 @@ fn main() {
     // The floor of a call, measured after the upstream at each level.
     let floor = Floor::start(&server, upstream);
     eprintln!("floor server pid {} on {}", floor.pid(), floor.addr);
-    let floor_target = Arc::new(Target::bare(floor.addr, Lane::Floor));
-    let warm = rt.block_on(drive(floor_target.clone(), 16, Duration::from_secs(1)));
-    assert!(warm.ok > 0, "the floor server failed: {:?}", warm.first_error);
+    // The floor of a read, and with write cases the floor of a write (`case` in `floors`:
+    // `None` for the read's, `Some(Case::HttpWrite)` for the write's).
+    let writes = targets
+        .iter()
+        .any(|(case, _)| matches!(case, Case::HttpWrite | Case::McpWrite));
+    let floor_targets: Vec<(Option<Case>, Arc<Target>)> = [(None, false), (Some(Case::HttpWrite), true)]
+        .into_iter()
+        .filter(|&(_, write)| !write || writes)
+        .map(|(shape, write)| (shape, Arc::new(Target::bare(floor.addr, Lane::Floor { write }))))
+        .collect();
+    for (_, floor_target) in &floor_targets {
+        let warm = rt.block_on(drive(floor_target.clone(), 16, Duration::from_secs(1)));
+        assert!(warm.ok > 0, "the floor server failed: {:?}", warm.first_error);
+    }
     std::thread::sleep(Duration::from_secs(2));
     let rss_idle = rss(pid);
     pause_if_asked("idle after warm-up", pid);
@@ -1439,7 +1658,8 @@ fn main() {
     // One `fdatasync` of this disk, probed at the start of every round (the issue's p50 target
     // at one connection is the upstream, one `fdatasync` and Warrant's own work).
     let mut syncs = Vec::with_capacity(rounds);
-    // The floor server's runs (upstream-shaped: `case` is `None`).
+    // The floor server's runs (`case`: `None` for the read's floor, `Some(Case::HttpWrite)`
+    // for the write's).
     let mut floors: Vec<Measured> = Vec::new();
     for round in 1..=rounds {
         let sync = fdatasync_ms(server.dir.path());
@@ -1459,16 +1679,19 @@ fn main() {
                 peak_rss: None,
                 load,
             });
-            {
-                eprintln!("round {round}, {connections} connections: the floor, {secs} s …");
+            for (shape, floor_target) in &floor_targets {
+                eprintln!(
+                    "round {round}, {connections} connections: {}, {secs} s …",
+                    floor_label(*shape)
+                );
                 let load = load_average();
                 let (run, cpu_per_call, peak_rss) =
-                    measure(&rt, &floor_target, floor.pid(), ticks, connections, duration);
+                    measure(&rt, floor_target, floor.pid(), ticks, connections, duration);
                 floors.push(Measured {
                     round,
                     server: 0,
                     connections,
-                    case: None,
+                    case: *shape,
                     run,
                     cpu_per_call: Some(cpu_per_call),
                     peak_rss: Some(peak_rss),
@@ -1588,7 +1811,7 @@ fn main() {
                 println!(
                     "| {connections} | {} | {:.0} | {:.2} ms | {:.2} ms | {:.2} ms | {} | {} | {vs_rate} | {vs_p50} | {} | {:.2} |",
                     if is_floor {
-                        FLOOR_LABEL.to_owned()
+                        floor_label(m.case).to_owned()
                     } else {
                         path_label(m.case, m.server)
                     },
@@ -1638,8 +1861,16 @@ fn main() {
                     );
                 };
                 row(&path_label(case, server), s, &vs);
-                if let (None, Some(b), Some(f)) = (case, base, summarize(&floors, 0, connections, None)) {
-                    row(FLOOR_LABEL, f, &format!("{:.1}× fewer", b.per_sec / f.per_sec));
+                if let (None, Some(b)) = (case, base) {
+                    for shape in [None, Some(Case::HttpWrite)] {
+                        if let Some(f) = summarize(&floors, 0, connections, shape) {
+                            row(
+                                floor_label(shape),
+                                f,
+                                &format!("{:.1}× fewer", b.per_sec / f.per_sec),
+                            );
+                        }
+                    }
                 }
             }
         }
@@ -1810,13 +2041,23 @@ fn main() {
             }
         }
     }
+    // The floor a case is held to: the read's, or the write's.
+    let floor_of = |connections: usize, case: Case| {
+        let shape = matches!(case, Case::HttpWrite | Case::McpWrite).then_some(Case::HttpWrite);
+        summarize(&floors, 0, connections, shape)
+    };
     for case in [Case::HttpWrite, Case::McpWrite] {
         match at(16, case) {
             Some(s) => println!(
-                "- write with a key ≤ 0.15 ms server CPU per call ({}, 16 connections): {} ({:.3} ms)",
+                "- write with a key ≤ 0.15 ms server CPU per call ({}, 16 connections): {} ({:.3} ms{})",
                 case.name(),
                 verdict(s.cpu_ms <= 0.15),
-                s.cpu_ms
+                s.cpu_ms,
+                floor_of(16, case).map_or_else(String::new, |f| format!(
+                    "; the floor of a write {:.3} ms, so above it {:.3} ms",
+                    f.cpu_ms,
+                    s.cpu_ms - f.cpu_ms
+                ))
             ),
             None => missing(&format!("{} at 16 connections", case.name())),
         }
@@ -1824,10 +2065,15 @@ fn main() {
     for (case, _) in &targets {
         if let Some(s) = at(16, *case) {
             println!(
-                "- p99 ≤ 5 ms ({}, 16 connections): {} ({:.2} ms)",
+                "- p99 ≤ 5 ms ({}, 16 connections): {} ({:.2} ms{})",
                 case.name(),
                 verdict(s.p99 <= 5.0),
-                s.p99
+                s.p99,
+                floor_of(16, *case).map_or_else(String::new, |f| format!(
+                    "; its floor's {:.2} ms, so above it {:.2} ms",
+                    f.p99,
+                    s.p99 - f.p99
+                ))
             );
         }
     }
@@ -1860,7 +2106,11 @@ fn main() {
     let runs = measured
         .iter()
         .map(|m| (m, m.case.map_or("upstream", Case::name)));
-    for (m, name) in runs.chain(floors.iter().map(|m| (m, "floor"))) {
+    for (m, name) in runs.chain(
+        floors
+            .iter()
+            .map(|m| (m, m.case.map_or("floor", |_| "floor of a write"))),
+    ) {
         if let Some(e) = &m.run.first_error {
             println!(
                 "first error (round {}, {name}, {} connections): {}",
