@@ -2103,6 +2103,41 @@ fn main() {
             None => missing(&format!("{} at one connection", case.name())),
         }
     }
+    // The same targets held to the floors measured in the same rounds, so that a host whose
+    // disk or scheduler puts the floor itself past an absolute figure can still tell whether
+    // the gateway's own work meets it (docs/benchmarks.md, "the floor of a write").
+    println!();
+    println!(
+        "The same, against the floors of this run (the floor: what any gateway recording a call durably costs here):"
+    );
+    if let (Some(s), Some(f)) = (at(16, Case::McpRead), floor_of(16, Case::McpRead)) {
+        println!(
+            "- MCP read at 16 connections, ≥ 0.6× the floor's calls/s: {} ({:.2}×)",
+            verdict(s.per_sec >= 0.6 * f.per_sec),
+            s.per_sec / f.per_sec
+        );
+    }
+    for case in [Case::McpRead, Case::HttpRead] {
+        if let (Some(s), Some(f)) = (at(1, case), floor_of(1, case)) {
+            println!(
+                "- p50 at one connection ({}), ≤ the floor's + 0.11 ms and CPU ≤ 2× the floor's: {} (+{:.2} ms, {:.2}×)",
+                case.name(),
+                verdict(s.p50 <= f.p50 + 0.11 && s.cpu_ms <= 2.0 * f.cpu_ms),
+                s.p50 - f.p50,
+                s.cpu_ms / f.cpu_ms
+            );
+        }
+    }
+    for (case, _) in &targets {
+        if let (Some(s), Some(f)) = (at(16, *case), floor_of(16, *case)) {
+            println!(
+                "- p99 at 16 connections ({}), ≤ 1.5× its floor's: {} ({:.2}×)",
+                case.name(),
+                verdict(s.p99 <= 1.5 * f.p99),
+                s.p99 / f.p99
+            );
+        }
+    }
     let runs = measured
         .iter()
         .map(|m| (m, m.case.map_or("upstream", Case::name)));
