@@ -331,23 +331,22 @@ impl FloorLedger {
                     )?;
                 }
                 (FloorOp::Finish { id, key }, Some(w)) => {
-                    let (sql, values) = &mut w.finish_ledger;
-                    values[5] = now.clone();
-                    values[8] = Value::Text(id.clone());
-                    let changed = tx
-                        .prepare_cached(sql)
-                        .and_then(|mut s| s.execute(rusqlite::params_from_iter(values.iter())))
-                        .map_err(|e| e.to_string())?;
-                    assert_eq!(changed, 1, "the floor finished no ledger row");
-                    let (sql, values) = &mut w.finish_key;
-                    values[3] = now.clone();
-                    values[7] = Value::Text(key.clone());
-                    values[8] = Value::Text(id.clone());
-                    let changed = tx
-                        .prepare_cached(sql)
-                        .and_then(|mut s| s.execute(rusqlite::params_from_iter(values.iter())))
-                        .map_err(|e| e.to_string())?;
-                    assert_eq!(changed, 1, "the floor finished no idempotency record");
+                    // Each `UPDATE` with its fresh values at their places, one row changed.
+                    let update = |(sql, values): &mut (&'static str, Vec<Value>),
+                                  fresh: &[(usize, Value)]| {
+                        for (at, value) in fresh {
+                            values[*at] = value.clone();
+                        }
+                        let changed = tx
+                            .prepare_cached(sql)
+                            .and_then(|mut s| s.execute(rusqlite::params_from_iter(values.iter())))
+                            .map_err(|e| e.to_string())?;
+                        assert_eq!(changed, 1, "the floor finished no row with {sql}");
+                        Ok::<_, String>(())
+                    };
+                    let (id, key) = (Value::Text(id.clone()), Value::Text(key.clone()));
+                    update(&mut w.finish_ledger, &[(5, now.clone()), (8, id.clone())])?;
+                    update(&mut w.finish_key, &[(3, now.clone()), (7, key), (8, id)])?;
                 }
                 (_, None) => return Err("the gateway made no write for the floor to copy".into()),
             }

@@ -2214,6 +2214,26 @@ mod tests {
         std::thread::current().name().map(str::to_owned)
     }
 
+    /// Holds the writer thread in a write handed over while a second request was in flight,
+    /// waits `wait`, then, alone again (`requests` at one), writes from this thread: the write
+    /// waits behind the held one, in its batch. Answers the thread it ran on.
+    async fn behind_the_held_writer(
+        sqlite: &Arc<Sqlite>,
+        requests: &AtomicUsize,
+        wait: Duration,
+    ) -> Option<String> {
+        requests.store(2, Ordering::SeqCst);
+        let (release, running, blocked) = hold_writer(sqlite);
+        running.await.unwrap();
+        tokio::time::sleep(wait).await;
+        requests.store(1, Ordering::SeqCst);
+        let mut queued = Box::pin(sqlite.write(|_| Ok(this_thread())));
+        assert!(tokio::time::timeout(Duration::ZERO, &mut queued).await.is_err());
+        release.send(()).unwrap();
+        assert_eq!(blocked.await.unwrap().unwrap(), 1);
+        queued.await.unwrap()
+    }
+
     #[tokio::test]
     async fn an_idle_store_writes_on_the_callers_thread_and_a_busy_one_on_its_writer() {
         let (_dir, sqlite) = store().await;
@@ -2237,14 +2257,8 @@ mod tests {
         let ran_on = sqlite.write(|_| Ok(this_thread())).await.unwrap();
         assert_eq!(ran_on.as_deref(), Some("warrant-sqlite-w"));
         // Alone again, with a write queued: the next one waits behind it, in its batch.
-        let (release, running, blocked) = hold_writer(&sqlite);
-        running.await.unwrap();
-        requests.store(1, Ordering::SeqCst);
-        let mut queued = Box::pin(sqlite.write(|_| Ok(this_thread())));
-        assert!(tokio::time::timeout(Duration::ZERO, &mut queued).await.is_err());
-        release.send(()).unwrap();
-        assert_eq!(blocked.await.unwrap().unwrap(), 1);
-        assert_eq!(queued.await.unwrap().as_deref(), Some("warrant-sqlite-w"));
+        let ran_on = behind_the_held_writer(&sqlite, &requests, Duration::ZERO).await;
+        assert_eq!(ran_on.as_deref(), Some("warrant-sqlite-w"));
         // Answered, nothing queued, and a busy spell without writes handed over: inline again.
         tokio::time::sleep(BUSY_SPELL).await;
         assert_eq!(sqlite.write(|_| Ok(this_thread())).await.unwrap(), this_thread());
@@ -2283,16 +2297,8 @@ mod tests {
         assert_eq!(sqlite.write(|_| Ok(this_thread())).await.unwrap(), this_thread());
         // Busy again, with a write queued (the writer held by a write handed over while
         // another request was in flight, a spell ago): the spell starts over.
-        requests.store(2, Ordering::SeqCst);
-        let (release, running, blocked) = hold_writer(&sqlite);
-        running.await.unwrap();
-        tokio::time::sleep(BUSY_SPELL).await;
-        requests.store(1, Ordering::SeqCst);
-        let mut queued = Box::pin(sqlite.write(|_| Ok(this_thread())));
-        assert!(tokio::time::timeout(Duration::ZERO, &mut queued).await.is_err());
-        release.send(()).unwrap();
-        assert_eq!(blocked.await.unwrap().unwrap(), 1);
-        assert_eq!(queued.await.unwrap().as_deref(), Some("warrant-sqlite-w"));
+        let ran_on = behind_the_held_writer(&sqlite, &requests, BUSY_SPELL).await;
+        assert_eq!(ran_on.as_deref(), Some("warrant-sqlite-w"));
         let ran_on = sqlite.write(|_| Ok(this_thread())).await.unwrap();
         assert_eq!(ran_on.as_deref(), Some("warrant-sqlite-w"));
     }
