@@ -2104,7 +2104,7 @@ fn main() {
     }
     // The same targets held to the floors measured in the same rounds, so that a host whose
     // disk or scheduler puts the floor itself past an absolute figure can still tell whether
-    // the gateway's own work meets it (docs/benchmarks.md, "the floor of a write").
+    // the gateway's own work meets it (docs/benchmarks.md, "2026-12-07 (night)").
     println!();
     println!(
         "The same, against the floors of this run (the floor: what any gateway recording a call durably costs here):"
