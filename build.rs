@@ -33,7 +33,11 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed={ORDER}");
     println!("cargo:rerun-if-env-changed=WARRANT_LINK_ORDER");
-    let var = |name: &str| std::env::var(name).unwrap_or_default();
+    // Declared whatever this build is, so that turning the profile back on (or the wrapper
+    // back to `link/rustc`) runs this again and `warn_without_profile` sees it.
+    println!("cargo:rerun-if-changed={PROFILE}");
+    println!("cargo:rerun-if-env-changed=WARRANT_PGO");
+    println!("cargo:rerun-if-env-changed=RUSTC_WRAPPER");
     let native = var("HOST") == var("TARGET");
     if native
         && var("CARGO_CFG_TARGET_OS") == "linux"
@@ -70,6 +74,11 @@ fn main() {
     }
 }
 
+/// An environment variable cargo gives the build script, empty when unset.
+fn var(name: &str) -> String {
+    std::env::var(name).unwrap_or_default()
+}
+
 /// The function order of the release binary, relative to the package root.
 const ORDER: &str = "link/symbol-order.txt";
 
@@ -82,10 +91,7 @@ const PROFILE: &str = "link/warrant.profdata.txt";
 /// wrapper replaced `link/rustc` (`RUSTC_WRAPPER`, e.g. sccache), or the profile was made with
 /// another compiler. `WARRANT_PGO=0` builds without it on purpose, and says nothing.
 fn warn_without_profile(rustc: &str) {
-    println!("cargo:rerun-if-changed={PROFILE}");
-    println!("cargo:rerun-if-env-changed=WARRANT_PGO");
-    println!("cargo:rerun-if-env-changed=RUSTC_WRAPPER");
-    let wrapper = std::env::var("RUSTC_WRAPPER").unwrap_or_default();
+    let wrapper = var("RUSTC_WRAPPER");
     if !wrapper.ends_with("link/rustc") {
         println!(
             "cargo:warning=the release is compiled with the wrapper `{wrapper}` instead of \
@@ -93,7 +99,7 @@ fn warn_without_profile(rustc: &str) {
         );
         return;
     }
-    let header = std::path::Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default()).join(PROFILE);
+    let header = std::path::Path::new(&var("CARGO_MANIFEST_DIR")).join(PROFILE);
     let made_with = made_with(&header).unwrap_or_default();
     if made_with != rustc {
         println!(
@@ -132,7 +138,6 @@ fn rustc_version() -> String {
 /// Whether the binary is linked by LLD: Rust's default for `x86_64-unknown-linux-gnu` from
 /// 1.90, unless the build names another linker (or linker flavour) itself.
 fn links_with_lld(rustc: &str) -> bool {
-    let var = |name: &str| std::env::var(name).unwrap_or_default();
     var("TARGET") == "x86_64-unknown-linux-gnu"
         && std::env::var("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER").is_err()
         && !var("CARGO_ENCODED_RUSTFLAGS").contains("link")

@@ -142,8 +142,14 @@ struct Copied {
 }
 
 impl Copied {
-    /// The newest row of `table` that `filter` selects, if there is one.
-    fn newest(source: &rusqlite::Connection, table: &str, filter: &str) -> Option<Copied> {
+    /// The newest row of `table` that `filter` (its parameters bound to `params`) selects, if
+    /// there is one.
+    fn newest(
+        source: &rusqlite::Connection,
+        table: &str,
+        filter: &str,
+        params: impl rusqlite::Params,
+    ) -> Option<Copied> {
         let mut newest = source
             .prepare(&format!(
                 "SELECT * FROM {table} WHERE {filter} ORDER BY created_at DESC LIMIT 1"
@@ -151,7 +157,7 @@ impl Copied {
             .unwrap();
         let columns: Vec<String> = newest.column_names().into_iter().map(str::to_owned).collect();
         let row: Vec<rusqlite::types::Value> = rusqlite::OptionalExtension::optional(
-            newest.query_row([], |r| (0..columns.len()).map(|i| r.get(i)).collect()),
+            newest.query_row(params, |r| (0..columns.len()).map(|i| r.get(i)).collect()),
         )
         .unwrap()?;
         let insert = format!(
@@ -192,8 +198,46 @@ struct FloorWrite {
     /// How long the gateway keeps a key, ms.
     key_ttl: i64,
     /// The gateway's `UPDATE`s of an outcome, and the values it wrote.
-    finish_ledger: (&'static str, Vec<rusqlite::types::Value>),
-    finish_key: (&'static str, Vec<rusqlite::types::Value>),
+    finish_ledger: Update,
+    finish_key: Update,
+}
+
+/// An `UPDATE` of the gateway's, each parameter named by the column whose value it takes
+/// (`:column`), bound to the values of a row the gateway finished.
+struct Update {
+    sql: &'static str,
+    params: Vec<(String, rusqlite::types::Value)>,
+}
+
+impl Update {
+    fn of(sql: &'static str, row: &Copied, columns: &[&str]) -> Update {
+        let params = columns.iter().map(|c| (format!(":{c}"), row.value(c))).collect();
+        Update { sql, params }
+    }
+
+    /// Runs it in `tx` with `fresh` values for some columns; it must change one row.
+    fn run(
+        &mut self,
+        tx: &rusqlite::Transaction<'_>,
+        fresh: &[(&str, rusqlite::types::Value)],
+    ) -> Result<(), String> {
+        for (column, value) in fresh {
+            if let Some((_, bound)) = self.params.iter_mut().find(|(n, _)| &n[1..] == *column) {
+                *bound = value.clone();
+            }
+        }
+        let params: Vec<(&str, &dyn rusqlite::ToSql)> = self
+            .params
+            .iter()
+            .map(|(n, v)| (n.as_str(), v as &dyn rusqlite::ToSql))
+            .collect();
+        let changed = tx
+            .prepare_cached(self.sql)
+            .and_then(|mut s| s.execute(params.as_slice()))
+            .map_err(|e| e.to_string())?;
+        assert_eq!(changed, 1, "the floor finished no row with {}", self.sql);
+        Ok(())
+    }
 }
 
 impl FloorWrite {
@@ -203,21 +247,24 @@ impl FloorWrite {
             source,
             "ledger",
             "tool = 'create_support_credit' AND outcome = 'committed'",
+            [],
         )?;
         let Value::Text(id) = ledger.value("id") else {
             return None;
         };
-        let mut key = Copied::newest(source, "idempotency", &format!("ledger_id = '{id}'"))?;
+        let mut key = Copied::newest(source, "idempotency", "ledger_id = ?1", [&id])?;
         let (Value::Integer(created), Value::Integer(expires)) =
             (key.value("created_at"), key.value("expires_at"))
         else {
             return None;
         };
-        let finish_ledger = (
-            "UPDATE ledger SET outcome = ?1, attempts = ?2, error_code = ?3, latency_ms = ?4, \
-             cost = ?5, updated_at = ?6, detail = COALESCE(?7, detail) \
-             WHERE tenant = ?8 AND id = ?9 AND outcome IN ('attempting', 'unknown')",
-            [
+        let finish_ledger = Update::of(
+            "UPDATE ledger SET outcome = :outcome, attempts = :attempts, error_code = :error_code, \
+             latency_ms = :latency_ms, cost = :cost, updated_at = :updated_at, \
+             detail = COALESCE(:detail, detail) \
+             WHERE tenant = :tenant AND id = :id AND outcome IN ('attempting', 'unknown')",
+            &ledger,
+            &[
                 "outcome",
                 "attempts",
                 "error_code",
@@ -227,14 +274,14 @@ impl FloorWrite {
                 "detail",
                 "tenant",
                 "id",
-            ]
-            .map(|c| ledger.value(c))
-            .to_vec(),
+            ],
         );
-        let finish_key = (
-            "UPDATE idempotency SET status = ?1, result = ?2, error_code = ?3, updated_at = ?4 \
-             WHERE tenant = ?5 AND principal = ?6 AND contract_id = ?7 AND key = ?8 AND ledger_id = ?9",
-            [
+        let finish_key = Update::of(
+            "UPDATE idempotency SET status = :status, result = :result, error_code = :error_code, \
+             updated_at = :updated_at WHERE tenant = :tenant AND principal = :principal \
+             AND contract_id = :contract_id AND key = :key AND ledger_id = :ledger_id",
+            &key,
+            &[
                 "status",
                 "result",
                 "error_code",
@@ -244,9 +291,7 @@ impl FloorWrite {
                 "contract_id",
                 "key",
                 "ledger_id",
-            ]
-            .map(|c| key.value(c))
-            .to_vec(),
+            ],
         );
         ledger.set("outcome", Value::Text("attempting".into()));
         key.set("status", Value::Text("in_flight".into()));
@@ -331,22 +376,13 @@ impl FloorLedger {
                     )?;
                 }
                 (FloorOp::Finish { id, key }, Some(w)) => {
-                    // Each `UPDATE` with its fresh values at their places, one row changed.
-                    let update = |(sql, values): &mut (&'static str, Vec<Value>),
-                                  fresh: &[(usize, Value)]| {
-                        for (at, value) in fresh {
-                            values[*at] = value.clone();
-                        }
-                        let changed = tx
-                            .prepare_cached(sql)
-                            .and_then(|mut s| s.execute(rusqlite::params_from_iter(values.iter())))
-                            .map_err(|e| e.to_string())?;
-                        assert_eq!(changed, 1, "the floor finished no row with {sql}");
-                        Ok::<_, String>(())
-                    };
                     let (id, key) = (Value::Text(id.clone()), Value::Text(key.clone()));
-                    update(&mut w.finish_ledger, &[(5, now.clone()), (8, id.clone())])?;
-                    update(&mut w.finish_key, &[(3, now.clone()), (7, key), (8, id)])?;
+                    w.finish_ledger
+                        .run(&tx, &[("updated_at", now.clone()), ("id", id.clone())])?;
+                    w.finish_key.run(
+                        &tx,
+                        &[("updated_at", now.clone()), ("key", key), ("ledger_id", id)],
+                    )?;
                 }
                 (_, None) => return Err("the gateway made no write for the floor to copy".into()),
             }
@@ -447,6 +483,7 @@ fn floor_main(upstream: SocketAddr, from: &Path, database: &Path) {
         &source,
         "ledger",
         "tool = 'lookup_order' AND outcome = 'committed'",
+        [],
     )
     .expect("the gateway committed no read for the floor to copy");
     let write = FloorWrite::copy(&source);
