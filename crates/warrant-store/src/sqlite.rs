@@ -919,9 +919,25 @@ impl Nudge {
 /// How often the checkpointer copies the WAL back into the database file.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
 
-/// WAL pages after which the writer checkpoints by itself (only if the checkpointer falls
-/// behind; SQLite's default is 1000, on every commit that crosses it).
-const WRITER_AUTOCHECKPOINT: i64 = 16_000;
+/// WAL frames after which the writer checkpoints by itself, inside the commit that crosses
+/// them (SQLite's default is 1000).
+///
+/// Under sustained writes this is the checkpoint that starts the WAL over, and a stall of
+/// every call in flight. The checkpointer's passive checkpoints rarely copy every frame (the
+/// writer commits meanwhile), and SQLite syncs the database file, and lets the WAL start over,
+/// only after one that does. So the WAL grows to this many frames, and then the writer's own
+/// checkpoint copies what is left and syncs everything copied since the last database sync,
+/// its commits waiting.
+///
+/// How often that happens is what this sets, and how long (the more frames, the more copied
+/// pages to sync). Traced at 16 connections (HTTP write with a key; docs/benchmarks.md,
+/// "2026-12-07 (last)"): at 16,000 frames 26 stalls of 3.7 ms (95 ms in all), the write
+/// p99; at 32,000, 13 of 6 ms (73 ms), p99 0.85–0.98× in every round against 16,000; at
+/// 64,000, 5 of 12 ms (50 ms), p99 no lower than at 32,000 but each stall twice as long. The
+/// cost: a WAL of up to 66 MB at 2 KiB pages while writes go on (kept until the store
+/// closes), which recovery reads whole after a crash (40 ms from the page cache, 60 ms from
+/// this disk).
+const WRITER_AUTOCHECKPOINT: i64 = 32_000;
 
 /// Opens a connection with the store's settings.
 fn connect(path: &Path, read_only: bool) -> Result<Connection, StoreError> {
