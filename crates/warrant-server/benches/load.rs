@@ -215,16 +215,18 @@ impl Update {
         Update { sql, params }
     }
 
-    /// Runs it in `tx` with `fresh` values for some columns; it must change one row.
+    /// Runs it in `tx` with `fresh` values for some of its columns; it must change one row.
     fn run(
         &mut self,
         tx: &rusqlite::Transaction<'_>,
         fresh: &[(&str, rusqlite::types::Value)],
     ) -> Result<(), String> {
         for (column, value) in fresh {
-            if let Some((_, bound)) = self.params.iter_mut().find(|(n, _)| &n[1..] == *column) {
-                *bound = value.clone();
-            }
+            let name = format!(":{column}");
+            let Some((_, bound)) = self.params.iter_mut().find(|(n, _)| *n == name) else {
+                panic!("{} binds no column {column}", self.sql);
+            };
+            *bound = value.clone();
         }
         let params: Vec<(&str, &dyn rusqlite::ToSql)> = self
             .params

@@ -936,7 +936,7 @@ const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
 /// 64,000, 5 of 12 ms (50 ms), p99 no lower than at 32,000 but each stall twice as long. The
 /// cost: a WAL of up to 66 MB at 2 KiB pages while writes go on (kept until the store
 /// closes), which recovery reads whole after a crash (40 ms from the page cache, 60 ms from
-/// this disk).
+/// the disk, on the machines of docs/benchmarks.md).
 const WRITER_AUTOCHECKPOINT: i64 = 32_000;
 
 /// Opens a connection with the store's settings.
