@@ -222,8 +222,8 @@ impl Update {
         fresh: &[(&str, rusqlite::types::Value)],
     ) -> Result<(), String> {
         for (column, value) in fresh {
-            let name = format!(":{column}");
-            let Some((_, bound)) = self.params.iter_mut().find(|(n, _)| *n == name) else {
+            let named = |n: &str| n.strip_prefix(':') == Some(*column);
+            let Some((_, bound)) = self.params.iter_mut().find(|(n, _)| named(n)) else {
                 panic!("{} binds no column {column}", self.sql);
             };
             *bound = value.clone();
