@@ -24,7 +24,7 @@ use warrant_core::pipeline::{Authority, Call, Facts};
 use warrant_core::records::StepFollowUp;
 use warrant_core::store::StoreError;
 
-use crate::execute::{Execution, Runtime};
+use crate::execute::{Executed, Execution, Runtime};
 
 /// What became of one proposal.
 #[derive(Debug, Clone, PartialEq)]
@@ -83,14 +83,21 @@ pub async fn dispatch_then(
     call: &Call<'_>,
     then: Option<&StepFollowUp>,
 ) -> Result<(Dispatched, Facts), StoreError> {
-    let decided = authority.decide(principal, call).await?;
+    let mut decided = authority.decide(principal, call).await?;
+    // Allowed as the replay of an operation that turned out not to have finished: decided
+    // again, once, now that its record is reconciled (see `Executed::Redecide`).
+    if let Decision::Allow(allowed) = decided.decision {
+        match runtime.execute_decided(allowed, then, true).await? {
+            Executed::Done(execution) => {
+                return Ok((executed(authority, principal, execution), decided.facts));
+            }
+            Executed::Redecide => decided = authority.decide(principal, call).await?,
+        }
+    }
     let dispatched = match decided.decision {
         Decision::Allow(allowed) => {
             let execution = runtime.execute_then(allowed, then).await?;
-            if let Some(counter) = &execution.exhausted {
-                authority.note_exhausted(principal.tenant(), counter);
-            }
-            Dispatched::Executed(execution)
+            executed(authority, principal, execution)
         }
         Decision::NeedsApproval(needed) => Dispatched::NeedsApproval {
             ledger_id: decided.ledger_id,
@@ -102,6 +109,15 @@ pub async fn dispatch_then(
         },
     };
     Ok((dispatched, decided.facts))
+}
+
+/// An executed call's answer; a budget counter that refused it is noted, so that the next
+/// decisions refuse at once.
+fn executed(authority: &Authority, principal: &Principal, execution: Execution) -> Dispatched {
+    if let Some(counter) = &execution.exhausted {
+        authority.note_exhausted(principal.tenant(), counter);
+    }
+    Dispatched::Executed(execution)
 }
 
 /// A call as a lane hands it to the runtime: owned, so it outlives the lane's request.

@@ -137,6 +137,23 @@ impl Execution {
     }
 }
 
+/// What [`Runtime::execute_decided`] did with an allowed call.
+#[derive(Debug)]
+pub enum Executed {
+    /// Executed, replayed, or refused as it began.
+    Done(Execution),
+    /// Allowed as the replay of an earlier operation, which turned out not to have finished:
+    /// it had no effect, so this call is a new attempt, and must be decided again — a replay
+    /// spends no approval and no budget, and a new attempt needs both. Nothing was claimed and
+    /// no row was written for it.
+    Redecide,
+}
+
+/// Why a call allowed as a replay was refused when its operation turned out to have had no
+/// effect (and the call could not be decided again where it ran).
+const UNFINISHED_REPLAY: &str =
+    "the earlier attempt under this idempotency key had no effect; send the call again for a decision of its own";
+
 /// The execution runtime: one per process, shared by every lane.
 #[derive(Clone)]
 pub struct Runtime {
@@ -322,6 +339,26 @@ impl Runtime {
         allowed: Box<Allowed>,
         then: Option<&StepFollowUp>,
     ) -> Result<Execution, StoreError> {
+        match self.execute_decided(allowed, then, false).await? {
+            Executed::Done(done) => Ok(done),
+            // Not asked for: `execute_decided` answers a refusal instead.
+            Executed::Redecide => Err(StoreError::Invalid("a replay was left undecided".into())),
+        }
+    }
+
+    /// [`Runtime::execute_then`] for a caller that can decide the call again
+    /// (`may_redecide`; [`crate::dispatch::dispatch_then`]): a call allowed as the replay of an
+    /// earlier operation that turns out not to have finished is answered
+    /// [`Executed::Redecide`] rather than refused (see [`Executed::Redecide`]).
+    ///
+    /// # Errors
+    /// As [`Runtime::execute`].
+    pub async fn execute_decided(
+        &self,
+        allowed: Box<Allowed>,
+        then: Option<&StepFollowUp>,
+        may_redecide: bool,
+    ) -> Result<Executed, StoreError> {
         let started = Instant::now();
         let contract = Arc::clone(allowed.contract());
         let entry = allowed.ledger_entry();
@@ -344,7 +381,7 @@ impl Runtime {
                 self.store.insert_ledger(&row).await?;
                 self.meters()
                     .outcome(&Outcome::Failed(ToolErrorCode::Unclassified));
-                return Ok(Execution {
+                return Ok(Executed::Done(Execution {
                     ledger_id: row.id,
                     operation_id,
                     attempts: 0,
@@ -354,27 +391,29 @@ impl Runtime {
                     exhausted: None,
                     unrecorded: false,
                     followed: None,
-                });
+                }));
             }
         };
 
-        // A new attempt on an operation whose outcome is unknown — or whose record expired
-        // while it was still in flight — reconciles it first: only a finished record may be
-        // replaced. (`decide` read the record for a call that needs approval; for any other,
-        // the write-ahead commit below finds it.)
-        let mut reconciled = false;
-        if let Some(record) = allowed
-            .replay()
-            .filter(|r| needs_reconciling(r, entry.created_at))
-        {
-            self.reconcile_record(record, &contract, adapter.as_ref()).await?;
-            reconciled = true;
-            // Found finished by this reconciliation: the same operation, answered from its
-            // record (even when the record's retention ran out meanwhile — this call is the
-            // one that was waiting for it).
-            if let Some(done) = self.replay_if_finished(record, entry).await? {
-                return Ok(done);
+        // Allowed as the replay of an earlier operation: `decide` read the record of a call that
+        // needs approval, found this same call, and passed it without an approval or budget,
+        // since a replay spends neither. So it never starts an attempt. An operation whose
+        // outcome is unknown — or whose record expired while still in flight — is reconciled
+        // first; finished, this call is its replay (even when the record's retention ran out
+        // meanwhile: this call is the one that was waiting for it). Found not to have finished
+        // (no effect, and the key freed), this call is a new attempt after all, which needs
+        // what a new attempt needs: it is decided again, or refused.
+        if let Some(record) = allowed.replay() {
+            if needs_reconciling(record, entry.created_at) {
+                self.reconcile_record(record, &contract, adapter.as_ref()).await?;
             }
+            if let Some(done) = self.replay_if_finished(record, entry).await? {
+                return Ok(Executed::Done(done));
+            }
+            if may_redecide {
+                return Ok(Executed::Redecide);
+            }
+            return self.unfinished_replay(&allowed, record).await.map(Executed::Done);
         }
 
         let now = self.env.now();
@@ -386,17 +425,16 @@ impl Runtime {
         if write_ahead {
             let mut start = self.store.begin_attempt(entry, scope, claims, expires_at).await?;
             // Found by the write-ahead commit, which took nothing and wrote no row: the
-            // operation is reconciled first (unless it just was); this call is its replay if
-            // that finished it, and otherwise tries the commit once more (reconciliation may
-            // have freed the key). Still unknown, its row records the refusal.
-            if let AttemptStart::Unknown(record) = &start
-                && !reconciled
-            {
+            // operation is reconciled first; this call is its replay if that finished it, and
+            // otherwise tries the commit once more, with the claims of a new attempt
+            // (reconciliation may have freed the key). Still unknown, its row records the
+            // refusal.
+            if let AttemptStart::Unknown(record) = &start {
                 let record = record.clone();
                 self.reconcile_record(&record, &contract, adapter.as_ref())
                     .await?;
                 if let Some(done) = self.replay_if_finished(&record, entry).await? {
-                    return Ok(done);
+                    return Ok(Executed::Done(done));
                 }
                 start = self.store.begin_attempt(entry, scope, claims, expires_at).await?;
             }
@@ -406,11 +444,40 @@ impl Runtime {
                     .await?;
             }
             if let Some(done) = self.not_started(&allowed, entry, &mut start) {
-                return Ok(done);
+                return Ok(Executed::Done(done));
             }
         }
         self.run(&allowed, entry, adapter.as_ref(), write_ahead, then, started)
             .await
+            .map(Executed::Done)
+    }
+
+    /// The refusal of a call allowed as the replay of `earlier` when that operation turned out
+    /// not to have finished and the call cannot be decided again here: its outcome is still
+    /// unknown, or it had no effect and this call needs a decision of its own (which the same
+    /// call sent again gets). Its row records the refusal.
+    async fn unfinished_replay(
+        &self,
+        allowed: &Allowed,
+        earlier: &IdempotencyRecord,
+    ) -> Result<Execution, StoreError> {
+        let entry = allowed.ledger_entry();
+        let mut start = match self.store.get_idempotency(&earlier.scope).await? {
+            Some(record) if record.ledger_id == earlier.ledger_id => AttemptStart::Unknown(record),
+            _ => AttemptStart::InFlight,
+        };
+        let mut row = warrant_core::store::attempt_row(entry, &start).into_owned();
+        if matches!(start, AttemptStart::InFlight) {
+            row.detail = Some(UNFINISHED_REPLAY.to_owned());
+        }
+        self.store.insert_ledger(&row).await?;
+        let mut done = self.not_started(allowed, entry, &mut start);
+        if let Some(Err(rejection)) = done.as_mut().map(|d| &mut d.result)
+            && row.detail.as_deref() == Some(UNFINISHED_REPLAY)
+        {
+            *rejection = Rejection::new(RejectCode::IdempotencyInFlight, UNFINISHED_REPLAY).at("/idempotency_key");
+        }
+        done.ok_or_else(|| StoreError::Invalid("an unfinished replay started".into()))
     }
 
     /// The answer to a write-ahead commit that did not start the attempt, or `None` when it

@@ -14,5 +14,5 @@ pub mod secrets;
 pub use adapter::{Adapter, BindingError, Failure, Inquiry, Invocation, Reconciled};
 pub use adapters::Adapters;
 pub use dispatch::{Dispatched, OwnedCall, dispatch, submit};
-pub use execute::{Execution, Runtime, RuntimeSettings};
+pub use execute::{Executed, Execution, Runtime, RuntimeSettings};
 pub use secrets::{Credential, CredentialSpec, Secret, Secrets, ToolGrant};

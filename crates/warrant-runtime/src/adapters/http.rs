@@ -271,11 +271,13 @@ pub(crate) fn parse_body(body: &[u8]) -> Result<Value, &'static str> {
 }
 
 /// A failure of a call that may have an effect, judged by its status: a 4xx (and 501, 505)
-/// says the server refused before acting, so no effect happened; any other 5xx proves
-/// nothing, so for every effect but `read` it is ambiguous — the outcome is `unknown` and
-/// reconciled, or retried with the same idempotency key where the tool honours it.
+/// says the server refused before acting, so no effect happened; any other status proves
+/// nothing — a 5xx, a 3xx (a `303 See Other` is the usual answer to a POST that took effect,
+/// and a write's redirect is never followed), anything outside the classes — so for every
+/// effect but `read` it is ambiguous: the outcome is `unknown` and reconciled, or retried
+/// with the same idempotency key where the tool honours it.
 pub(crate) fn effect_unproven(failure: Failure, status: StatusCode, effect: Effect) -> Failure {
-    let refused_before_acting = !status.is_server_error() || matches!(status.as_u16(), 501 | 505);
+    let refused_before_acting = status.is_client_error() || matches!(status.as_u16(), 501 | 505);
     if effect == Effect::Read || refused_before_acting || failure.is_ambiguous() {
         failure
     } else {
@@ -339,9 +341,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_server_error_of_a_call_with_an_effect_proves_nothing() {
+    fn only_a_refusal_proves_a_call_with_an_effect_had_none() {
         let h = HeaderMap::new();
-        for status in [500, 502, 503, 507, 599] {
+        // A server error, a redirect (a write's is never followed; `303` is the usual answer to
+        // a POST that took effect), a status outside the classes: proof of nothing.
+        for status in [500, 502, 503, 507, 599, 300, 302, 303, 307, 308, 600, 999] {
             let status = StatusCode::from_u16(status).unwrap();
             let failure = || status_failure(status, &h).unwrap();
             assert!(

@@ -268,6 +268,79 @@ pub async fn lost_answers_are_unknown_and_reconciled(h: &Arc<Harness>) {
     assert_eq!(row(h, &e).await.outcome, Some(records::Outcome::Unknown));
 }
 
+/// A call that needs approval, whose attempt was lost before it committed: the same call sent
+/// again is decided as the replay of that operation (a replay spends no approval), but the
+/// operation turns out to have had no effect, so the call is a new attempt after all. It does
+/// not run on the approval the first attempt consumed: it is decided again (through
+/// `dispatch`), or refused (`execute` alone).
+pub async fn a_replay_that_finds_no_effect_needs_an_approval_of_its_own(h: &Arc<Harness>) {
+    let now = time::OffsetDateTime::now_utc();
+    let proposal = json!({"tool": "gated", "version": 1, "arguments": {"mode": "reset"}, "idempotency_key": "gated-rs"});
+    let Err(Decision::NeedsApproval(needed)) = h.allow(&proposal).await else {
+        panic!("expected a hold");
+    };
+    let id = needed.request_id.unwrap();
+    h.store
+        .decide_approval("acme", &id, "reviewer-1", records::Verdict::Approve, None, now)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut approved = proposal.clone();
+    approved["approval"] = json!(id);
+    let e = h.runtime.execute(h.allow(&approved).await.unwrap()).await.unwrap();
+    unknown(&e);
+    let op = e.operation_id.as_str().to_owned();
+    assert_eq!(h.faults.requests(&op), 1);
+
+    // Sent again as it was: allowed as the replay, reconciled (no effect, key freed), and
+    // refused rather than run without an approval.
+    let again = h.runtime.execute(h.allow(&approved).await.unwrap()).await.unwrap();
+    let Err(refusal) = &again.result else {
+        panic!("ran without an approval: {again:?}");
+    };
+    assert_eq!(refusal.code(), RejectCode::IdempotencyInFlight, "{refusal:?}");
+    assert_eq!(h.faults.requests(&op), 1, "no second attempt");
+    assert_eq!(
+        row(h, &e).await.outcome,
+        Some(records::Outcome::ReconciledNotCommitted)
+    );
+
+    // Through `dispatch`, the lanes' path, the call is decided afresh: the approval it
+    // presents was consumed by the first attempt, so its write-ahead commit refuses it.
+    let bytes = approved.to_string();
+    let call = warrant_core::pipeline::Call {
+        bytes: bytes.as_bytes(),
+        trace_id: "trace-test",
+        ..warrant_core::pipeline::Call::default()
+    };
+    let (dispatched, _) = warrant_runtime::dispatch(&h.authority, &h.runtime, &crate::support::agent(), &call)
+        .await
+        .unwrap();
+    assert!(
+        matches!(&dispatched, warrant_runtime::Dispatched::Executed(Execution { result: Err(r), attempts: 0, .. })
+            if r.code() == RejectCode::ApprovalConsumed),
+        "{dispatched:?}"
+    );
+    // Without the spent approval, it is held for a new one.
+    let (dispatched, _) = warrant_runtime::dispatch(
+        &h.authority,
+        &h.runtime,
+        &crate::support::agent(),
+        &warrant_core::pipeline::Call {
+            bytes: proposal.to_string().as_bytes(),
+            trace_id: "trace-test",
+            ..warrant_core::pipeline::Call::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(
+        matches!(dispatched, warrant_runtime::Dispatched::NeedsApproval { .. }),
+        "{dispatched:?}"
+    );
+    assert_eq!(h.faults.requests(&op), 1, "still one attempt");
+}
+
 pub async fn a_new_attempt_reconciles_an_unknown_first(h: &Arc<Harness>) {
     let e = h.run("note", json!({"mode": "commit_hang"}), Some("ch")).await;
     unknown(&e);

@@ -52,6 +52,7 @@ on_every_backend! {
     a_tool_without_idempotency_is_not_retried,
     lost_answers_are_unknown_and_reconciled,
     a_new_attempt_reconciles_an_unknown_first,
+    a_replay_that_finds_no_effect_needs_an_approval_of_its_own,
     confirmed_duplicates_are_counted_and_recorded,
     stale_attempting_rows_are_reconciled,
     concurrent_executions_make_one_effect,

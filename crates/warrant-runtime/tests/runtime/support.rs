@@ -113,6 +113,18 @@ fn contracts(addr: SocketAddr, tools: &std::path::Path) -> Vec<Contract> {
             1,
         ),
     ];
+    // A write a reviewer approves, call by call.
+    let gated = json!({
+        "name": "gated", "version": 1, "description": "an approved write", "owner": "test",
+        "effect": "write", "scopes": ["faults:write"], "approval": "per_call",
+        "idempotency": {"honoured": false, "retention": "1h"},
+        "retry": {"max_attempts": 3},
+        "cost": {"per_call": 1},
+        "input": serde_json::from_str::<Value>(&input("")).unwrap(),
+        "output": serde_json::from_str::<Value>(CREDIT_OUT).unwrap(),
+        "adapter": {"kind": "http", "url": format!("{base}/plain"), "timeout": "300ms", "status_url": status},
+    });
+    out.push(Contract::from_document(gated).unwrap());
     let read = json!({
         "name": "lookup", "version": 1, "description": "a read", "owner": "test",
         "effect": "read", "scopes": ["faults:read"], "approval": "none",
