@@ -81,25 +81,79 @@ impl DatabaseUrl {
         }
     }
 
-    /// A description safe to print (the password of a PostgreSQL URL is masked).
+    /// A description safe to print: a PostgreSQL URL's password is masked, whether in its
+    /// user information or as a query parameter (`?password=`, `sslpassword=`, any spelling
+    /// of a key naming a password).
     pub fn redacted(&self) -> String {
         match self {
             DatabaseUrl::Sqlite(path) => format!("sqlite://{}", path.display()),
-            DatabaseUrl::Postgres(url) => match (url.find("://"), url.rfind('@')) {
-                (Some(scheme), Some(at)) if at > scheme => {
-                    let creds = url.get(scheme + 3..at).unwrap_or_default();
-                    let user = creds.split(':').next().unwrap_or_default();
-                    format!(
-                        "{}{}:***{}",
-                        url.get(..scheme + 3).unwrap_or_default(),
-                        user,
-                        url.get(at..).unwrap_or_default()
-                    )
-                }
-                _ => url.clone(),
-            },
+            DatabaseUrl::Postgres(url) => redact_postgres(url),
         }
     }
+}
+
+/// `url` with its passwords masked (see [`DatabaseUrl::redacted`]). Written by hand rather
+/// than through a URL parser: a PostgreSQL URL may name several hosts (`h1:5432,h2:5433`),
+/// which URL parsers refuse, and an unparsable URL must still print without its password.
+fn redact_postgres(url: &str) -> String {
+    let (head, query) = match url.split_once('?') {
+        Some((head, query)) => (head, Some(query)),
+        None => (url, None),
+    };
+    let mut out = match (head.find("://"), head.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let creds = head.get(scheme + 3..at).unwrap_or_default();
+            match creds.split_once(':') {
+                Some((user, _)) => format!(
+                    "{}{user}:***{}",
+                    head.get(..scheme + 3).unwrap_or_default(),
+                    head.get(at..).unwrap_or_default()
+                ),
+                None => head.to_owned(),
+            }
+        }
+        _ => head.to_owned(),
+    };
+    if let Some(query) = query {
+        out.push('?');
+        for (i, pair) in query.split('&').enumerate() {
+            if i > 0 {
+                out.push('&');
+            }
+            match pair.split_once('=') {
+                Some((key, _)) if names_a_password(key) => {
+                    out.push_str(key);
+                    out.push_str("=***");
+                }
+                _ => out.push_str(pair),
+            }
+        }
+    }
+    out
+}
+
+/// Whether a URL query key, percent-decoded, names a password.
+fn names_a_password(key: &str) -> bool {
+    let bytes = key.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (b, hex) {
+            (b'%', Some(byte)) => {
+                decoded.push(byte);
+                i += 3;
+            }
+            _ => {
+                decoded.push(b);
+                i += 1;
+            }
+        }
+    }
+    decoded.to_ascii_lowercase().windows(8).any(|w| w == b"password")
 }
 
 /// Connection settings.
@@ -3251,5 +3305,43 @@ impl Store for SqlStore {
                 inbound_events,
             })
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::DatabaseUrl;
+
+    #[test]
+    fn a_printed_database_url_never_shows_a_password() {
+        let cases = [
+            ("postgres://u:topsecret@db:5432/x", "postgres://u:***@db:5432/x"),
+            (
+                "postgres://db/x?user=u&password=topsecret",
+                "postgres://db/x?user=u&password=***",
+            ),
+            (
+                "postgresql://db/x?PassWord=topsecret&sslmode=require",
+                "postgresql://db/x?PassWord=***&sslmode=require",
+            ),
+            ("postgres://db/x?pass%77ord=topsecret", "postgres://db/x?pass%77ord=***"),
+            (
+                "postgres://db/x?sslpassword=topsecret&options=a@b",
+                "postgres://db/x?sslpassword=***&options=a@b",
+            ),
+            (
+                "postgres://u:topsecret@h1:5432,h2:5433/x",
+                "postgres://u:***@h1:5432,h2:5433/x",
+            ),
+            // No password: nothing to mask.
+            ("postgres://nobody@db/x", "postgres://nobody@db/x"),
+        ];
+        for (url, shown) in cases {
+            let redacted = DatabaseUrl::parse(url).unwrap().redacted();
+            assert_eq!(redacted, shown);
+            assert!(!redacted.contains("topsecret"), "{redacted}");
+        }
     }
 }
