@@ -316,7 +316,7 @@ pub(crate) async fn resume(
         .await
     {
         Ok(approval) => approval,
-        Err(e) => return CallToolResponse::Complete(super::tools::internal(&e, &trace)),
+        Err(e) => return CallToolResponse::Complete(super::tools::store_failed(&e, &trace)),
     };
     match state
         .store
@@ -325,7 +325,7 @@ pub(crate) async fn resume(
     {
         Ok(true) => {}
         Ok(false) => return refused(StateRefusal::Replayed),
-        Err(e) => return CallToolResponse::Complete(super::tools::internal(&e, &trace)),
+        Err(e) => return CallToolResponse::Complete(super::tools::store_failed(&e, &trace)),
     }
     match approval {
         Some(a) if a.status == ApprovalStatus::Pending => {
@@ -345,7 +345,7 @@ pub(crate) async fn resume(
                         &trace,
                     )),
                 },
-                Err(e) => CallToolResponse::Complete(super::tools::internal(&e, &trace)),
+                Err(e) => CallToolResponse::Complete(super::tools::store_failed(&e, &trace)),
             };
         }
         _ => {}
@@ -359,7 +359,7 @@ pub(crate) async fn resume(
     };
     match submit(state.authority.clone(), state.runtime.clone(), principal, call).await {
         Ok(dispatched) => CallToolResponse::Complete(super::tools::answer(state, tool, dispatched, &trace)),
-        Err(e) => CallToolResponse::Complete(super::tools::internal(&e, &trace)),
+        Err(e) => CallToolResponse::Complete(super::tools::store_failed(&e, &trace)),
     }
 }
 

@@ -364,7 +364,7 @@ pub(crate) async fn call(
         None if needs_key => {
             match derive_key(state, &principal, name, &bytes, approval_id.as_deref()).await {
                 Ok(key) => key,
-                Err(e) => return Called::Answered(internal(&e, &trace).into()),
+                Err(e) => return Called::Answered(store_failed(&e, &trace).into()),
             }
         }
         None => None,
@@ -392,7 +392,7 @@ pub(crate) async fn call(
     };
     let dispatched = match submitted.await {
         Ok(dispatched) => dispatched,
-        Err(e) => return Called::Answered(internal(&e, &trace).into()),
+        Err(e) => return Called::Answered(store_failed(&e, &trace).into()),
     };
     let sensitive = contract.is_some_and(|c| c.has_sensitive_fields());
     if let Dispatched::NeedsApproval { needed, .. } = &dispatched
@@ -613,6 +613,39 @@ pub(crate) fn refusal(
     error_result(format!("refused: {stage} {code}: {message}{at}"), structured)
 }
 
+/// A store failure before anything ran: nothing was executed and the same call may be sent
+/// again. An overloaded store (a full queue) and an unavailable one say so, with a retry hint,
+/// as the HTTP lane's 503 does; the overload is counted with the HTTP lane's. Anything else is
+/// [`internal`].
+pub(crate) fn store_failed(error: &StoreError, trace: &str) -> CallToolResult {
+    let (code, message) = match error {
+        StoreError::Overloaded(_) => {
+            metrics::counter!(crate::error::OVERLOADED_METRIC).increment(1);
+            tracing::warn!(%error, "mcp: store overloaded");
+            (
+                "STORE_OVERLOADED",
+                "the store is overloaded; nothing was executed; retry later",
+            )
+        }
+        StoreError::Unavailable(_) => {
+            tracing::error!(%error, "mcp: store unavailable");
+            (
+                "STORE_UNAVAILABLE",
+                "the store cannot record this call right now; nothing was executed; retry later",
+            )
+        }
+        other => return internal(other, trace),
+    };
+    refusal(
+        "internal",
+        code,
+        message,
+        None,
+        json!({"trace_id": trace, "decision": "none", "retryable": "yes",
+               "retry_after_seconds": crate::error::OVERLOADED_RETRY_AFTER}),
+    )
+}
+
 /// A store failure or a lost task: logged with an incident id, answered without details.
 pub(crate) fn internal(error: &dyn std::fmt::Display, trace: &str) -> CallToolResult {
     let incident = hex::encode(rand::random::<[u8; 8]>());
@@ -637,6 +670,30 @@ mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
 
     use super::*;
+
+    /// A store that failed before anything ran is answered as what it is — overloaded or
+    /// unavailable, nothing executed, retry — as the HTTP lane's 503 is, not as an internal
+    /// error.
+    #[test]
+    fn a_store_failure_before_anything_ran_says_so() {
+        for (error, code) in [
+            (StoreError::Overloaded("the SQLite write queue is full".into()), "STORE_OVERLOADED"),
+            (StoreError::Unavailable("disk full".into()), "STORE_UNAVAILABLE"),
+            (StoreError::Corrupt("bad row".into()), "INTERNAL"),
+        ] {
+            let answer = store_failed(&error, "trace-1");
+            assert_eq!(answer.is_error, Some(true));
+            let structured = answer.structured_content.unwrap();
+            assert_eq!(structured["code"], code, "{structured}");
+            assert_eq!(structured["trace_id"], "trace-1");
+            if code != "INTERNAL" {
+                assert_eq!(structured["decision"], "none");
+                assert_eq!(structured["retry_after_seconds"], 1);
+                assert!(structured["message"].as_str().unwrap().contains("nothing was executed"));
+            }
+            assert!(!structured.to_string().contains("queue is full"), "no internals: {structured}");
+        }
+    }
 
     fn principal(id: &str) -> Principal {
         Principal::new(id, "acme", Vec::new()).unwrap()

@@ -20,7 +20,7 @@ use warrant_core::records::WorkflowRecord;
 use warrant_core::store::StoreError;
 
 use super::raw::RawCall;
-use super::tools::{annotations, internal, refusal};
+use super::tools::{annotations, refusal, store_failed};
 use crate::runs::StartRefusal;
 use crate::state::AppState;
 
@@ -123,13 +123,13 @@ pub(crate) async fn call(
             .into_iter()
             .filter(|r| r.name == workflow)
             .max_by_key(|r| r.version),
-        Err(e) => return internal(&e, &trace),
+        Err(e) => return store_failed(&e, &trace),
     };
     let record = match newest {
         Some(record) => match may_start(state, &principal, &record).await {
             Ok(true) => Some(record),
             Ok(false) => None,
-            Err(e) => return internal(&e, &trace),
+            Err(e) => return store_failed(&e, &trace),
         },
         None => None,
     };
@@ -174,6 +174,6 @@ pub(crate) async fn call(
             rejection.pointer(),
             base,
         ),
-        Err(StartRefusal::Store(e)) => internal(&e, &trace),
+        Err(StartRefusal::Store(e)) => store_failed(&e, &trace),
     }
 }

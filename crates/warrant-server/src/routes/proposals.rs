@@ -118,13 +118,22 @@ pub(crate) async fn propose(
 /// The answer when the store failed before anything ran: nothing was executed, and the same
 /// call may simply be sent again (with the same idempotency key, if it had one).
 fn not_executed(error: &warrant_core::store::StoreError, trace: &str) -> Response {
-    tracing::error!(%error, "a proposal could not be decided or recorded");
-    let mut response = ApiError::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "internal",
-        "STORE_UNAVAILABLE",
-        "the store cannot record this call right now; nothing was executed; retry later",
-    )
+    let (code, message) = if let warrant_core::store::StoreError::Overloaded(_) = error {
+        // Expected under overload: counted, logged below ERROR (as `ApiError::from` does).
+        metrics::counter!(crate::error::OVERLOADED_METRIC).increment(1);
+        tracing::warn!(%error, "a proposal could not be decided or recorded: store overloaded");
+        (
+            "STORE_OVERLOADED",
+            "the store is overloaded; nothing was executed; retry later",
+        )
+    } else {
+        tracing::error!(%error, "a proposal could not be decided or recorded");
+        (
+            "STORE_UNAVAILABLE",
+            "the store cannot record this call right now; nothing was executed; retry later",
+        )
+    };
+    let mut response = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "internal", code, message)
     .with("decision", json!("none"))
     .with("trace_id", json!(trace))
     .into_response();
@@ -271,6 +280,28 @@ pub(crate) fn retryable(code: warrant_core::ToolErrorCode) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn an_overloaded_store_is_answered_as_overloaded() {
+        let response = not_executed(
+            &warrant_core::store::StoreError::Overloaded("the SQLite write queue is full".into()),
+            "trace-1",
+        );
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            response.headers().get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()),
+            Some("1")
+        );
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16).await.unwrap();
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["error"]["code"], "STORE_OVERLOADED", "{body}");
+        assert_eq!(body["decision"], "none", "{body}");
+        let response = not_executed(
+            &warrant_core::store::StoreError::Unavailable("disk full".into()),
+            "trace-1",
+        );
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    }
 
     /// The executed answers, written from borrowed parts, are the documents they were when
     /// built as JSON trees: the same keys in the same order, `result` or `error` last.
