@@ -417,9 +417,15 @@ impl Runtime {
         }
 
         let now = self.env.now();
+        // The key is kept at least as long as its call may run (`stale_after`), however short
+        // the contract's retention: a record still in flight whose retention ran out is taken
+        // for abandoned and reconciled by the next call with the key — and while the call
+        // still runs, its effect may not have landed yet, so reconciliation would find none,
+        // free the key, and let a second effect through.
         let retention = contract
             .idempotency()
-            .map_or(self.settings.default_retention, |i| i.retention);
+            .map_or(self.settings.default_retention, |i| i.retention)
+            .max(self.settings.stale_after);
         let expires_at = now + retention;
         let write_ahead = scope.is_some() || contract.effect() != Effect::Read || claims.approval.is_some();
         if write_ahead {

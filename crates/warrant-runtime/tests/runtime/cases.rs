@@ -341,6 +341,35 @@ pub async fn a_replay_that_finds_no_effect_needs_an_approval_of_its_own(h: &Arc<
     assert_eq!(h.faults.requests(&op), 1, "still one attempt");
 }
 
+/// A key outlives the call it claims, however short the contract's retention: an in-flight
+/// record past its expiry is taken for abandoned by the next call with the key, which
+/// reconciles it — and a call still running may not have made its effect yet, so that would
+/// find none, free the key, and let a second effect through.
+pub async fn a_key_is_kept_as_long_as_its_call_may_run(h: &Arc<Harness>) {
+    let e = h.run("brief", json!({"mode": "commit_hang"}), Some("brief-1")).await;
+    unknown(&e);
+    let r = row(h, &e).await;
+    let scope = records::IdempotencyScope {
+        tenant: "acme".into(),
+        principal: "agent-7".into(),
+        contract_id: r.contract_id.clone().unwrap(),
+        key: "brief-1".into(),
+    };
+    let record = h.store.get_idempotency(&scope).await.unwrap().unwrap();
+    // The harness's `stale_after` is 10 s; the contract's retention 1 s.
+    assert!(
+        record.expires_at - record.created_at >= time::Duration::seconds(10),
+        "kept {} only",
+        record.expires_at - record.created_at
+    );
+    // So the same call a moment later, past the retention, finds it unknown (reconciled
+    // first, and replayed: it committed), not free.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let again = h.run("brief", json!({"mode": "commit_hang"}), Some("brief-1")).await;
+    assert!(again.replayed, "{again:?}");
+    assert_eq!(h.faults.requests(e.operation_id.as_str()), 1);
+}
+
 pub async fn a_new_attempt_reconciles_an_unknown_first(h: &Arc<Harness>) {
     let e = h.run("note", json!({"mode": "commit_hang"}), Some("ch")).await;
     unknown(&e);

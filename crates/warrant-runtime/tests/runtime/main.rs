@@ -53,6 +53,7 @@ on_every_backend! {
     lost_answers_are_unknown_and_reconciled,
     a_new_attempt_reconciles_an_unknown_first,
     a_replay_that_finds_no_effect_needs_an_approval_of_its_own,
+    a_key_is_kept_as_long_as_its_call_may_run,
     confirmed_duplicates_are_counted_and_recorded,
     stale_attempting_rows_are_reconciled,
     concurrent_executions_make_one_effect,

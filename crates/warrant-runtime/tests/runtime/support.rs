@@ -113,6 +113,17 @@ fn contracts(addr: SocketAddr, tools: &std::path::Path) -> Vec<Contract> {
             1,
         ),
     ];
+    // A write whose key is kept one second.
+    let brief = json!({
+        "name": "brief", "version": 1, "description": "a write with a short retention", "owner": "test",
+        "effect": "write", "scopes": ["faults:write"], "approval": "none",
+        "idempotency": {"honoured": false, "retention": "1s"},
+        "retry": {"max_attempts": 1},
+        "input": serde_json::from_str::<Value>(&input("")).unwrap(),
+        "output": serde_json::from_str::<Value>(CREDIT_OUT).unwrap(),
+        "adapter": {"kind": "http", "url": format!("{base}/plain"), "timeout": "300ms", "status_url": status},
+    });
+    out.push(Contract::from_document(brief).unwrap());
     // A write a reviewer approves, call by call.
     let gated = json!({
         "name": "gated", "version": 1, "description": "an approved write", "owner": "test",
