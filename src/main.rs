@@ -93,7 +93,7 @@ enum Command {
     /// list, show and run them on a running server.
     #[command(subcommand)]
     Workflow(workflow::WorkflowCommand),
-    /// Workflow runs on a running server: list, show.
+    /// Workflow runs on a running server: list, show, cancel.
     #[command(subcommand)]
     Runs(workflow::RunsCommand),
     /// The reviewer console: a one-time sign-in link.

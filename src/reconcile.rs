@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use warrant_core::registry::Registry;
 use warrant_runtime::reconcile::ReconcileSchedule;
-use warrant_runtime::{Adapters, Runtime, RuntimeSettings};
+use warrant_runtime::{Adapters, Runtime};
 use warrant_store::{SqlStore, Store, SystemEnv};
 
 use crate::Exit;
@@ -22,16 +22,18 @@ pub struct ReconcileArgs {
     store: StoreArgs,
     /// Rows not yet asked about are due once untouched for this long (`0s`: at once; keep it
     /// above the longest call while servers are running). Rows asked about before are due
-    /// when their backoff says.
-    #[arg(long, default_value = "60s", value_name = "DURATION")]
-    older_than: String,
+    /// when their backoff says. Default: as the servers judge a row abandoned, the config
+    /// file's `limits.call_deadline` plus 30 s (90 s without one).
+    #[arg(long, value_name = "DURATION")]
+    older_than: Option<String>,
     /// The most rows to examine in this pass.
     #[arg(long, default_value_t = 1000)]
     limit: u32,
     /// Rows unresolved for longer than this (since their call) are marked on the ledger as
-    /// needing an operator, once each.
-    #[arg(long, default_value = "1h", value_name = "DURATION")]
-    overdue_after: String,
+    /// needing an operator, once each. Default: the config file's `limits.overdue_after`, else
+    /// 1h.
+    #[arg(long, value_name = "DURATION")]
+    overdue_after: Option<String>,
     /// A host adapters may reach although it is private or loopback (repeatable; added to
     /// the config file's `network.allow_hosts`).
     #[arg(long = "allow-host", value_name = "HOST")]
@@ -46,18 +48,8 @@ pub struct ReconcileArgs {
 /// for each row left unresolved, why. Exit 0 when nothing is left unresolved, 3 when some rows
 /// stay `unknown` (their adapters could not tell).
 pub fn run(args: &ReconcileArgs) -> Result<Exit> {
-    let older_than = warrant_runtime::binding::parse_duration(&args.older_than).with_context(|| {
-        format!(
-            "--older-than `{}` is not a duration such as 0s or 5m",
-            args.older_than
-        )
-    })?;
-    let overdue_after = warrant_runtime::binding::parse_duration(&args.overdue_after).with_context(|| {
-        format!(
-            "--overdue-after `{}` is not a duration such as 30m or 1h",
-            args.overdue_after
-        )
-    })?;
+    let (older_than, settings) = limits(args)?;
+    let overdue_after = settings.overdue_after;
     let adapter_config = crate::serve::adapter_config(
         args.store.config.as_deref(),
         &args.allow_hosts,
@@ -75,13 +67,7 @@ pub fn run(args: &ReconcileArgs) -> Result<Exit> {
         );
         let registry = Arc::new(Registry::new(store.clone(), time::Duration::seconds(60)));
         let adapters = Arc::new(Adapters::new(adapter_config));
-        let rt = Runtime::new(
-            store.clone(),
-            registry,
-            Arc::new(SystemEnv),
-            adapters,
-            RuntimeSettings::default(),
-        );
+        let rt = Runtime::new(store.clone(), registry, Arc::new(SystemEnv), adapters, settings);
         let cutoff = time::OffsetDateTime::now_utc() - time::Duration::try_from(older_than)?;
         let schedule = ReconcileSchedule {
             overdue_after,
@@ -112,4 +98,58 @@ pub fn run(args: &ReconcileArgs) -> Result<Exit> {
             Exit::Ok
         })
     })
+}
+
+/// How young a row not yet asked about may be and still be left alone (`--older-than`), and
+/// the runtime's settings: the limits the servers run with, from the same config file (a row
+/// is abandoned, and overdue, for a pass exactly when it is for them), the flags overriding.
+fn limits(args: &ReconcileArgs) -> Result<(std::time::Duration, warrant_runtime::RuntimeSettings)> {
+    let mut settings = crate::serve::runtime_settings(args.store.config.as_deref())?;
+    let parse = |flag: &str, text: &str| {
+        warrant_runtime::binding::parse_duration(text)
+            .with_context(|| format!("{flag} `{text}` is not a duration such as 0s, 5m or 1h"))
+    };
+    let older_than = match &args.older_than {
+        Some(text) => parse("--older-than", text)?,
+        None => settings.stale_after,
+    };
+    if let Some(text) = &args.overdue_after {
+        settings.overdue_after = parse("--overdue-after", text)?;
+    }
+    Ok((older_than, settings))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pass_judges_rows_by_the_servers_limits() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            reconcile: ReconcileArgs,
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("warrant.toml");
+        std::fs::write(
+            &config,
+            "[limits]\ncall_deadline = \"10m\"\noverdue_after = \"2h\"\n",
+        )
+        .unwrap();
+        let config = config.to_str().unwrap();
+        let limits_of = |flags: &[&str]| {
+            let cli =
+                <Cli as clap::Parser>::try_parse_from(["reconcile", "--config", config].iter().chain(flags))
+                    .unwrap();
+            let (older_than, settings) = limits(&cli.reconcile).unwrap();
+            (older_than.as_secs(), settings.overdue_after.as_secs())
+        };
+        // A row untouched for less than the deadline plus 30 s may belong to a running call.
+        assert_eq!(limits_of(&[]), (630, 7200));
+        assert_eq!(
+            limits_of(&["--older-than", "0s", "--overdue-after", "5m"]),
+            (0, 300)
+        );
+    }
 }

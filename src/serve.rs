@@ -109,8 +109,10 @@ pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, env = "WARRANT_LISTEN", value_name = "ADDR")]
     listen: Option<String>,
-    /// Log lines as JSON.
-    #[arg(long, env = "WARRANT_LOG_JSON")]
+    /// Log lines as JSON (`WARRANT_LOG_JSON` takes `1`/`0`, `true`/`false`, `yes`/`no`,
+    /// `on`/`off`).
+    #[arg(long, env = "WARRANT_LOG_JSON", value_parser = clap::builder::BoolishValueParser::new(),
+          num_args = 0..=1, default_value = "false", default_missing_value = "true")]
     log_json: bool,
     /// Threads serving requests. Default: `server.workers`, else one fewer than the cores (at
     /// least one): the embedded store's writer thread keeps a core for its commits.
@@ -390,6 +392,31 @@ pub(crate) fn adapter_config(
         command_roots: roots,
         model,
     })
+}
+
+/// The runtime's settings a config file's `[limits]` give (`call_deadline`, `overdue_after`),
+/// for `warrant reconcile`, which must judge rows as the servers do.
+pub(crate) fn runtime_settings(path: Option<&Path>) -> Result<RuntimeSettings> {
+    runtime_of(&read_config(path)?)
+}
+
+fn runtime_of(cfg: &FileConfig) -> Result<RuntimeSettings> {
+    let mut runtime = RuntimeSettings::default();
+    runtime.retry.deadline = duration(
+        "limits.call_deadline",
+        cfg.limits.call_deadline.as_ref(),
+        runtime.retry.deadline,
+    )?;
+    runtime.stale_after = runtime.retry.deadline + Duration::from_secs(30);
+    runtime.overdue_after = duration(
+        "limits.overdue_after",
+        cfg.limits.overdue_after.as_ref(),
+        runtime.overdue_after,
+    )?;
+    if runtime.overdue_after.is_zero() {
+        bail!("`limits.overdue_after` must be longer than 0s");
+    }
+    Ok(runtime)
 }
 
 /// Where a config file's `[store]` section puts the store (for `warrant reconcile` and
@@ -739,21 +766,7 @@ pub(crate) fn load(args: &ConfigArgs) -> Result<Loaded> {
             bail!("`{key}` must be longer than 0s");
         }
     }
-    let mut runtime = RuntimeSettings::default();
-    runtime.retry.deadline = duration(
-        "limits.call_deadline",
-        cfg.limits.call_deadline.as_ref(),
-        runtime.retry.deadline,
-    )?;
-    runtime.stale_after = runtime.retry.deadline + Duration::from_secs(30);
-    runtime.overdue_after = duration(
-        "limits.overdue_after",
-        cfg.limits.overdue_after.as_ref(),
-        runtime.overdue_after,
-    )?;
-    if runtime.overdue_after.is_zero() {
-        bail!("`limits.overdue_after` must be longer than 0s");
-    }
+    let runtime = runtime_of(&cfg)?;
     let mut settings = Settings::default();
     let ttl = duration(
         "limits.approval_ttl",
@@ -896,6 +909,34 @@ pub fn run(args: &ServeArgs) -> Result<Exit> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_json_takes_the_usual_spellings_of_a_boolean() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        let parse = |args: &[&str]| {
+            <Cli as clap::Parser>::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))
+                .map(|cli| cli.serve.log_json)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(parse(&[]), Ok(false));
+        assert_eq!(parse(&["--log-json"]), Ok(true));
+        for (value, json) in [
+            ("1", true),
+            ("true", true),
+            ("yes", true),
+            ("on", true),
+            ("0", false),
+            ("off", false),
+        ] {
+            assert_eq!(parse(&["--log-json", value]), Ok(json), "{value}");
+            assert_eq!(parse(&[&format!("--log-json={value}")]), Ok(json), "{value}");
+        }
+        assert!(parse(&["--log-json", "maybe"]).is_err());
+    }
 
     #[test]
     fn one_request_thread_is_the_current_thread_runtime() {

@@ -13,8 +13,8 @@ use crate::Exit;
 /// config file's `[store]` section (as `serve` reads it), then `./warrant-data`.
 #[derive(Debug, Args)]
 pub struct StoreArgs {
-    /// The config file (TOML) whose `[store]` section names the store, and whose network
-    /// rules, `[credentials]` and relay `reconcile`'s adapters use (as `serve` does). Default:
+    /// The config file (TOML) whose `[store]` section names the store (as `serve` reads it;
+    /// `reconcile` also takes its limits, network rules, `[credentials]` and relay). Default:
     /// `./warrant.toml` if it exists.
     #[arg(long, env = "WARRANT_CONFIG", value_name = "FILE")]
     pub(crate) config: Option<PathBuf>,

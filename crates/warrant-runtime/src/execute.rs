@@ -151,8 +151,7 @@ pub enum Executed {
 
 /// Why a call allowed as a replay was refused when its operation turned out to have had no
 /// effect (and the call could not be decided again where it ran).
-const UNFINISHED_REPLAY: &str =
-    "the earlier attempt under this idempotency key had no effect; send the call again for a decision of its own";
+const UNFINISHED_REPLAY: &str = "the earlier attempt under this idempotency key had no effect; send the call again for a decision of its own";
 
 /// The execution runtime: one per process, shared by every lane.
 #[derive(Clone)]
@@ -481,7 +480,8 @@ impl Runtime {
         if let Some(Err(rejection)) = done.as_mut().map(|d| &mut d.result)
             && row.detail.as_deref() == Some(UNFINISHED_REPLAY)
         {
-            *rejection = Rejection::new(RejectCode::IdempotencyInFlight, UNFINISHED_REPLAY).at("/idempotency_key");
+            *rejection =
+                Rejection::new(RejectCode::IdempotencyInFlight, UNFINISHED_REPLAY).at("/idempotency_key");
         }
         done.ok_or_else(|| StoreError::Invalid("an unfinished replay started".into()))
     }

@@ -3326,7 +3326,10 @@ mod tests {
                 "postgresql://db/x?PassWord=topsecret&sslmode=require",
                 "postgresql://db/x?PassWord=***&sslmode=require",
             ),
-            ("postgres://db/x?pass%77ord=topsecret", "postgres://db/x?pass%77ord=***"),
+            (
+                "postgres://db/x?pass%77ord=topsecret",
+                "postgres://db/x?pass%77ord=***",
+            ),
             (
                 "postgres://db/x?sslpassword=topsecret&options=a@b",
                 "postgres://db/x?sslpassword=***&options=a@b",

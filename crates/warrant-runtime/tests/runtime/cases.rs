@@ -275,7 +275,8 @@ pub async fn lost_answers_are_unknown_and_reconciled(h: &Arc<Harness>) {
 /// `dispatch`), or refused (`execute` alone).
 pub async fn a_replay_that_finds_no_effect_needs_an_approval_of_its_own(h: &Arc<Harness>) {
     let now = time::OffsetDateTime::now_utc();
-    let proposal = json!({"tool": "gated", "version": 1, "arguments": {"mode": "reset"}, "idempotency_key": "gated-rs"});
+    let proposal =
+        json!({"tool": "gated", "version": 1, "arguments": {"mode": "reset"}, "idempotency_key": "gated-rs"});
     let Err(Decision::NeedsApproval(needed)) = h.allow(&proposal).await else {
         panic!("expected a hold");
     };
@@ -287,14 +288,22 @@ pub async fn a_replay_that_finds_no_effect_needs_an_approval_of_its_own(h: &Arc<
         .unwrap();
     let mut approved = proposal.clone();
     approved["approval"] = json!(id);
-    let e = h.runtime.execute(h.allow(&approved).await.unwrap()).await.unwrap();
+    let e = h
+        .runtime
+        .execute(h.allow(&approved).await.unwrap())
+        .await
+        .unwrap();
     unknown(&e);
     let op = e.operation_id.as_str().to_owned();
     assert_eq!(h.faults.requests(&op), 1);
 
     // Sent again as it was: allowed as the replay, reconciled (no effect, key freed), and
     // refused rather than run without an approval.
-    let again = h.runtime.execute(h.allow(&approved).await.unwrap()).await.unwrap();
+    let again = h
+        .runtime
+        .execute(h.allow(&approved).await.unwrap())
+        .await
+        .unwrap();
     let Err(refusal) = &again.result else {
         panic!("ran without an approval: {again:?}");
     };
@@ -313,9 +322,10 @@ pub async fn a_replay_that_finds_no_effect_needs_an_approval_of_its_own(h: &Arc<
         trace_id: "trace-test",
         ..warrant_core::pipeline::Call::default()
     };
-    let (dispatched, _) = warrant_runtime::dispatch(&h.authority, &h.runtime, &crate::support::agent(), &call)
-        .await
-        .unwrap();
+    let (dispatched, _) =
+        warrant_runtime::dispatch(&h.authority, &h.runtime, &crate::support::agent(), &call)
+            .await
+            .unwrap();
     assert!(
         matches!(&dispatched, warrant_runtime::Dispatched::Executed(Execution { result: Err(r), attempts: 0, .. })
             if r.code() == RejectCode::ApprovalConsumed),
@@ -346,7 +356,9 @@ pub async fn a_replay_that_finds_no_effect_needs_an_approval_of_its_own(h: &Arc<
 /// reconciles it — and a call still running may not have made its effect yet, so that would
 /// find none, free the key, and let a second effect through.
 pub async fn a_key_is_kept_as_long_as_its_call_may_run(h: &Arc<Harness>) {
-    let e = h.run("brief", json!({"mode": "commit_hang"}), Some("brief-1")).await;
+    let e = h
+        .run("brief", json!({"mode": "commit_hang"}), Some("brief-1"))
+        .await;
     unknown(&e);
     let r = row(h, &e).await;
     let scope = records::IdempotencyScope {
@@ -365,7 +377,9 @@ pub async fn a_key_is_kept_as_long_as_its_call_may_run(h: &Arc<Harness>) {
     // So the same call a moment later, past the retention, finds it unknown (reconciled
     // first, and replayed: it committed), not free.
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    let again = h.run("brief", json!({"mode": "commit_hang"}), Some("brief-1")).await;
+    let again = h
+        .run("brief", json!({"mode": "commit_hang"}), Some("brief-1"))
+        .await;
     assert!(again.replayed, "{again:?}");
     assert_eq!(h.faults.requests(e.operation_id.as_str()), 1);
 }

@@ -677,7 +677,10 @@ mod tests {
     #[test]
     fn a_store_failure_before_anything_ran_says_so() {
         for (error, code) in [
-            (StoreError::Overloaded("the SQLite write queue is full".into()), "STORE_OVERLOADED"),
+            (
+                StoreError::Overloaded("the SQLite write queue is full".into()),
+                "STORE_OVERLOADED",
+            ),
             (StoreError::Unavailable("disk full".into()), "STORE_UNAVAILABLE"),
             (StoreError::Corrupt("bad row".into()), "INTERNAL"),
         ] {
@@ -689,9 +692,17 @@ mod tests {
             if code != "INTERNAL" {
                 assert_eq!(structured["decision"], "none");
                 assert_eq!(structured["retry_after_seconds"], 1);
-                assert!(structured["message"].as_str().unwrap().contains("nothing was executed"));
+                assert!(
+                    structured["message"]
+                        .as_str()
+                        .unwrap()
+                        .contains("nothing was executed")
+                );
             }
-            assert!(!structured.to_string().contains("queue is full"), "no internals: {structured}");
+            assert!(
+                !structured.to_string().contains("queue is full"),
+                "no internals: {structured}"
+            );
         }
     }
 

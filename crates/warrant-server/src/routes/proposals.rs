@@ -134,9 +134,9 @@ fn not_executed(error: &warrant_core::store::StoreError, trace: &str) -> Respons
         )
     };
     let mut response = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "internal", code, message)
-    .with("decision", json!("none"))
-    .with("trace_id", json!(trace))
-    .into_response();
+        .with("decision", json!("none"))
+        .with("trace_id", json!(trace))
+        .into_response();
     response
         .headers_mut()
         .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
@@ -289,7 +289,10 @@ mod tests {
         );
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(
-            response.headers().get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()),
+            response
+                .headers()
+                .get(header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok()),
             Some("1")
         );
         let body = axum::body::to_bytes(response.into_body(), 1 << 16).await.unwrap();
