@@ -82,6 +82,7 @@ pub fn run(args: &ReconcileArgs) -> Result<Exit> {
         println!("unknown={}", report.unknown);
         println!("duplicates={}", report.duplicates);
         println!("overdue={}", pass.overdue);
+        println!("left={}", pass.left);
         for row in &pass.unresolved {
             let next = row
                 .next_at

@@ -172,15 +172,17 @@ pub trait Store: Send + Sync + 'static {
     /// Claims up to `limit` unresolved rows (`attempting` or `unknown`) that are due, for
     /// `worker`, in one transaction: a row never scheduled is due once its `updated_at` is at
     /// or before `older_than`; a scheduled one once its next attempt time is at or before
-    /// `now`. Rows are taken in order of due time (a never-scheduled row is due at
-    /// `updated_at + (now - older_than)`), then id, and their next attempt time is pushed to
-    /// `now + lease` with `worker` as owner, so two workers never claim the same row within a
-    /// lease (PostgreSQL: `FOR UPDATE SKIP LOCKED`). A row whose lease ran out (its claimer
-    /// died) is due again.
+    /// `scheduled_by` (`now`, or later for a pass that asks about every scheduled row at
+    /// once); a row another worker holds only once its lease ran out at `now` (its claimer
+    /// died or gave up), whatever `scheduled_by` says. Rows are taken in order of due time (a
+    /// never-scheduled row is due at `updated_at + (now - older_than)`), then id, and their
+    /// next attempt time is pushed to `now + lease` with `worker` as owner, so two workers
+    /// never claim the same row within a lease (PostgreSQL: `FOR UPDATE SKIP LOCKED`).
     async fn claim_unresolved(
         &self,
         worker: &str,
         now: OffsetDateTime,
+        scheduled_by: OffsetDateTime,
         older_than: OffsetDateTime,
         limit: u32,
         lease: std::time::Duration,

@@ -100,7 +100,14 @@ pub struct PassReport {
     pub newly_overdue: u32,
     /// Unresolved rows past the threshold, in total.
     pub overdue: u64,
+    /// Rows claimed but not asked about: too little of the pass's lease was left for their
+    /// inquiry. They fall due again when the lease ends.
+    pub left: u32,
 }
+
+/// Time kept in a reconciliation lease beyond one inquiry's timeout, for the store's writes
+/// around it (the claim's answer, the row's resolution or its rescheduling).
+const LEASE_MARGIN: Duration = Duration::from_secs(5);
 
 /// What reconciling one row found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -389,18 +396,29 @@ impl Runtime {
         self.flag_overdue(now, schedule, &mut report).await?;
         // One worker id per pass: the lease is only needed between claim and reschedule.
         let worker = self.env.new_id("rcn");
-        // A manual pass claims as if every scheduled inquiry were due (its claims then hold a
-        // longer lease; each row it cannot resolve is rescheduled from the real time below).
-        let due_by = if schedule.ask_all_now {
+        // A manual pass claims as if every scheduled inquiry were due (each row it cannot
+        // resolve is rescheduled from the real time below) — but never a row another worker
+        // holds under a live lease: the store leaves those to their holder.
+        let scheduled_by = if schedule.ask_all_now {
             now + schedule.backoff_cap + schedule.lease
         } else {
             now
         };
         let rows = self
             .store
-            .claim_unresolved(&worker, due_by, older_than, limit, schedule.lease)
+            .claim_unresolved(&worker, now, scheduled_by, older_than, limit, schedule.lease)
             .await?;
+        // The rows are this pass's only while its lease lasts: a row is asked about only with
+        // time left in the lease for its whole inquiry, so no other worker, finding the lease
+        // ended, asks about it at the same time. The rows left fall due again when the lease
+        // ends, for whichever worker claims them first.
+        let lease_ends = now + schedule.lease;
+        let inquiry = self.settings.inquiry_timeout + LEASE_MARGIN;
         for claimed in rows {
+            if self.env.now() + inquiry > lease_ends {
+                report.left = report.left.saturating_add(1);
+                continue;
+            }
             let row = &claimed.entry;
             report.totals.examined += 1;
             let (resolution, why) = self.reconcile_explained(row).await?;

@@ -747,6 +747,7 @@ impl Store for MemoryStore {
         &self,
         worker: &str,
         now: OffsetDateTime,
+        scheduled_by: OffsetDateTime,
         older_than: OffsetDateTime,
         limit: u32,
         lease: Duration,
@@ -759,16 +760,23 @@ impl Store for MemoryStore {
         );
         let shift = (ms(now) - ms(older_than)).max(0);
         self.with(|s| {
-            let mut due: Vec<(i128, String)> =
-                s.ledger
-                    .values()
-                    .filter(|e| unresolved(e))
-                    .filter_map(|e| match s.schedules.get(&e.id).and_then(|sc| sc.at) {
-                        Some(at) => (ms(at) <= ms(now)).then(|| (ms(at), e.id.clone())),
+            let mut due: Vec<(i128, String)> = s
+                .ledger
+                .values()
+                .filter(|e| unresolved(e))
+                .filter_map(|e| {
+                    match s
+                        .schedules
+                        .get(&e.id)
+                        .and_then(|sc| Some((sc.at?, sc.owner.is_some())))
+                    {
+                        Some((at, held)) => (ms(at) <= ms(now) || (!held && ms(at) <= ms(scheduled_by)))
+                            .then(|| (ms(at), e.id.clone())),
                         None => (ms(e.updated_at) <= ms(older_than))
                             .then(|| (ms(e.updated_at) + shift, e.id.clone())),
-                    })
-                    .collect();
+                    }
+                })
+                .collect();
             due.sort();
             due.truncate(limit.clamp(1, 1000) as usize);
             let mut out = Vec::with_capacity(due.len());

@@ -1900,6 +1900,7 @@ impl Store for SqlStore {
         &self,
         worker: &str,
         now: OffsetDateTime,
+        scheduled_by: OffsetDateTime,
         older_than: OffsetDateTime,
         limit: u32,
         lease: Duration,
@@ -1914,7 +1915,8 @@ impl Store for SqlStore {
                     ledger_columns!(),
                     ", reconcile_attempts, reconcile_note FROM ledger \
                      WHERE outcome IN ('attempting', 'unknown') \
-                     AND ((reconcile_at IS NULL AND updated_at <= $1) OR reconcile_at <= $2) \
+                     AND ((reconcile_at IS NULL AND updated_at <= $1) OR reconcile_at <= $5 \
+                          OR (reconcile_owner IS NULL AND reconcile_at <= $2)) \
                      ORDER BY COALESCE(reconcile_at, updated_at + $3), id LIMIT $4",
                     $lock
                 )
@@ -1929,7 +1931,13 @@ impl Store for SqlStore {
         let until = now.saturating_add(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX));
         let shift = now.saturating_sub(older_than).max(0);
         write_op!(self, [worker = worker.to_owned()], |ex| {
-            let params = args![older_than, now, shift, i64::from(limit.clamp(1, 1000))];
+            let params = args![
+                older_than,
+                ms(scheduled_by).max(now),
+                shift,
+                i64::from(limit.clamp(1, 1000)),
+                now
+            ];
             let rows = ex.fetch_all(select, &params).await?;
             let mut claimed = Vec::with_capacity(rows.len());
             for row in &rows {

@@ -43,7 +43,7 @@ const INSERT_IDEMPOTENCY: &str = "INSERT INTO idempotency (tenant, principal, co
 async fn the_old_rows_are_claimable(store: &SqlStore) {
     let now = OffsetDateTime::now_utc();
     let rows = store
-        .claim_unresolved("w1", now, now, 10, Duration::from_secs(60))
+        .claim_unresolved("w1", now, now, now, 10, Duration::from_secs(60))
         .await
         .unwrap();
     let ids: Vec<_> = rows.iter().map(|r| r.entry.id.as_str()).collect();

@@ -1070,6 +1070,32 @@ pub async fn a_commit_after_reconciliation_corrects_the_ledger(h: &Arc<Harness>)
 /// answers "cannot tell") are older than one crash-abandoned `attempting` row whose tool can
 /// be asked. Passes of 100 rows each reach the resolvable row within a bounded number of
 /// passes: rows that stayed unresolved are rescheduled (with backoff), not re-read first.
+/// A pass asks about a claimed row only with time left in its lease for the whole inquiry:
+/// once the lease ends another worker may claim the row, and the two would ask at once.
+pub async fn a_pass_asks_only_within_its_lease(h: &Arc<Harness>) {
+    let e = h
+        .run("blind", json!({"mode": "commit_drop"}), Some("lease-1"))
+        .await;
+    unknown(&e);
+    let far = time::OffsetDateTime::now_utc() + time::Duration::days(1);
+    let short = warrant_runtime::reconcile::ReconcileSchedule {
+        lease: Duration::from_secs(1),
+        ask_all_now: true,
+        ..warrant_runtime::reconcile::ReconcileSchedule::default()
+    };
+    // A one-second lease leaves no time for a ten-second inquiry: claimed, not asked.
+    let pass = h.runtime.reconcile_pass(far, 10, &short).await.unwrap();
+    assert_eq!((pass.totals.examined, pass.left), (0, 1), "{pass:?}");
+    // Due again once that lease ends, for any worker.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let normal = warrant_runtime::reconcile::ReconcileSchedule {
+        ask_all_now: true,
+        ..warrant_runtime::reconcile::ReconcileSchedule::default()
+    };
+    let pass = h.runtime.reconcile_pass(far, 10, &normal).await.unwrap();
+    assert_eq!((pass.totals.examined, pass.left), (1, 0), "{pass:?}");
+}
+
 pub async fn a_thousand_unresolvable_rows_do_not_hide_one_behind_them(h: &Arc<Harness>) {
     const BLIND: usize = 1_000;
     let blind = h
@@ -1143,7 +1169,7 @@ pub async fn a_thousand_unresolvable_rows_do_not_hide_one_behind_them(h: &Arc<Ha
     let far = time::OffsetDateTime::now_utc() + time::Duration::days(1);
     let claimed = h
         .store
-        .claim_unresolved("inspector", far, far, 1, Duration::from_secs(1))
+        .claim_unresolved("inspector", far, far, far, 1, Duration::from_secs(1))
         .await
         .unwrap();
     assert_eq!(claimed[0].reconcile_attempts, 1);

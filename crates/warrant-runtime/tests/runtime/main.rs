@@ -67,4 +67,5 @@ on_every_backend! {
     committed_spend_is_charged,
     the_background_reconciler_resolves_on_its_own,
     a_thousand_unresolvable_rows_do_not_hide_one_behind_them,
+    a_pass_asks_only_within_its_lease,
 }

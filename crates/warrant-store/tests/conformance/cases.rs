@@ -1869,7 +1869,7 @@ pub async fn unresolved_rows_are_claimed_in_due_order_and_rescheduled(b: &Backen
     // Due: never-scheduled rows untouched since `older_than`, earliest first; one at a time.
     let now = T0 + secs(100);
     let first = s
-        .claim_unresolved("w1", now, T0 + secs(2), 1, lease)
+        .claim_unresolved("w1", now, now, T0 + secs(2), 1, lease)
         .await
         .unwrap();
     assert_eq!(ids(&first), ["led_a"]);
@@ -1881,12 +1881,20 @@ pub async fn unresolved_rows_are_claimed_in_due_order_and_rescheduled(b: &Backen
     // Another worker does not get a leased row; led_b was touched after `older_than`.
     let second = b
         .node(1)
-        .claim_unresolved("w2", now, T0 + secs(2), 10, lease)
+        .claim_unresolved("w2", now, now, T0 + secs(2), 10, lease)
         .await
         .unwrap();
     assert_eq!(ids(&second), ["led_c"]);
     assert!(
-        s.claim_unresolved("w3", now, T0 + secs(2), 10, lease)
+        s.claim_unresolved("w3", now, now, T0 + secs(2), 10, lease)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // A pass that asks about every scheduled row at once (an operator's `warrant reconcile`)
+    // still leaves a row held under a live lease to its holder.
+    assert!(
+        s.claim_unresolved("w3", now, T0 + secs(100_000), T0 + secs(2), 10, lease)
             .await
             .unwrap()
             .is_empty()
@@ -1911,14 +1919,14 @@ pub async fn unresolved_rows_are_claimed_in_due_order_and_rescheduled(b: &Backen
     );
     // led_a is not due before its time; led_b is (never scheduled, old enough now).
     let third = s
-        .claim_unresolved("w1", T0 + secs(120), T0 + secs(50), 10, lease)
+        .claim_unresolved("w1", T0 + secs(120), T0 + secs(120), T0 + secs(50), 10, lease)
         .await
         .unwrap();
     assert_eq!(ids(&third), ["led_b"]);
     assert_eq!(third[0].entry.outcome, Some(Outcome::Unknown));
     // Later: led_a (due at 130), led_c (w2's lease ran out at 160), led_b (w1's at 180).
     let fourth = s
-        .claim_unresolved("w4", T0 + secs(200), T0 + secs(150), 10, lease)
+        .claim_unresolved("w4", T0 + secs(200), T0 + secs(200), T0 + secs(150), 10, lease)
         .await
         .unwrap();
     assert_eq!(ids(&fourth), ["led_a", "led_c", "led_b"]);
@@ -1951,7 +1959,7 @@ pub async fn unresolved_rows_are_claimed_in_due_order_and_rescheduled(b: &Backen
         );
     }
     let far = T0 + secs(100_000);
-    let rest = s.claim_unresolved("w5", far, far, 10, lease).await.unwrap();
+    let rest = s.claim_unresolved("w5", far, far, far, 10, lease).await.unwrap();
     assert_eq!(ids(&rest), ["led_b", "led_c"]);
     assert_eq!(rest[0].reconcile_attempts, 1);
     // The ledger row itself is unchanged by scheduling.
@@ -1984,6 +1992,7 @@ pub async fn concurrent_reconcilers_never_claim_the_same_row(b: &Backend) {
                 let rows = node
                     .claim_unresolved(
                         &format!("w{w}"),
+                        T0 + secs(60),
                         T0 + secs(60),
                         T0 + secs(30),
                         7,
