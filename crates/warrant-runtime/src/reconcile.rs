@@ -421,7 +421,19 @@ impl Runtime {
             }
             let row = &claimed.entry;
             report.totals.examined += 1;
-            let (resolution, why) = self.reconcile_explained(row).await?;
+            // A row whose inquiry fails in the store (a row that cannot be read back, a write
+            // refused) is rescheduled like one that stays unknown, with the failure as its
+            // note: the rows after it in this pass are still asked about.
+            let (resolution, why) = match self.reconcile_explained(row).await {
+                Ok(found) => found,
+                Err(e) => {
+                    tracing::warn!(ledger_id = %row.id, error = %e, "reconciliation: the inquiry failed in the store");
+                    (
+                        Resolution::StillUnknown,
+                        Some(format!("the inquiry failed in the store: {e}")),
+                    )
+                }
+            };
             match resolution {
                 Resolution::Committed { effects } => {
                     report.totals.committed += 1;
