@@ -74,7 +74,7 @@ pub fn run(args: &McpArgs) -> Result<Exit> {
             .await
             .context("mcp over stdio")?;
         // The client closed its end: calls it started still run to their recorded end.
-        warrant_server::drain_calls(&gateway).await;
+        warrant_server::shutdown(&gateway).await;
         drop(gateway);
         sql.close().await;
         Ok(Exit::Ok)

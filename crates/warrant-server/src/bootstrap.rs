@@ -161,12 +161,24 @@ pub struct Gateway {
     /// (not logged here: the caller reports them, as `warrant serve` does in its banner;
     /// contracts applied later are logged when applied).
     pub unusable_bindings: Vec<crate::state::UnusableBinding>,
+    /// Background tasks that start no call: aborted when the gateway is dropped.
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// The workers that start calls on their own (the workflow runner, the inbound worker):
+    /// stopped by [`crate::shutdown`], which lets them finish what they hold.
+    pub(crate) callers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Gateway {
+    /// Whether the workers that start calls on their own have stopped (after
+    /// [`crate::shutdown`]; always, for a gateway without background work).
+    pub fn callers_stopped(&self) -> bool {
+        self.callers.iter().all(tokio::task::JoinHandle::is_finished)
+    }
 }
 
 impl Drop for Gateway {
     fn drop(&mut self) {
-        for t in &self.tasks {
+        for t in self.tasks.iter().chain(&self.callers) {
             t.abort();
         }
     }
@@ -370,6 +382,7 @@ impl Gateway {
             webhook_secrets,
             argument_seal,
             inbound_due: Arc::new(tokio::sync::Notify::new()),
+            stopping: tokio_util::sync::CancellationToken::new(),
             requests_in_flight: config.requests_in_flight,
             inbound_refusals: Arc::new(governor::RateLimiter::keyed(crate::inbound::refusals_quota())),
         });
@@ -379,11 +392,12 @@ impl Gateway {
                 config.contract_sync_every,
             ));
         }
+        let mut callers = Vec::new();
         if config.background {
-            tasks.push(crate::runs::spawn_runner(state.clone()));
+            callers.push(crate::runs::spawn_runner(state.clone()));
             tasks.push(crate::events::spawn_worker(state.clone()));
             tasks.push(crate::webhooks::spawn_worker(state.clone()));
-            tasks.push(crate::inbound::spawn_worker(state.clone()));
+            callers.push(crate::inbound::spawn_worker(state.clone()));
         }
         Ok(Gateway {
             state,
@@ -391,6 +405,7 @@ impl Gateway {
             first_keys,
             unusable_bindings,
             tasks,
+            callers,
         })
     }
 }

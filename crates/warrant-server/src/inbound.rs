@@ -409,16 +409,21 @@ async fn refused(state: &AppState, source: &InboundSource, why: &str) {
 pub(crate) fn spawn_worker(state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let worker = state.env.new_id("inbound");
-        loop {
-            match act_on_due(&state, &worker).await {
-                Ok(0) => {
-                    let _ = tokio::time::timeout(Duration::from_secs(1), state.inbound_due.notified()).await;
-                }
-                Ok(_) => {}
+        // Until the gateway shuts down: then nothing more is claimed (the events being acted
+        // on finish first, inside `act_on_due`).
+        while !state.stopping.is_cancelled() {
+            let wait = match act_on_due(&state, &worker).await {
+                Ok(0) => Duration::from_secs(1),
+                Ok(_) => continue,
                 Err(error) => {
                     tracing::warn!(%error, "the inbound worker cannot claim events");
-                    tokio::time::sleep(Duration::from_secs(5)).await;
+                    Duration::from_secs(5)
                 }
+            };
+            tokio::select! {
+                () = state.inbound_due.notified() => {}
+                () = tokio::time::sleep(wait) => {}
+                () = state.stopping.cancelled() => {}
             }
         }
     })

@@ -295,8 +295,31 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let app = router(gateway.state.clone(), gateway.limits);
     let served = serve_router(listener, app, gateway.limits, shutdown).await;
-    drain_calls(gateway).await;
+    self::shutdown(gateway).await;
     served
+}
+
+/// Shuts the gateway's calls down gracefully once no request arrives any more (the listener
+/// is closed, or the stdio lane's input ended): the workers that start calls on their own —
+/// the workflow runner, the inbound worker — claim nothing more and finish the steps and
+/// events they hold, then the calls handed to the runtime reach their recorded end
+/// ([`drain_calls`]); all of it within one call deadline and a margin. What is still running
+/// then keeps its `attempting` row, and reconciliation resolves it.
+pub async fn shutdown(gateway: &Gateway) {
+    let deadline = gateway.state.runtime.settings().retry.deadline + Duration::from_secs(5);
+    gateway.state.stopping.cancel();
+    let waited = tokio::time::timeout(deadline, async {
+        while !gateway.callers_stopped() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    if waited.is_err() {
+        tracing::warn!(
+            "workflow steps or inbound events still running at shutdown; their leases will lapse and another node takes them over"
+        );
+    }
+    drain_calls(gateway).await;
 }
 
 /// Waits for the calls handed to the runtime to reach their recorded end (graceful

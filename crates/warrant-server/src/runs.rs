@@ -339,13 +339,18 @@ pub fn spawn_runner(state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
                 while started.join_next().await.is_some() {}
             });
         }
-        loop {
+        // Until the gateway shuts down: then nothing more is claimed, the steps running finish,
+        // and so do the runs handed here (no more arrive once the handle is withdrawn).
+        while !state.stopping.is_cancelled() {
             let now = state.env.now();
             let jobs = match state.store.claim_jobs(&worker, STEP_JOB, CLAIM, lease, now).await {
                 Ok(jobs) => jobs,
                 Err(error) => {
                     tracing::warn!(%error, "the workflow runner cannot claim steps");
-                    tokio::time::sleep(IDLE_POLL * 5).await;
+                    tokio::select! {
+                        () = tokio::time::sleep(IDLE_POLL * 5) => {}
+                        () = state.stopping.cancelled() => {}
+                    }
                     continue;
                 }
             };
@@ -354,6 +359,7 @@ pub fn spawn_runner(state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
                 tokio::select! {
                     () = state.runs_due.notified() => {}
                     () = tokio::time::sleep(IDLE_POLL) => {}
+                    () = state.stopping.cancelled() => {}
                 }
                 continue;
             }
@@ -365,6 +371,10 @@ pub fn spawn_runner(state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
             }
             while running.join_next().await.is_some() {}
         }
+        if let Ok(mut l) = state.local_runner.lock() {
+            *l = None;
+        }
+        while local.join_next().await.is_some() {}
     })
 }
 

@@ -136,6 +136,10 @@ pub struct AppState {
     pub(crate) argument_seal: crate::webhooks::SecretBox,
     /// Wakes the inbound worker when this node accepted an event.
     pub(crate) inbound_due: Arc<tokio::sync::Notify>,
+    /// Cancelled when the gateway shuts down ([`crate::shutdown`]): the workers that start
+    /// calls on their own (the workflow runner, the inbound worker) claim nothing more and
+    /// finish what they hold, instead of being aborted mid-step.
+    pub(crate) stopping: tokio_util::sync::CancellationToken,
     /// The requests this server is answering now (the HTTP lanes counted at their edge, an MCP
     /// stdio session by its transport):
     /// the embedded store writes on the request thread itself when it answers only one

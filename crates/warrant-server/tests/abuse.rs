@@ -413,3 +413,51 @@ async fn a_flood_of_forged_keys_is_limited_for_that_address_only() {
     let (status, _) = request_from(other, server.addr, "GET", "/v1/ledger", Some(&forged(100))).await;
     assert_eq!(status, 401);
 }
+
+/// A graceful shutdown stops the workers that start calls on their own (the workflow runner,
+/// the inbound worker): they claim nothing more and end once what they hold is done, instead
+/// of claiming during the drain and being aborted mid-step when the gateway is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_stops_the_workers_that_start_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = DatabaseUrl::data_dir(dir.path());
+    let store: Arc<dyn Store> = Arc::new(SqlStore::open(&url, &StoreOptions::default()).await.unwrap());
+    let gateway = Gateway::start(GatewayConfig {
+        store,
+        contracts_dir: None,
+        policies: Vec::new(),
+        guards: Guards::new(),
+        budgets: Default::default(),
+        redaction: RedactionKey::new(vec![3; 32]).unwrap(),
+        adapters: AdapterConfig {
+            client: SafeClient::new(NetPolicy::default()),
+            secrets: Secrets::default(),
+            smtp: None,
+            command_roots: Vec::new(),
+            model: None,
+        },
+        runtime: RuntimeSettings::default(),
+        settings: Settings::default(),
+        limits: limits(),
+        public_url: "http://warrant.test".into(),
+        first_tenant: "acme".into(),
+        background: true,
+        contract_sync_every: Duration::ZERO,
+        requests_in_flight: Default::default(),
+        review_mail: None,
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!gateway.callers_stopped(), "the workers run until shutdown");
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(10), warrant_server::shutdown(&gateway))
+        .await
+        .unwrap();
+    assert!(gateway.callers_stopped());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "idle workers stop at once: {:?}",
+        started.elapsed()
+    );
+}
