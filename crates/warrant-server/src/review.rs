@@ -14,6 +14,18 @@ use warrant_runtime::{Dispatched, OwnedCall};
 
 use crate::state::AppState;
 
+/// Runs a reviewer's decision and what follows it (the approved call executed on approval,
+/// an edit's replacement approved and run) as work the runtime owns: once the verdict is
+/// committed, the rest runs to its end even if the reviewer's request is cancelled — a
+/// disconnect, the request timeout — and a graceful shutdown waits for it. `None` when the
+/// work panicked.
+pub(crate) async fn owned<T: Send + 'static>(
+    state: &AppState,
+    work: impl std::future::Future<Output = T> + Send + 'static,
+) -> Option<T> {
+    state.runtime.own(work).await.ok()
+}
+
 /// Runs what a decision on `approval` sets off: wakes its workflow run; executes the approved
 /// call when its contract says `execute_on_approval`. Failures are logged, never undo the
 /// decision (the proposer can still call again with the approval).

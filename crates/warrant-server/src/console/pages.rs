@@ -402,7 +402,17 @@ pub(crate) async fn approve(
     Path(id): Path<String>,
     axum::Form(form): axum::Form<DecisionForm>,
 ) -> Response {
-    decide(&state, &reviewer, &id, Verdict::Approve, &form).await
+    let work = {
+        let state = Arc::clone(&state);
+        async move { decide(&state, &reviewer, &id, Verdict::Approve, &form).await }
+    };
+    crate::review::owned(&state, work).await.unwrap_or_else(|| {
+        problem(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Something went wrong",
+            "The decision could not be completed; reload the page to see where it stands.",
+        )
+    })
 }
 
 /// Rejects a request, with a reason.
@@ -412,7 +422,17 @@ pub(crate) async fn reject(
     Path(id): Path<String>,
     axum::Form(form): axum::Form<DecisionForm>,
 ) -> Response {
-    decide(&state, &reviewer, &id, Verdict::Reject, &form).await
+    let work = {
+        let state = Arc::clone(&state);
+        async move { decide(&state, &reviewer, &id, Verdict::Reject, &form).await }
+    };
+    crate::review::owned(&state, work).await.unwrap_or_else(|| {
+        problem(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Something went wrong",
+            "The decision could not be completed; reload the page to see where it stands.",
+        )
+    })
 }
 
 async fn decide(

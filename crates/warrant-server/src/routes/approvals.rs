@@ -280,7 +280,13 @@ pub(crate) async fn approve(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    review(&state, &caller, &id, Verdict::Approve, &body).await
+    let work = {
+        let state = Arc::clone(&state);
+        async move { review(&state, &caller, &id, Verdict::Approve, &body).await }
+    };
+    crate::review::owned(&state, work)
+        .await
+        .unwrap_or_else(|| Err(ApiError::internal(&"the review ended abnormally")))
 }
 
 /// Reject a request.
@@ -298,5 +304,11 @@ pub(crate) async fn reject(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    review(&state, &caller, &id, Verdict::Reject, &body).await
+    let work = {
+        let state = Arc::clone(&state);
+        async move { review(&state, &caller, &id, Verdict::Reject, &body).await }
+    };
+    crate::review::owned(&state, work)
+        .await
+        .unwrap_or_else(|| Err(ApiError::internal(&"the review ended abnormally")))
 }
