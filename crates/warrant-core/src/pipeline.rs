@@ -1081,7 +1081,17 @@ fn bind(
             };
             bind_approval(&as_approved, proposal, principal, now)
         }
-        Some(record) => bind_approval(&record, proposal, principal, now),
+        Some(record) => match bind_approval(&record, proposal, principal, now) {
+            // With the reviewer's reason, as the same call proposed again gets it.
+            ApprovalBinding::Refused(state, refusal) if refusal.code() == RejectCode::ApprovalRejected => {
+                ApprovalBinding::Refused(
+                    state,
+                    Rejection::new(RejectCode::ApprovalRejected, crate::store::rejected_call(request))
+                        .at("/approval"),
+                )
+            }
+            binding => binding,
+        },
         None => ApprovalBinding::Refused(
             ApprovalState::Mismatch,
             Rejection::new(

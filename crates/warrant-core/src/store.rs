@@ -701,7 +701,7 @@ pub fn approval_refusal(current: Option<&ApprovalRequest>, now: OffsetDateTime) 
             (RejectCode::ApprovalConsumed, "the approval was already used")
         }
         Some(a) if a.status == ApprovalStatus::Rejected => {
-            (RejectCode::ApprovalRejected, "a reviewer rejected this call")
+            return Rejection::new(RejectCode::ApprovalRejected, rejected_call(a)).at("/approval");
         }
         Some(a) if a.status == ApprovalStatus::Expired || a.request.expires_at <= now => {
             (RejectCode::ApprovalExpired, "the approval has expired")
@@ -712,6 +712,24 @@ pub fn approval_refusal(current: Option<&ApprovalRequest>, now: OffsetDateTime) 
         ),
     };
     Rejection::new(code, detail).at("/approval")
+}
+
+/// What the refusal of a call whose approval a reviewer rejected says: the approval, and the
+/// reviewer's reason (at most 200 characters), so an agent retrying with the approval learns
+/// why as one proposing the call again does.
+pub fn rejected_call(rejected: &ApprovalRequest) -> String {
+    let reason = rejected
+        .reason
+        .as_deref()
+        .map(|r| match r.char_indices().nth(200) {
+            Some((end, _)) => format!(": {}", r.get(..end).unwrap_or(r)),
+            None => format!(": {r}"),
+        })
+        .unwrap_or_default();
+    format!(
+        "a reviewer rejected this call (approval {}){reason}",
+        rejected.request.id
+    )
 }
 
 /// The ledger row `record_attempt` writes for a read whose budget had no room after it ran:

@@ -1214,6 +1214,16 @@ pub async fn a_rejected_call_is_not_sent_for_review_again(h: &Harness) {
         })
         .unwrap_or_default();
     assert!(same.is_empty(), "{pending}");
+    // Presented with the rejected approval, as a retrying agent does: the reason too.
+    let (_, body) = h
+        .propose_with(0, "agent", &call, &[("warrant-approval", id.as_str())])
+        .await;
+    assert_eq!(body["error"]["code"], "APPROVAL_REJECTED", "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("not for this customer") && message.contains(&id),
+        "{message}"
+    );
     // Another call (other arguments) is sent for review as usual.
     let (status, _) = h.propose("agent", &credit(78, "k-rejected-2")).await;
     assert_eq!(status, 202);
