@@ -94,16 +94,13 @@ pub enum PolicyLoadError {
         message: String,
     },
     /// Problems in the policies or in the schema generated from the contracts, every one.
-    #[error("{} problem(s) in the policies: {}", .0.len(), join(.0))]
+    #[error("{} problem(s) in the policies:{}", .0.len(), join(.0))]
     Invalid(Vec<PolicyProblem>),
 }
 
+/// One problem a line, each under the count.
 fn join(problems: &[PolicyProblem]) -> String {
-    problems
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
+    problems.iter().map(|p| format!("\n  - {p}")).collect()
 }
 
 /// Cedar policies validated against the schema generated from a set of contracts, ready to

@@ -118,9 +118,10 @@ impl std::fmt::Debug for GatewayConfig {
 /// Why a gateway did not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    /// The store failed.
+    /// The store failed. (Its error is shown in this one's message and not also as its
+    /// source, so that a report of the error chain does not print it twice.)
     #[error("store: {0}")]
-    Store(#[from] StoreError),
+    Store(StoreError),
     /// A contract file cannot be read or does not lint.
     #[error("contract {path}: {message}")]
     Contract {
@@ -129,12 +130,24 @@ pub enum StartError {
         /// What is wrong.
         message: String,
     },
-    /// The policies do not load.
+    /// The policies do not load (shown once, as `Store`).
     #[error("policies: {0}")]
-    Policy(#[from] warrant_policy::PolicyLoadError),
+    Policy(warrant_policy::PolicyLoadError),
     /// A part of the configuration cannot be used (e.g. reviewer mail without a relay).
     #[error("configuration: {0}")]
     Config(String),
+}
+
+impl From<StoreError> for StartError {
+    fn from(e: StoreError) -> Self {
+        StartError::Store(e)
+    }
+}
+
+impl From<warrant_policy::PolicyLoadError> for StartError {
+    fn from(e: warrant_policy::PolicyLoadError) -> Self {
+        StartError::Policy(e)
+    }
 }
 
 /// The keys created on the first start of an empty store (shown once).
@@ -483,4 +496,32 @@ async fn first_keys(
         admin,
         agent,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A start error says what went wrong once: its cause is in its message and is not also
+    /// its source, which a report of the chain (`{:#}`) would print a second time. The
+    /// policies' problems come one a line.
+    #[test]
+    fn a_start_error_says_its_cause_once() {
+        let problem = |file: &str| warrant_policy::PolicyProblem {
+            file: Some(file.to_owned()),
+            message: "unknown entity type".to_owned(),
+        };
+        let error = StartError::from(warrant_policy::PolicyLoadError::Invalid(vec![
+            problem("a.cedar"),
+            problem("b.cedar"),
+        ]));
+        assert!(std::error::Error::source(&error).is_none());
+        assert_eq!(
+            error.to_string(),
+            "policies: 2 problem(s) in the policies:\n  - a.cedar: unknown entity type\n  - b.cedar: unknown entity type"
+        );
+        let error = StartError::from(StoreError::Unavailable("disk full".into()));
+        assert!(std::error::Error::source(&error).is_none());
+        assert_eq!(error.to_string().matches("disk full").count(), 1);
+    }
 }
