@@ -592,18 +592,16 @@ impl std::fmt::Display for Refusal {
 
 impl Refusal {
     /// The `problems` beside the answer's `error`, each `pointer: message` (a contract refused
-    /// by the registration lint), in the server's order.
+    /// by the registration lint), in the server's order; the document's root is `/`, as
+    /// `contract lint` prints it.
     fn problems(&self) -> Vec<String> {
         at(&self.body, "problems")
             .as_array()
             .into_iter()
             .flatten()
             .map(|p| {
-                format!(
-                    "{}: {}",
-                    at(p, "pointer").as_str().unwrap_or(""),
-                    at(p, "message").as_str().unwrap_or("")
-                )
+                let pointer = at(p, "pointer").as_str().filter(|p| !p.is_empty()).unwrap_or("/");
+                format!("{pointer}: {}", at(p, "message").as_str().unwrap_or(""))
             })
             .collect()
     }
@@ -1117,4 +1115,24 @@ pub fn console(args: &ServerArgs, command: &ConsoleCommand) -> Result<Exit> {
             },
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_contract_prints_its_problems_as_lint_does() {
+        let refusal = Refusal {
+            message: "the contract does not lint".into(),
+            body: serde_json::json!({"problems": [
+                {"pointer": "", "message": "a write must declare idempotency"},
+                {"pointer": "/effect", "message": "unknown effect"},
+            ]}),
+        };
+        assert_eq!(
+            refusal.problems(),
+            ["/: a write must declare idempotency", "/effect: unknown effect"]
+        );
+    }
 }
