@@ -182,14 +182,13 @@ impl Registry {
         let done = self.store.retire_contract(namespace, content_id, now).await?;
         let key = (namespace.clone(), content_id.to_owned());
         let found = self.by_id.read().ok().and_then(|m| m.get(&key).cloned());
-        if let (Some((name, version)), Ok(mut map)) = (found, self.by_version.write()) {
-            if let Some(entry) = map
+        if let (Some((name, version)), Ok(mut map)) = (found, self.by_version.write())
+            && let Some(entry) = map
                 .names_mut(namespace)
                 .get_mut(&name)
                 .and_then(|v| v.get_mut(&version))
-            {
-                entry.retired_at.get_or_insert(now);
-            }
+        {
+            entry.retired_at.get_or_insert(now);
         }
         Ok(done)
     }

@@ -156,9 +156,9 @@ fn document() -> impl Strategy<Value = Value> {
 fn tag(node: &mut Value, next: &mut u64) {
     let Value::Object(map) = node else { return };
     *next += 1;
-    if *next % 4 != 0 {
+    if !(*next).is_multiple_of(4) {
         map.insert("x-id".into(), json!(*next));
-        map.insert("x-warrant-sensitive".into(), json!(*next % 3 == 0));
+        map.insert("x-warrant-sensitive".into(), json!((*next).is_multiple_of(3)));
     }
     for (key, sub) in map.iter_mut() {
         match key.as_str() {

@@ -139,6 +139,10 @@ impl Execution {
 
 /// What [`Runtime::execute_decided`] did with an allowed call.
 #[derive(Debug)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "returned once per call and unwrapped at once; a box would allocate on every call"
+)]
 pub enum Executed {
     /// Executed, replayed, or refused as it began.
     Done(Execution),

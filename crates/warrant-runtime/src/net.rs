@@ -391,32 +391,33 @@ impl SafeClient {
             outgoing.headers_mut().insert(header::HOST, host);
             let (response, sender) = self.request(&origin, &uri, outgoing).await?;
             let status = response.status();
-            if follow_redirects && is_redirect(status) {
-                if let Some(location) = response.headers().get(header::LOCATION) {
-                    if redirects >= self.inner.policy.max_redirects {
-                        return Err(NetError::TooManyRedirects);
-                    }
-                    redirects = redirects.saturating_add(1);
-                    let next = std::str::from_utf8(location.as_bytes())
-                        .ok()
-                        .and_then(|location| url.join(location).ok())
-                        .ok_or_else(|| NetError::InvalidRequest("unusable redirect location".into()))?;
-                    if let Some(rewritten) = redirect_method(status, &method) {
-                        method = rewritten;
-                        body = Bytes::new();
-                        for name in CONTENT_HEADERS {
-                            headers.remove(name);
-                        }
-                    }
-                    if next.origin() != url.origin() {
-                        for name in CREDENTIAL_HEADERS {
-                            headers.remove(name);
-                        }
-                    }
-                    tracing::debug!(%status, host = next.host_str(), "following a redirect");
-                    url = next;
-                    continue;
+            if follow_redirects
+                && is_redirect(status)
+                && let Some(location) = response.headers().get(header::LOCATION)
+            {
+                if redirects >= self.inner.policy.max_redirects {
+                    return Err(NetError::TooManyRedirects);
                 }
+                redirects = redirects.saturating_add(1);
+                let next = std::str::from_utf8(location.as_bytes())
+                    .ok()
+                    .and_then(|location| url.join(location).ok())
+                    .ok_or_else(|| NetError::InvalidRequest("unusable redirect location".into()))?;
+                if let Some(rewritten) = redirect_method(status, &method) {
+                    method = rewritten;
+                    body = Bytes::new();
+                    for name in CONTENT_HEADERS {
+                        headers.remove(name);
+                    }
+                }
+                if next.origin() != url.origin() {
+                    for name in CREDENTIAL_HEADERS {
+                        headers.remove(name);
+                    }
+                }
+                tracing::debug!(%status, host = next.host_str(), "following a redirect");
+                url = next;
+                continue;
             }
             let (parts, incoming) = response.into_parts();
             // These carry no body, whatever length they declare.

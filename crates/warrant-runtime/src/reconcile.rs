@@ -552,9 +552,9 @@ fn cannot_tell(contract: &Contract) -> String {
 /// A duration as an operator writes it (`1h`, `30m`, `45s`).
 fn human(d: Duration) -> String {
     let secs = d.as_secs();
-    if secs > 0 && secs % 3600 == 0 {
+    if secs > 0 && secs.is_multiple_of(3600) {
         format!("{}h", secs / 3600)
-    } else if secs > 0 && secs % 60 == 0 {
+    } else if secs > 0 && secs.is_multiple_of(60) {
         format!("{}m", secs / 60)
     } else {
         format!("{secs}s")

@@ -702,9 +702,9 @@ impl Checker<'_> {
                         match item {
                             Arg::Bound(reference) => {
                                 if let Some(Field::Known { types, required }) = self.source(reference, i, &at)
+                                    && (!fits(types) || !required)
                                 {
-                                    if !fits(types) || !required {
-                                        self.push(
+                                    self.push(
                                             Rule::BindingType,
                                             Some(id),
                                             &at,
@@ -715,7 +715,6 @@ impl Checker<'_> {
                                             ),
                                             None,
                                         );
-                                    }
                                 }
                             }
                             Arg::Text(template) => {
