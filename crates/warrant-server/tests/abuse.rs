@@ -35,14 +35,10 @@ struct Server {
     _dir: tempfile::TempDir,
 }
 
-async fn start(limits: HttpLimits) -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    let url = DatabaseUrl::data_dir(dir.path());
-    let DatabaseUrl::Sqlite(db) = url.clone() else {
-        unreachable!()
-    };
-    let store: Arc<dyn Store> = Arc::new(SqlStore::open(&url, &StoreOptions::default()).await.unwrap());
-    let gateway = Gateway::start(GatewayConfig {
+/// A gateway on a fresh SQLite store at `url`, with no contracts or policies.
+async fn config(url: &DatabaseUrl, limits: HttpLimits, background: bool) -> GatewayConfig {
+    let store: Arc<dyn Store> = Arc::new(SqlStore::open(url, &StoreOptions::default()).await.unwrap());
+    GatewayConfig {
         store,
         contracts_dir: None,
         policies: Vec::new(),
@@ -61,13 +57,20 @@ async fn start(limits: HttpLimits) -> Server {
         limits,
         public_url: "http://warrant.test".into(),
         first_tenant: "acme".into(),
-        background: false,
+        background,
         contract_sync_every: Duration::ZERO,
         requests_in_flight: Default::default(),
         review_mail: None,
-    })
-    .await
-    .unwrap();
+    }
+}
+
+async fn start(limits: HttpLimits) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let url = DatabaseUrl::data_dir(dir.path());
+    let DatabaseUrl::Sqlite(db) = url.clone() else {
+        unreachable!()
+    };
+    let gateway = Gateway::start(config(&url, limits, false).await).await.unwrap();
     let admin = gateway.first_keys.clone().unwrap().admin;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -421,33 +424,7 @@ async fn a_flood_of_forged_keys_is_limited_for_that_address_only() {
 async fn shutdown_stops_the_workers_that_start_calls() {
     let dir = tempfile::tempdir().unwrap();
     let url = DatabaseUrl::data_dir(dir.path());
-    let store: Arc<dyn Store> = Arc::new(SqlStore::open(&url, &StoreOptions::default()).await.unwrap());
-    let gateway = Gateway::start(GatewayConfig {
-        store,
-        contracts_dir: None,
-        policies: Vec::new(),
-        guards: Guards::new(),
-        budgets: Default::default(),
-        redaction: RedactionKey::new(vec![3; 32]).unwrap(),
-        adapters: AdapterConfig {
-            client: SafeClient::new(NetPolicy::default()),
-            secrets: Secrets::default(),
-            smtp: None,
-            command_roots: Vec::new(),
-            model: None,
-        },
-        runtime: RuntimeSettings::default(),
-        settings: Settings::default(),
-        limits: limits(),
-        public_url: "http://warrant.test".into(),
-        first_tenant: "acme".into(),
-        background: true,
-        contract_sync_every: Duration::ZERO,
-        requests_in_flight: Default::default(),
-        review_mail: None,
-    })
-    .await
-    .unwrap();
+    let gateway = Gateway::start(config(&url, limits(), true).await).await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!gateway.callers_stopped(), "the workers run until shutdown");
     let started = Instant::now();

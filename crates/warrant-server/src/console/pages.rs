@@ -402,17 +402,7 @@ pub(crate) async fn approve(
     Path(id): Path<String>,
     axum::Form(form): axum::Form<DecisionForm>,
 ) -> Response {
-    let work = {
-        let state = Arc::clone(&state);
-        async move { decide(&state, &reviewer, &id, Verdict::Approve, &form).await }
-    };
-    crate::review::owned(&state, work).await.unwrap_or_else(|| {
-        problem(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "Something went wrong",
-            "The decision could not be completed; reload the page to see where it stands.",
-        )
-    })
+    decide_owned(state, reviewer, id, Verdict::Approve, form).await
 }
 
 /// Rejects a request, with a reason.
@@ -422,9 +412,20 @@ pub(crate) async fn reject(
     Path(id): Path<String>,
     axum::Form(form): axum::Form<DecisionForm>,
 ) -> Response {
+    decide_owned(state, reviewer, id, Verdict::Reject, form).await
+}
+
+/// [`decide`], owned by the runtime with what follows the verdict (`review::owned`).
+async fn decide_owned(
+    state: Arc<AppState>,
+    reviewer: Reviewer,
+    id: String,
+    verdict: Verdict,
+    form: DecisionForm,
+) -> Response {
     let work = {
         let state = Arc::clone(&state);
-        async move { decide(&state, &reviewer, &id, Verdict::Reject, &form).await }
+        async move { decide(&state, &reviewer, &id, verdict, &form).await }
     };
     crate::review::owned(&state, work).await.unwrap_or_else(|| {
         problem(

@@ -140,6 +140,23 @@ fn review_body(body: &Bytes) -> Result<ReviewBody, ApiError> {
     Ok(parsed)
 }
 
+/// [`review`], owned by the runtime with what follows the verdict (`review::owned`).
+async fn review_owned(
+    state: Arc<AppState>,
+    caller: Caller,
+    id: String,
+    verdict: Verdict,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let work = {
+        let state = Arc::clone(&state);
+        async move { review(&state, &caller, &id, verdict, &body).await }
+    };
+    crate::review::owned(&state, work)
+        .await
+        .unwrap_or_else(|| Err(ApiError::internal(&"the review ended abnormally")))
+}
+
 async fn review(
     state: &AppState,
     caller: &Caller,
@@ -280,13 +297,7 @@ pub(crate) async fn approve(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let work = {
-        let state = Arc::clone(&state);
-        async move { review(&state, &caller, &id, Verdict::Approve, &body).await }
-    };
-    crate::review::owned(&state, work)
-        .await
-        .unwrap_or_else(|| Err(ApiError::internal(&"the review ended abnormally")))
+    review_owned(state, caller, id, Verdict::Approve, body).await
 }
 
 /// Reject a request.
@@ -304,11 +315,5 @@ pub(crate) async fn reject(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let work = {
-        let state = Arc::clone(&state);
-        async move { review(&state, &caller, &id, Verdict::Reject, &body).await }
-    };
-    crate::review::owned(&state, work)
-        .await
-        .unwrap_or_else(|| Err(ApiError::internal(&"the review ended abnormally")))
+    review_owned(state, caller, id, Verdict::Reject, body).await
 }
