@@ -1105,11 +1105,6 @@ fn bind(
 /// The answer to a call a reviewer rejected within the rejection window: the rejection and
 /// its reason, not a new request.
 fn recently_rejected(rejected: &ApprovalRequest, window: Duration) -> Rejection {
-    let reason = rejected
-        .reason
-        .as_deref()
-        .map(|r| format!(": {}", truncated(r, 200)))
-        .unwrap_or_default();
     let until = rejected
         .decided_at
         .map(|at| at + window)
@@ -1118,10 +1113,7 @@ fn recently_rejected(rejected: &ApprovalRequest, window: Duration) -> Rejection 
         .unwrap_or_default();
     Rejection::new(
         RejectCode::ApprovalRejected,
-        format!(
-            "a reviewer rejected this exact call (approval {}){reason}{until}",
-            rejected.request.id
-        ),
+        format!("{}{until}", crate::store::rejected_call(rejected)),
     )
     .at("/approval")
 }

@@ -471,23 +471,30 @@ impl Runtime {
         earlier: &IdempotencyRecord,
     ) -> Result<Execution, StoreError> {
         let entry = allowed.ledger_entry();
-        let mut start = match self.store.get_idempotency(&earlier.scope).await? {
-            Some(record) if record.ledger_id == earlier.ledger_id => AttemptStart::Unknown(record),
-            _ => AttemptStart::InFlight,
-        };
-        let mut row = warrant_core::store::attempt_row(entry, &start).into_owned();
-        if matches!(start, AttemptStart::InFlight) {
-            row.detail = Some(UNFINISHED_REPLAY.to_owned());
-        }
-        self.store.insert_ledger(&row).await?;
-        let mut done = self.not_started(allowed, entry, &mut start);
-        if let Some(Err(rejection)) = done.as_mut().map(|d| &mut d.result)
-            && row.detail.as_deref() == Some(UNFINISHED_REPLAY)
+        if let Some(record) = self.store.get_idempotency(&earlier.scope).await?
+            && record.ledger_id == earlier.ledger_id
         {
-            *rejection =
-                Rejection::new(RejectCode::IdempotencyInFlight, UNFINISHED_REPLAY).at("/idempotency_key");
+            // Still unknown: refused as the write-ahead commit refuses it.
+            let mut start = AttemptStart::Unknown(record);
+            self.store
+                .insert_ledger(&warrant_core::store::attempt_row(entry, &start))
+                .await?;
+            return self
+                .not_started(allowed, entry, &mut start)
+                .ok_or_else(|| StoreError::Invalid("an unfinished replay started".into()));
         }
-        done.ok_or_else(|| StoreError::Invalid("an unfinished replay started".into()))
+        let rejection =
+            Rejection::new(RejectCode::IdempotencyInFlight, UNFINISHED_REPLAY).at("/idempotency_key");
+        let mut row = entry.clone();
+        row.decision = warrant_core::records::LedgerDecision::Reject;
+        row.stage = Some(rejection.stage().as_str().to_owned());
+        row.error_code = Some(rejection.code().as_str().to_owned());
+        row.detail = Some(UNFINISHED_REPLAY.to_owned());
+        row.outcome = None;
+        row.attempts = 0;
+        self.store.insert_ledger(&row).await?;
+        let operation_id = operation_id(entry, allowed.idempotency_scope());
+        Ok(Execution::refused(&entry.id, &operation_id, rejection))
     }
 
     /// The answer to a write-ahead commit that did not start the attempt, or `None` when it
