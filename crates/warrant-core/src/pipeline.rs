@@ -362,10 +362,7 @@ impl Authority {
         match &decision {
             Decision::Reject(rejection) => {
                 count_rejection(rejection);
-                p.row.decision = LedgerDecision::Reject;
-                p.row.stage = Some(rejection.stage().as_str().to_owned());
-                p.row.error_code = Some(rejection.code().as_str().to_owned());
-                p.row.detail = Some(rejection.detail().to_owned());
+                p.row.refuse(rejection);
                 self.store.insert_ledger(&p.row).await?;
             }
             Decision::NeedsApproval(needed) => {
@@ -672,10 +669,7 @@ impl Authority {
         };
         self.count_decision("REJECT");
         count_rejection(&rejection);
-        p.row.decision = LedgerDecision::Reject;
-        p.row.stage = Some(rejection.stage().as_str().to_owned());
-        p.row.error_code = Some(rejection.code().as_str().to_owned());
-        p.row.detail = Some(rejection.detail().to_owned());
+        p.row.refuse(&rejection);
         self.store.insert_ledger(&p.row).await?;
         Ok(Err((rejection, ledger_id)))
     }

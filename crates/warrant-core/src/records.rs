@@ -165,6 +165,17 @@ impl LedgerEntry {
         }
     }
 
+    /// Records this row as refused by `rejection`: its stage, code and detail, no outcome, no
+    /// attempt. The one mapping of a refusal to its row, for every stage and store.
+    pub fn refuse(&mut self, rejection: &crate::decision::Rejection) {
+        self.decision = LedgerDecision::Reject;
+        self.stage = Some(rejection.stage().as_str().to_owned());
+        self.error_code = Some(rejection.code().as_str().to_owned());
+        self.detail = Some(rejection.detail().to_owned());
+        self.outcome = None;
+        self.attempts = 0;
+    }
+
     /// A copy without the arguments (which a store writes from their text, serialised once):
     /// the arguments' tree is not copied.
     pub fn without_arguments(&self) -> LedgerEntry {

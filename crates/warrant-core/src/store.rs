@@ -642,12 +642,7 @@ pub fn plan_registration(
 /// exactly the same rows.
 pub fn attempt_row<'e>(entry: &'e LedgerEntry, start: &AttemptStart) -> std::borrow::Cow<'e, LedgerEntry> {
     let reject = |row: &mut LedgerEntry, code: RejectCode, detail: &str| {
-        row.decision = LedgerDecision::Reject;
-        row.stage = Some(code.stage().as_str().to_owned());
-        row.error_code = Some(code.as_str().to_owned());
-        row.detail = Some(detail.to_owned());
-        row.outcome = None;
-        row.attempts = 0;
+        row.refuse(&Rejection::new(code, detail));
     };
     let mut row = std::borrow::Cow::Borrowed(entry);
     match start {
@@ -680,12 +675,11 @@ pub fn attempt_row<'e>(entry: &'e LedgerEntry, start: &AttemptStart) -> std::bor
             ),
         ),
         AttemptStart::BudgetExhausted { key } => {
-            let rejection = crate::budget::exhausted(key);
-            reject(row.to_mut(), rejection.code(), rejection.detail());
+            row.to_mut().refuse(&crate::budget::exhausted(key));
         }
         AttemptStart::ApprovalRefused(current) => {
-            let rejection = approval_refusal(current.as_ref(), entry.created_at);
-            reject(row.to_mut(), rejection.code(), rejection.detail());
+            row.to_mut()
+                .refuse(&approval_refusal(current.as_ref(), entry.created_at));
         }
     }
     row
@@ -736,14 +730,11 @@ pub fn rejected_call(rejected: &ApprovalRequest) -> String {
 /// refused at the budget stage, its result withheld, nothing spent.
 pub fn withheld_row(mut row: LedgerEntry, key: &str, finish: &AttemptFinish) -> LedgerEntry {
     let rejection = crate::budget::exhausted(key);
-    row.decision = LedgerDecision::Reject;
-    row.stage = Some(rejection.stage().as_str().to_owned());
-    row.error_code = Some(rejection.code().as_str().to_owned());
+    row.refuse(&rejection);
     row.detail = Some(format!(
         "{} (the read ran; its result was withheld)",
         rejection.detail()
     ));
-    row.outcome = None;
     row.attempts = finish.attempts;
     row.latency_ms = Some(finish.latency_ms);
     row.cost = 0;

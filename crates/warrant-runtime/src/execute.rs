@@ -486,12 +486,7 @@ impl Runtime {
         let rejection =
             Rejection::new(RejectCode::IdempotencyInFlight, UNFINISHED_REPLAY).at("/idempotency_key");
         let mut row = entry.clone();
-        row.decision = warrant_core::records::LedgerDecision::Reject;
-        row.stage = Some(rejection.stage().as_str().to_owned());
-        row.error_code = Some(rejection.code().as_str().to_owned());
-        row.detail = Some(UNFINISHED_REPLAY.to_owned());
-        row.outcome = None;
-        row.attempts = 0;
+        row.refuse(&rejection);
         self.store.insert_ledger(&row).await?;
         let operation_id = operation_id(entry, allowed.idempotency_scope());
         Ok(Execution::refused(&entry.id, &operation_id, rejection))
