@@ -55,9 +55,32 @@ request = function()
   return wrk.format()
 end
 
+-- An answer that is not a committed call (a refusal inside a 200, an MCP `isError`, an
+-- `unknown` 202) is not a call the server did: counted as an error, as the bench's own client
+-- counts only committed results. Every lane writes its outcome as `…outcome":"committed"`.
+-- A global: `thread:get` reads a thread's globals.
+uncommitted = 0
+if case ~= "upstream" then
+  response = function(status, headers, body)
+    if not body or not body:find('outcome":"committed"', 1, true) then
+      uncommitted = uncommitted + 1
+    end
+  end
+end
+
+-- `done` runs in wrk's main Lua state, not in the threads': each thread's count is read back.
+local threads = {}
+setup = function(thread)
+  table.insert(threads, thread)
+end
+
 done = function(summary, latency, requests)
   local e = summary.errors
+  local refused = 0
+  for _, thread in ipairs(threads) do
+    refused = refused + (thread:get("uncommitted") or 0)
+  end
   io.write(string.format("WRK calls=%d us=%d p50=%.3f p99=%.3f max=%.3f errors=%d\n",
     summary.requests, summary.duration, latency:percentile(50) / 1000, latency:percentile(99) / 1000,
-    latency.max / 1000, e.connect + e.read + e.write + e.status + e.timeout))
+    latency.max / 1000, e.connect + e.read + e.write + e.status + e.timeout + refused))
 end
