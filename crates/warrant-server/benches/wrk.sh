@@ -4,7 +4,8 @@
 # from /proc. The servers, their contracts, policies and the loopback upstream are the load
 # bench's own (benches/load.rs, held after its warm-up by WARRANT_LOAD_PAUSE); the requests are
 # the bench's (wrk/case.lua). Prints every run (case, connections, server — 0 is BINARY, 1 the
-# baseline —, calls/s, p50, p99 and max in ms, errors, server CPU µs per call), then the medians
+# baseline —, calls/s, p50, p99 and max in ms, errors — transport errors, non-2xx answers and
+# answers that are not a committed call (wrk/case.lua) —, server CPU µs per call), then the medians
 # and this binary's ratios to the baseline. Ratios of two binaries measured in the same rounds
 # travel between hosts; absolute figures do not (docs/benchmarks.md).
 #

@@ -76,11 +76,11 @@ end
 
 done = function(summary, latency, requests)
   local e = summary.errors
-  local refused = 0
+  local not_committed = 0
   for _, thread in ipairs(threads) do
-    refused = refused + (thread:get("uncommitted") or 0)
+    not_committed = not_committed + (thread:get("uncommitted") or 0)
   end
   io.write(string.format("WRK calls=%d us=%d p50=%.3f p99=%.3f max=%.3f errors=%d\n",
     summary.requests, summary.duration, latency:percentile(50) / 1000, latency:percentile(99) / 1000,
-    latency.max / 1000, e.connect + e.read + e.write + e.status + e.timeout + refused))
+    latency.max / 1000, e.connect + e.read + e.write + e.status + e.timeout + not_committed))
 end
