@@ -238,6 +238,10 @@ pub(crate) fn editable(original: &ApprovalRequest, contract: &warrant_core::Cont
 /// reviewer must be allowed to decide `original` — not its proposer, permitted by policy's
 /// review rule — and `original` must be pending; lanes check first only to answer precisely.
 ///
+/// Its steps are separate writes (the edited call held, the original superseded, the edited
+/// request approved, the call run): every caller runs it as work the runtime owns ([`owned`]),
+/// so a reviewer's request that goes away between two steps cannot leave the edit half done.
+///
 /// # Errors
 /// The store fails.
 pub(crate) async fn approve_with_edits(

@@ -1114,11 +1114,32 @@ fn edited_arguments(
 /// this decision), the edited one approved by this reviewer (both reasons name the other
 /// request and the original digest), and the edited call is executed at once with its
 /// approval, as the proposer, under the original idempotency key.
+///
+/// Owned by the runtime (`review::owned`), as a decision is: the edit's steps run to their end
+/// even if the reviewer's request goes away between them (the test
+/// `an_edit_in_the_console_outlives_the_reviewers_request`).
 pub(crate) async fn edit(
     State(state): State<Arc<AppState>>,
     reviewer: Reviewer,
     Path(id): Path<String>,
     axum::Form(form): axum::Form<Vec<(String, String)>>,
+) -> Result<Response, ApiError> {
+    let work = edit_now(Arc::clone(&state), reviewer, id, form);
+    crate::review::owned(&state, work).await.unwrap_or_else(|| {
+        Ok(problem(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Something went wrong",
+            "The edit could not be completed; reload the page to see where it stands.",
+        ))
+    })
+}
+
+/// [`edit`]'s work.
+async fn edit_now(
+    state: Arc<AppState>,
+    reviewer: Reviewer,
+    id: String,
+    form: Vec<(String, String)>,
 ) -> Result<Response, ApiError> {
     let field = |name: &str| {
         form.iter()

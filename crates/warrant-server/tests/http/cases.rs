@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 use crate::support::{Harness, OVERFLOWING_AMOUNT, assert_error_shape, credit, redaction_key};
 
 pub use crate::console::{
+    an_edit_in_the_console_outlives_the_reviewers_request,
     sensitive_values_are_revealed_only_where_policy_lets,
     the_console_signs_reviewers_in_and_decides_through_the_pipeline,
 };

@@ -569,3 +569,136 @@ pub async fn sensitive_values_are_revealed_only_where_policy_lets(h: &Harness) {
     assert_eq!(body["outcome"], "replayed", "{body}");
     assert_eq!(h.upstream.total(), before);
 }
+
+/// A reviewer's edit is work the runtime owns: cut part way by the reviewer's request going
+/// away (the request's future dropped once the edited call is held, as a disconnect or the
+/// request timeout drops it), it still runs to its end — the original rejected and linked, the
+/// edited request approved, the edited call executed — as it does through the API.
+pub async fn an_edit_in_the_console_outlives_the_reviewers_request(h: &Harness) {
+    use std::future::Future as _;
+    use tower::ServiceExt as _;
+    // A version of the credit tool the console offers edits on (no sensitive field), the
+    // operator's (it carries the binding).
+    let upstream = h.upstream_addr;
+    let doc = format!(
+        r#"
+name: credit
+version: 2
+description: Issue a credit.
+owner: test
+effect: write
+scopes: [credits:write]
+approval: per_call
+idempotency: {{ honoured: true, retention: 24h }}
+input:
+  type: object
+  additionalProperties: false
+  required: [customer_id, amount_cents, reason]
+  properties:
+    customer_id: {{ type: string, maxLength: 36 }}
+    amount_cents: {{ type: integer, minimum: 1, maximum: 500000 }}
+    reason: {{ type: string, minLength: 1, maxLength: 200 }}
+output:
+  type: object
+  additionalProperties: false
+  required: [credit_id, status]
+  properties:
+    credit_id: {{ type: string, maxLength: 64 }}
+    status: {{ enum: [applied, pending] }}
+adapter: {{ kind: http, url: "http://{upstream}/credit" }}
+"#
+    );
+    let r = h
+        .req(Method::POST, "/v1/contracts", "operator")
+        .header("content-type", "application/yaml")
+        .body(doc)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+    let call = json!({"tool": "credit", "version": 2, "idempotency_key": "k-edit-cut",
+        "arguments": {"customer_id": "cus_9", "amount_cents": 9000, "reason": "refund"}});
+    let (status, body) = h.propose("agent", &call).await;
+    assert_eq!(status, 202, "{body}");
+    let original = body["approval"]["id"].as_str().unwrap().to_owned();
+
+    let mut reviewer = Browser::new(h);
+    reviewer.sign_in("reviewer").await;
+    let page = reviewer.get(&format!("/console/approvals/{original}")).await;
+    assert!(page.body.contains("Approve with edits"), "{}", page.body);
+    let form = [
+        ("csrf", page.csrf()),
+        ("reason", "a smaller credit".to_owned()),
+        ("arg:customer_id", "cus_9".to_owned()),
+        ("arg:amount_cents", "4500".to_owned()),
+        ("arg:reason", "refund".to_owned()),
+    ]
+    .iter()
+    .map(|(k, v)| format!("{k}={}", urlencode(v)))
+    .collect::<Vec<_>>()
+    .join("&");
+    let request = axum::http::Request::post(format!("/console/approvals/{original}/edit"))
+        .header("host", "127.0.0.1")
+        .header("cookie", reviewer.jar.header())
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(axum::body::Body::from(form))
+        .unwrap();
+    let gateway = &h.nodes[0].gateway;
+    let router = warrant_server::router(gateway.state.clone(), gateway.limits);
+    let mut answer = Box::pin(router.oneshot(request));
+    // Driven by hand, a poll at a time, until the edited call is held (a second request for
+    // the key); then dropped, as the server drops a request its client left.
+    let held = async || {
+        let pending = h
+            .req(Method::GET, "/v1/approvals?status=pending", "reviewer")
+            .send()
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap();
+        pending["approvals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["idempotency_key"] == "k-edit-cut" && a["id"] != original.as_str())
+    };
+    let mut cut = false;
+    for _ in 0..2_000 {
+        let polled = std::future::poll_fn(|cx| std::task::Poll::Ready(answer.as_mut().poll(cx))).await;
+        if polled.is_ready() {
+            break;
+        }
+        if held().await {
+            cut = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    drop(answer);
+    assert!(cut, "the edit was cut after the edited call was held");
+    // The rest runs anyway: the edited amount reaches the upstream, once, and the original is
+    // rejected, linked to the edited request, which is consumed by the call.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let executed = || {
+        h.upstream
+            .credits
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| c["customer_id"] == "cus_9")
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    while executed().is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let executed = executed();
+    assert_eq!(executed.len(), 1, "the edited call ran once: {executed:?}");
+    assert_eq!(executed[0]["amount_cents"], 4500);
+    let stored = h.stored_approval(&original).await;
+    assert_eq!(stored.status, warrant_core::records::ApprovalStatus::Rejected);
+    let edited = stored.superseded_by.expect("linked to the edited request");
+    let edited = h.stored_approval(&edited).await;
+    assert_eq!(edited.status, warrant_core::records::ApprovalStatus::Consumed);
+}

@@ -60,6 +60,7 @@ on_every_backend! {
     the_workflow_validator_tool_answers_the_compilers_verdict,
     the_console_signs_reviewers_in_and_decides_through_the_pipeline,
     sensitive_values_are_revealed_only_where_policy_lets,
+    an_edit_in_the_console_outlives_the_reviewers_request,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
