@@ -206,6 +206,13 @@ fn finish_in(
                     record.status = status;
                     record.result = finish.result.clone();
                     record.error_code = finish.error_code.clone();
+                    // A finished record is kept a retention from when its outcome is known
+                    // (as `sql::finish_in`).
+                    let kept = trunc(now + (record.expires_at - record.created_at));
+                    let finished = matches!(status, IdempotencyStatus::Committed | IdempotencyStatus::Failed);
+                    if finished && kept > record.expires_at {
+                        record.expires_at = kept;
+                    }
                 }
             }
             None => {

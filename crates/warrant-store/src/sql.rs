@@ -1263,7 +1263,15 @@ async fn finish_in<E: Exec>(
     let ledger = "UPDATE ledger SET outcome = $1, attempts = $2, error_code = $3, latency_ms = $4, cost = $5, \
                   updated_at = $6, detail = COALESCE($9, detail) \
                   WHERE tenant = $7 AND id = $8 AND outcome IN ('attempting', 'unknown')";
-    let update = "UPDATE idempotency SET status = $1, result = $2, error_code = $3, updated_at = $4 \
+    // A finished record is kept a retention from when its outcome is known, not only from its
+    // claim (an unknown one is never taken over nor purged, and keeps its claim's span):
+    // an operation resolved late (a reconciler that reached it after its retention) is still
+    // replayed to the client its `unknown` answer told to send it again, not swept and run anew
+    // (`a_key_resolved_after_its_retention_is_kept_from_then`).
+    let update = "UPDATE idempotency SET status = $1, result = $2, error_code = $3, updated_at = $4, \
+                  expires_at = CASE WHEN $1 IN ('committed', 'failed') \
+                  AND $4 + (expires_at - created_at) > expires_at \
+                  THEN $4 + (expires_at - created_at) ELSE expires_at END \
                   WHERE tenant = $5 AND principal = $6 AND contract_id = $7 AND key = $8 AND ledger_id = $9";
     let row = args![
         f.outcome.as_str(),

@@ -1011,6 +1011,37 @@ pub async fn an_expired_in_flight_operation_is_reconciled_first(h: &Arc<Harness>
     assert_eq!(old.outcome, Some(records::Outcome::ReconciledCommitted));
 }
 
+/// An unknown call that reconciliation finds committed only after its key's retention ran out
+/// (a reconciler that reached it late): its record is kept for a retention from then, so the
+/// same call sent again — as its `unknown` answer tells the client to — replays the effect
+/// instead of running it a second time, even after the sweeper has passed.
+pub async fn a_key_resolved_after_its_retention_is_kept_from_then(h: &Arc<Harness>) {
+    // A runtime that keeps a key no longer than its contract says (`stale_after` zero), as a
+    // short retention with a short `stale_after` does.
+    let runtime = eager_reconciler(h);
+    let proposal = json!({"tool": "brief", "version": 1, "arguments": {"mode": "commit_drop"},
+        "idempotency_key": "brief-late"});
+    let e = runtime.execute(h.allow(&proposal).await.unwrap()).await.unwrap();
+    unknown(&e);
+    let op = e.operation_id.as_str().to_owned();
+    assert_eq!(h.faults.effects(&op), 1);
+    // The key's retention (1 s) runs out while the call is unknown.
+    tokio::time::sleep(std::time::Duration::from_millis(1_200)).await;
+    let r = row(h, &e).await;
+    assert_eq!(
+        runtime.reconcile(&r).await.unwrap(),
+        Resolution::Committed { effects: 1 }
+    );
+    // The sweeper passes: it forgets keys past their retention, not this one.
+    h.store
+        .purge_expired(time::OffsetDateTime::now_utc())
+        .await
+        .unwrap();
+    let again = runtime.execute(h.allow(&proposal).await.unwrap()).await.unwrap();
+    assert!(again.replayed, "{:?}", again.result);
+    assert_eq!(h.faults.effects(&op), 1, "the effect must not repeat");
+}
+
 /// A call whose row was resolved by reconciliation as "no effect" while it was still running
 /// (it outlived `stale_after`), and that then commits, corrects the row: the ledger ends up
 /// saying what happened, and a retry with the key replays instead of running again.

@@ -1654,6 +1654,78 @@ pub async fn an_expired_unfinished_record_is_not_taken_over(b: &Backend) {
     );
 }
 
+/// A record whose operation finishes after the record's retention ran out (an unknown call
+/// reconciled late) is kept a retention from then: not taken over by a new attempt, not purged.
+/// One that finishes in time keeps the expiry its claim gave it.
+pub async fn a_record_finished_late_is_kept_a_retention_from_then(b: &Backend) {
+    let s = b.store();
+    let sc = scope("acme", "k-late");
+    // Claimed at T0, kept 60 s.
+    s.begin_attempt(
+        &entry("led_l1", "acme", T0),
+        Some(&sc),
+        &AttemptClaims::NONE,
+        T0 + secs(60),
+    )
+    .await
+    .unwrap();
+    let unknown = AttemptFinish {
+        outcome: Outcome::Unknown,
+        error_code: Some("TOOL_TIMEOUT".into()),
+        result: None,
+        ..committed(json!({}))
+    };
+    s.finish_attempt("acme", "led_l1", Some(&sc), &unknown, T0 + secs(1))
+        .await
+        .unwrap();
+    // Resolved as committed at T0 + 100 s, past the claim's expiry.
+    let resolved = AttemptFinish {
+        outcome: Outcome::ReconciledCommitted,
+        ..committed(json!({"ok": true}))
+    };
+    s.finish_attempt("acme", "led_l1", Some(&sc), &resolved, T0 + secs(100))
+        .await
+        .unwrap();
+    let record = s.get_idempotency(&sc).await.unwrap().unwrap();
+    assert_eq!(
+        record.expires_at,
+        T0 + secs(160),
+        "a retention from the resolution"
+    );
+    s.purge_expired(T0 + secs(120)).await.unwrap();
+    let start = s
+        .begin_attempt(
+            &entry("led_l2", "acme", T0 + secs(121)),
+            Some(&sc),
+            &AttemptClaims::NONE,
+            T0 + secs(181),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(&start, AttemptStart::Replay(r) if r.ledger_id == "led_l1"),
+        "{start:?}"
+    );
+    // Finished within its retention: the claim's expiry stands (give or take the finish's
+    // own delay, which only lengthens it).
+    let sc = scope("acme", "k-prompt");
+    s.begin_attempt(
+        &entry("led_p1", "acme", T0),
+        Some(&sc),
+        &AttemptClaims::NONE,
+        T0 + secs(60),
+    )
+    .await
+    .unwrap();
+    s.finish_attempt("acme", "led_p1", Some(&sc), &committed(json!({})), T0)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.get_idempotency(&sc).await.unwrap().unwrap().expires_at,
+        T0 + secs(60)
+    );
+}
+
 /// A tool that commits after reconciliation recorded no effect corrects the row and holds the
 /// key again; an outcome reconciliation already proved stands.
 pub async fn a_late_commit_corrects_the_ledger(b: &Backend) {

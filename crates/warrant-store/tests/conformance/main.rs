@@ -72,6 +72,7 @@ conformance! {
     a_closed_store_fails_closed,
     the_write_ahead_commit_spends_all_or_nothing,
     an_expired_unfinished_record_is_not_taken_over,
+    a_record_finished_late_is_kept_a_retention_from_then,
     a_late_commit_corrects_the_ledger,
     a_read_takes_its_budget_when_it_is_recorded,
     unresolved_rows_are_claimed_in_due_order_and_rescheduled,
