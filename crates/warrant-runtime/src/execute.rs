@@ -372,8 +372,19 @@ impl Runtime {
         let adapter = match self.adapters.for_contract(&contract) {
             Ok(adapter) => adapter,
             Err(e) => {
-                // Nothing was claimed, consumed, reserved or sent: record the failure and keep
-                // the key free.
+                // A call whose key names a finished operation (still kept) is that operation's
+                // replay, whatever became of the binding since: it sends nothing, and the
+                // client learns what happened rather than a failure
+                // (`a_finished_call_is_replayed_though_its_binding_became_unusable`).
+                if let Some(scope) = scope
+                    && let Some(record) = self.store.get_idempotency(scope).await?
+                    && record.expires_at > entry.created_at
+                    && let Some(done) = self.replay_if_finished(&record, entry).await?
+                {
+                    return Ok(Executed::Done(done));
+                }
+                // Otherwise nothing was claimed, consumed, reserved or sent: record the
+                // failure and keep the key free.
                 tracing::error!(contract = contract.id_str(), error = %e, "adapter binding unusable");
                 let detail = format!("adapter unavailable: {e}");
                 let mut row = entry.clone();

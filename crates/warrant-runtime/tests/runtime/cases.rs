@@ -802,6 +802,43 @@ pub async fn structured_data_fetch(h: &Arc<Harness>) {
     assert_eq!(h.faults.seen.lock().unwrap().len(), before);
 }
 
+/// A call sent again with the key of an operation that finished is that operation's replay,
+/// even when its binding has since become unusable (the operator removed its credential): the
+/// client learns the effect happened, not that the call failed. A new key fails, unsent.
+pub async fn a_finished_call_is_replayed_though_its_binding_became_unusable(h: &Arc<Harness>) {
+    let first = h.run("credit", json!({"mode": "ok"}), Some("bind-gone")).await;
+    committed(&first);
+    let op = first.operation_id.as_str().to_owned();
+    // The same store and contracts, without the credential the credit tool's binding names.
+    let without = Arc::new(Adapters::new(AdapterConfig {
+        client: SafeClient::new(NetPolicy {
+            allow_hosts: vec!["127.0.0.1".into()],
+            ..NetPolicy::default()
+        }),
+        secrets: Secrets::default(),
+        smtp: None,
+        command_roots: Vec::new(),
+        model: None,
+    }));
+    let runtime = Runtime::new(
+        h.store.clone(),
+        h.authority.registry().clone(),
+        h.authority.env().clone(),
+        without,
+        *h.runtime.settings(),
+    );
+    let proposal = json!({"tool": "credit", "version": 1, "arguments": {"mode": "ok"},
+        "idempotency_key": "bind-gone"});
+    let again = runtime.execute(h.allow(&proposal).await.unwrap()).await.unwrap();
+    assert!(again.replayed, "{:?} {:?}", again.result, again.detail);
+    assert_eq!(committed(&again), committed(&first));
+    assert_eq!(h.faults.effects(&op), 1);
+    let other = json!({"tool": "credit", "version": 1, "arguments": {"mode": "ok"},
+        "idempotency_key": "bind-gone-2"});
+    let e = runtime.execute(h.allow(&other).await.unwrap()).await.unwrap();
+    assert_eq!(failed(&e), ToolErrorCode::Unclassified);
+}
+
 /// A read without an idempotency key (recorded after the call, in one transaction) leaves
 /// exactly one ledger row per call, with its outcome and attempts, whatever the outcome.
 pub async fn a_keyless_read_is_one_ledger_row(h: &Arc<Harness>) {
