@@ -326,7 +326,8 @@ impl Runtime {
     }
 
     /// Leaves an `attempting` row `unknown` (so it is visibly unresolved, not in progress);
-    /// an `unknown` row stays as it is.
+    /// an `unknown` row stays as it is. A row marked overdue keeps its note before the reason
+    /// (`an_abandoned_row_marked_overdue_keeps_its_note`).
     async fn mark_unknown(&self, row: &LedgerEntry, why: &str) -> Result<Resolution, StoreError> {
         metrics::counter!(metric::RECONCILIATIONS, "result" => "unknown").increment(1);
         if row.outcome != Some(records::Outcome::Attempting) {
@@ -340,7 +341,7 @@ impl Runtime {
             result: None,
             latency_ms: row.latency_ms.unwrap_or(0),
             cost: 0,
-            detail: Some(why.to_owned()),
+            detail: Some(after_overdue_note(row.detail.as_deref(), why)),
             charges: Vec::new(),
         };
         match self
@@ -482,7 +483,7 @@ impl Runtime {
             return Ok(());
         };
         let note = format!(
-            "needs an operator: unresolved for more than {}; reconciliation keeps asking",
+            "{OVERDUE_NOTE_START}: unresolved for more than {}; {OVERDUE_NOTE_END}",
             human(schedule.overdue_after)
         );
         let sweep = self.store.mark_overdue(created_before, now, &note, 1000).await?;
@@ -584,6 +585,26 @@ pub fn spawn_reconciler_with(
             }
         }
     })
+}
+
+/// How the note [`Runtime::reconcile_pass`] puts before an overdue row's detail begins, and
+/// how it ends (the detail it was put before follows, after `"; "`).
+const OVERDUE_NOTE_START: &str = "needs an operator";
+const OVERDUE_NOTE_END: &str = "reconciliation keeps asking";
+
+/// A row's new detail `why`, after the overdue note its `current` detail begins with, if any:
+/// the ledger keeps saying the row needs an operator.
+fn after_overdue_note(current: Option<&str>, why: &str) -> String {
+    let note = current
+        .filter(|d| d.starts_with(OVERDUE_NOTE_START))
+        .and_then(|d| {
+            d.find(OVERDUE_NOTE_END)
+                .and_then(|at| d.get(..at + OVERDUE_NOTE_END.len()))
+        });
+    match note {
+        Some(note) => format!("{note}; {why}"),
+        None => why.to_owned(),
+    }
 }
 
 #[cfg(test)]

@@ -839,6 +839,46 @@ pub async fn a_finished_call_is_replayed_though_its_binding_became_unusable(h: &
     assert_eq!(failed(&e), ToolErrorCode::Unclassified);
 }
 
+/// A crash-abandoned `attempting` row past the alert threshold, which reconciliation cannot
+/// resolve, keeps the ledger note that it needs an operator: the pass that marks it overdue
+/// and then leaves it `unknown` puts the reason after the note, not in its place.
+pub async fn an_abandoned_row_marked_overdue_keeps_its_note(h: &Arc<Harness>) {
+    let proposal =
+        json!({"tool": "blind", "version": 1, "idempotency_key": "old-blind", "arguments": {"mode": "ok"}});
+    let allowed = h.allow(&proposal).await.unwrap();
+    // Written two hours ago by a process that then died.
+    let mut entry = allowed.ledger_entry().clone();
+    entry.created_at -= time::Duration::hours(2);
+    entry.updated_at = entry.created_at;
+    h.store
+        .begin_attempt(
+            &entry,
+            allowed.idempotency_scope(),
+            &AttemptClaims::NONE,
+            time::OffsetDateTime::now_utc() + time::Duration::hours(1),
+        )
+        .await
+        .unwrap();
+    let schedule = warrant_runtime::reconcile::ReconcileSchedule {
+        overdue_after: Duration::from_secs(3600),
+        ..Default::default()
+    };
+    let pass = h
+        .runtime
+        .reconcile_pass(time::OffsetDateTime::now_utc(), 100, &schedule)
+        .await
+        .unwrap();
+    assert_eq!(pass.newly_overdue, 1);
+    let row = h.store.get_ledger("acme", &entry.id).await.unwrap().unwrap();
+    assert_eq!(row.outcome, Some(records::Outcome::Unknown));
+    let detail = row.detail.unwrap_or_default();
+    assert!(detail.starts_with("needs an operator"), "{detail}");
+    assert!(
+        detail.len() > "needs an operator".len() + 40,
+        "and the reason: {detail}"
+    );
+}
+
 /// A read without an idempotency key (recorded after the call, in one transaction) leaves
 /// exactly one ledger row per call, with its outcome and attempts, whatever the outcome.
 pub async fn a_keyless_read_is_one_ledger_row(h: &Arc<Harness>) {

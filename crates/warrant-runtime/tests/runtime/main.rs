@@ -49,6 +49,7 @@ on_every_backend! {
     a_commit_after_reconciliation_corrects_the_ledger,
     a_key_resolved_after_its_retention_is_kept_from_then,
     a_finished_call_is_replayed_though_its_binding_became_unusable,
+    an_abandoned_row_marked_overdue_keeps_its_note,
     every_status_takes_its_path,
     retries_are_capped_and_honour_retry_after,
     a_tool_without_idempotency_is_not_retried,
