@@ -46,7 +46,8 @@ pub struct ReconcileArgs {
 /// Runs `warrant reconcile`: one pass over the rows that are due (never-scheduled rows older
 /// than `--older-than`, and rows whose next inquiry time has come), printing the totals and,
 /// for each row left unresolved, why. Exit 0 when nothing is left unresolved, 3 when some rows
-/// stay `unknown` (their adapters could not tell).
+/// stay `unknown` (their adapters could not tell) or were left unasked (the pass's lease ran
+/// short).
 pub fn run(args: &ReconcileArgs) -> Result<Exit> {
     let (older_than, settings) = limits(args)?;
     let overdue_after = settings.overdue_after;
@@ -83,6 +84,13 @@ pub fn run(args: &ReconcileArgs) -> Result<Exit> {
         println!("duplicates={}", report.duplicates);
         println!("overdue={}", pass.overdue);
         println!("left={}", pass.left);
+        if pass.left > 0 {
+            println!(
+                "left unasked: {} claimed row(s) had no time left in this pass's lease for an inquiry; \
+                 they fall due again when the lease ends (run again)",
+                pass.left
+            );
+        }
         for row in &pass.unresolved {
             let next = row
                 .next_at
@@ -93,12 +101,18 @@ pub fn run(args: &ReconcileArgs) -> Result<Exit> {
                 row.ledger_id, row.tenant, row.tool, row.attempts, row.why
             );
         }
-        Ok(if report.unknown > 0 {
-            Exit::Reject
-        } else {
-            Exit::Ok
-        })
+        Ok(verdict(report.unknown, pass.left))
     })
+}
+
+/// The exit of a pass: 3 when any row stays unresolved — asked and still `unknown`, or claimed
+/// and left unasked — else 0.
+fn verdict(unknown: u32, left: u32) -> Exit {
+    if unknown > 0 || left > 0 {
+        Exit::Reject
+    } else {
+        Exit::Ok
+    }
 }
 
 /// How young a row not yet asked about may be and still be left alone (`--older-than`), and
@@ -152,5 +166,12 @@ mod tests {
             limits_of(&["--older-than", "0s", "--overdue-after", "5m"]),
             (0, 300)
         );
+    }
+
+    #[test]
+    fn a_pass_that_leaves_rows_unasked_does_not_exit_clean() {
+        assert_eq!(verdict(0, 0), Exit::Ok);
+        assert_eq!(verdict(1, 0), Exit::Reject);
+        assert_eq!(verdict(0, 2), Exit::Reject);
     }
 }
