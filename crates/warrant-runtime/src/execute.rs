@@ -287,6 +287,13 @@ impl Runtime {
         crate::dispatch::Owned::new(&self.tasks, work)
     }
 
+    /// The longest a call handed to the runtime runs: an inquiry about the operation its key
+    /// names, when that is reconciled first (an `unknown` record, a replay that finds no
+    /// effect), then its attempts, up to the call deadline. What a graceful shutdown waits for.
+    pub fn longest_call(&self) -> std::time::Duration {
+        self.settings.inquiry_timeout + self.settings.retry.deadline
+    }
+
     /// How many handed-over calls are still running.
     pub fn in_flight(&self) -> usize {
         self.tasks.len()

@@ -303,7 +303,7 @@ pub async fn serve(
 /// is closed, or the stdio lane's input ended): the workers that start calls on their own —
 /// the workflow runner, the inbound worker — claim nothing more and finish the steps and
 /// events they hold, then the calls handed to the runtime reach their recorded end
-/// ([`drain_calls`]); all of it within one call deadline and a margin. What is still running
+/// ([`drain_calls`]); all of it within the longest call and a margin. What is still running
 /// then keeps its `attempting` row, and reconciliation resolves it.
 pub async fn shutdown(gateway: &Gateway) {
     let deadline = gateway.state.runtime.settings().retry.deadline + Duration::from_secs(5);
@@ -323,10 +323,12 @@ pub async fn shutdown(gateway: &Gateway) {
 }
 
 /// Waits for the calls handed to the runtime to reach their recorded end (graceful
-/// shutdown: the listener is already closed), at most one call deadline and a margin.
+/// shutdown: the listener is already closed), at most as long as a call may run
+/// ([`warrant_runtime::Runtime::longest_call`]: an inquiry reconciling its key's operation
+/// first, then its attempts) and a margin.
 pub async fn drain_calls(gateway: &Gateway) {
     let runtime = &gateway.state.runtime;
-    let deadline = runtime.settings().retry.deadline + Duration::from_secs(5);
+    let deadline = runtime.longest_call() + Duration::from_secs(5);
     let running = runtime.in_flight();
     if running > 0 {
         tracing::info!(running, "waiting for calls in flight to finish");
