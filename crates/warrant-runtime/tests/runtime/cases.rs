@@ -780,20 +780,7 @@ pub async fn structured_data_fetch(h: &Arc<Harness>) {
 
     // Without the operator's allowance, loopback is refused before anything is sent.
     let before = h.faults.seen.lock().unwrap().len();
-    let strict = Arc::new(Adapters::new(AdapterConfig {
-        client: SafeClient::new(NetPolicy::default()),
-        secrets: Secrets::default(),
-        smtp: None,
-        command_roots: Vec::new(),
-        model: None,
-    }));
-    let runtime = Runtime::new(
-        h.store.clone(),
-        h.authority.registry().clone(),
-        h.authority.env().clone(),
-        strict,
-        *h.runtime.settings(),
-    );
+    let runtime = without_credentials(h, NetPolicy::default());
     let proposal = json!({"tool": "fetch_order", "version": 1, "arguments": {"name": "order"}});
     let allowed = h.allow(&proposal).await.unwrap();
     let e = runtime.execute(allowed).await.unwrap();
@@ -810,22 +797,12 @@ pub async fn a_finished_call_is_replayed_though_its_binding_became_unusable(h: &
     committed(&first);
     let op = first.operation_id.as_str().to_owned();
     // The same store and contracts, without the credential the credit tool's binding names.
-    let without = Arc::new(Adapters::new(AdapterConfig {
-        client: SafeClient::new(NetPolicy {
+    let runtime = without_credentials(
+        h,
+        NetPolicy {
             allow_hosts: vec!["127.0.0.1".into()],
             ..NetPolicy::default()
-        }),
-        secrets: Secrets::default(),
-        smtp: None,
-        command_roots: Vec::new(),
-        model: None,
-    }));
-    let runtime = Runtime::new(
-        h.store.clone(),
-        h.authority.registry().clone(),
-        h.authority.env().clone(),
-        without,
-        *h.runtime.settings(),
+        },
     );
     let proposal = json!({"tool": "credit", "version": 1, "arguments": {"mode": "ok"},
         "idempotency_key": "bind-gone"});
@@ -1324,6 +1301,25 @@ pub async fn an_outcome_that_cannot_be_recorded_is_unknown(h: &Arc<Harness>) {
     );
     assert_eq!(execution.ledger_id, ledger_id);
     assert_eq!(effects(), 1);
+}
+
+/// A runtime over the harness's store and registry whose adapters have no credentials, no
+/// relay and no command roots, and reach the network as `net` lets them.
+fn without_credentials(h: &Harness, net: NetPolicy) -> Runtime {
+    let adapters = Arc::new(Adapters::new(AdapterConfig {
+        client: SafeClient::new(net),
+        secrets: Secrets::default(),
+        smtp: None,
+        command_roots: Vec::new(),
+        model: None,
+    }));
+    Runtime::new(
+        h.store.clone(),
+        h.authority.registry().clone(),
+        h.authority.env().clone(),
+        adapters,
+        *h.runtime.settings(),
+    )
 }
 
 /// A runtime over the harness's store, registry and adapters that takes every `attempting` row

@@ -579,35 +579,7 @@ pub async fn an_edit_in_the_console_outlives_the_reviewers_request(h: &Harness) 
     use tower::ServiceExt as _;
     // A version of the credit tool the console offers edits on (no sensitive field), the
     // operator's (it carries the binding).
-    let upstream = h.upstream_addr;
-    let doc = format!(
-        r#"
-name: credit
-version: 2
-description: Issue a credit.
-owner: test
-effect: write
-scopes: [credits:write]
-approval: per_call
-idempotency: {{ honoured: true, retention: 24h }}
-input:
-  type: object
-  additionalProperties: false
-  required: [customer_id, amount_cents, reason]
-  properties:
-    customer_id: {{ type: string, maxLength: 36 }}
-    amount_cents: {{ type: integer, minimum: 1, maximum: 500000 }}
-    reason: {{ type: string, minLength: 1, maxLength: 200 }}
-output:
-  type: object
-  additionalProperties: false
-  required: [credit_id, status]
-  properties:
-    credit_id: {{ type: string, maxLength: 64 }}
-    status: {{ enum: [applied, pending] }}
-adapter: {{ kind: http, url: "http://{upstream}/credit" }}
-"#
-    );
+    let doc = crate::support::credit_document(h.upstream_addr, "credit", 2, "", false);
     let r = h
         .req(Method::POST, "/v1/contracts", "operator")
         .header("content-type", "application/yaml")

@@ -160,10 +160,26 @@ adapter: {{ kind: http, url: "http://{upstream}/lookup" }}
 /// A write contract issuing a credit, held for review per call, with a sensitive field
 /// (`customer_id`); `extra` adds lines (e.g. `execute_on_approval`).
 fn credit_contract(upstream: SocketAddr, name: &str, extra: &str) -> String {
+    credit_document(upstream, name, 1, extra, true)
+}
+
+/// The credit contract's document: `version`, `extra` lines, `customer_id` sensitive or not.
+pub fn credit_document(
+    upstream: SocketAddr,
+    name: &str,
+    version: u32,
+    extra: &str,
+    sensitive: bool,
+) -> String {
+    let marked = if sensitive {
+        ", x-warrant-sensitive: true"
+    } else {
+        ""
+    };
     format!(
         r#"
 name: {name}
-version: 1
+version: {version}
 description: Issue a credit.
 owner: test
 effect: write
@@ -176,7 +192,7 @@ input:
   additionalProperties: false
   required: [customer_id, amount_cents, reason]
   properties:
-    customer_id: {{ type: string, maxLength: 36, x-warrant-sensitive: true }}
+    customer_id: {{ type: string, maxLength: 36{marked} }}
     amount_cents: {{ type: integer, minimum: 1, maximum: 500000 }}
     reason: {{ type: string, minLength: 1, maxLength: 200 }}
 output:
