@@ -621,14 +621,7 @@ pub async fn an_edit_in_the_console_outlives_the_reviewers_request(h: &Harness) 
     // Driven by hand, a poll at a time, until the edited call is held (a second request for
     // the key); then dropped, as the server drops a request its client left.
     let held = async || {
-        let pending = h
-            .req(Method::GET, "/v1/approvals?status=pending", "reviewer")
-            .send()
-            .await
-            .unwrap()
-            .json::<Value>()
-            .await
-            .unwrap();
+        let pending = h.get_json("/v1/approvals?status=pending", "reviewer").await;
         pending["approvals"]
             .as_array()
             .unwrap()

@@ -438,6 +438,17 @@ impl Harness {
             .unwrap()
     }
 
+    /// `GET path` on node 0 as `who`: the JSON answer.
+    pub async fn get_json(&self, path: &str, who: &str) -> Value {
+        self.req(reqwest::Method::GET, path, who)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
     pub async fn propose(&self, who: &str, proposal: &Value) -> (u16, Value) {
         self.propose_with(0, who, proposal, &[]).await
     }
