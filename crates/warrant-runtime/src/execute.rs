@@ -383,12 +383,17 @@ impl Runtime {
                 // replay, whatever became of the binding since: it sends nothing, and the
                 // client learns what happened rather than a failure
                 // (`a_finished_call_is_replayed_though_its_binding_became_unusable`).
+                // Read as the write-ahead commit reads it (`may_take_over`, `classify_existing`).
                 if let Some(scope) = scope
                     && let Some(record) = self.store.get_idempotency(scope).await?
-                    && record.expires_at > entry.created_at
-                    && let Some(done) = self.replay_if_finished(&record, entry).await?
+                    && !warrant_core::store::may_take_over(&record, entry.created_at)
+                    && let AttemptStart::Replay(record) = warrant_core::store::classify_existing(
+                        record,
+                        entry.payload_digest.as_deref(),
+                        entry.created_at,
+                    )
                 {
-                    return Ok(Executed::Done(done));
+                    return self.replay(record, entry, scope).await.map(Executed::Done);
                 }
                 // Otherwise nothing was claimed, consumed, reserved or sent: record the
                 // failure and keep the key free.
@@ -589,25 +594,35 @@ impl Runtime {
         {
             return Ok(None);
         }
-        let start = AttemptStart::Replay(record);
+        self.replay(record, entry, &earlier.scope).await.map(Some)
+    }
+
+    /// Records `entry` as the replay of the finished operation `record` holds, and answers it.
+    async fn replay(
+        &self,
+        record: IdempotencyRecord,
+        entry: &LedgerEntry,
+        scope: &IdempotencyScope,
+    ) -> Result<Execution, StoreError> {
+        let result = Ok(replayed_outcome(&record));
         self.store
-            .insert_ledger(&warrant_core::store::attempt_row(entry, &start))
+            .insert_ledger(&warrant_core::store::attempt_row(
+                entry,
+                &AttemptStart::Replay(record),
+            ))
             .await?;
-        let AttemptStart::Replay(record) = start else {
-            return Ok(None);
-        };
         metrics::counter!(metric::REPLAYS).increment(1);
-        Ok(Some(Execution {
+        Ok(Execution {
             ledger_id: entry.id.clone(),
-            operation_id: operation_id(entry, Some(&earlier.scope)),
+            operation_id: operation_id(entry, Some(scope)),
             attempts: 0,
             replayed: true,
-            result: Ok(replayed_outcome(&record)),
+            result,
             detail: None,
             exhausted: None,
             unrecorded: false,
             followed: None,
-        }))
+        })
     }
 
     /// Reconciles the operation an idempotency record names, by its ledger row.

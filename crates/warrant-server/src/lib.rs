@@ -306,7 +306,7 @@ pub async fn serve(
 /// ([`drain_calls`]); all of it within the longest call and a margin. What is still running
 /// then keeps its `attempting` row, and reconciliation resolves it.
 pub async fn shutdown(gateway: &Gateway) {
-    let deadline = gateway.state.runtime.settings().retry.deadline + Duration::from_secs(5);
+    let deadline = gateway.state.runtime.longest_call() + Duration::from_secs(5);
     gateway.state.stopping.cancel();
     let waited = tokio::time::timeout(deadline, async {
         while !gateway.callers_stopped() {
